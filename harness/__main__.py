@@ -1,0 +1,49 @@
+"""Command line: `python -m harness <command> ...`.
+
+Commands:
+  nsys kern-sum|nvtx-kern-sum FILE.sqlite [--format csv|table]   read an nsys SQLite export
+  target --op OP --shape SHAPE --impl IMPL ...                     the process nsys captures
+  config [FILE]                                                    validate a config file
+
+Every failure the user can act on ends with one sentence on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from harness.errors import EvidenceError
+
+USAGE = "usage: python -m harness {nsys,target,config} ..."
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(__doc__.strip())
+        return 0
+    command, rest = args[0], args[1:]
+    try:
+        if command == "nsys":
+            from harness import nsys_cli
+
+            return nsys_cli.main(rest)
+        if command == "target":
+            from harness import target
+
+            return target.main(rest)
+        if command == "config":
+            from harness import config
+
+            config.load(*rest[:1]) if rest else config.load()
+            print("config: valid.")
+            return 0
+    except EvidenceError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    print(f"{USAGE}\nunknown command {command!r}.", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

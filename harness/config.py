@@ -1,0 +1,141 @@
+"""Load config.yaml and validate it against workflow/schemas/config.schema.yaml.
+
+Validation fills in schema defaults and raises ConfigError with one sentence that names the
+offending key, so a bad key or value stops a run before any work starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from harness import ROOT
+from harness.errors import ConfigError
+
+SCHEMA_PATH = ROOT / "workflow" / "schemas" / "config.schema.yaml"
+
+# Largest tensor a shape may describe (bytes of one FP32 operand); larger is a typo, not a shape.
+MAX_TENSOR_BYTES = 16 * 2**30
+
+
+def _schema() -> dict[str, Any]:
+    with open(SCHEMA_PATH) as fh:
+        return yaml.safe_load(fh)
+
+
+def _with_defaults(validator_class: type) -> type:
+    """A validator that fills in `default` values while it validates (jsonschema FAQ recipe)."""
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):  # type: ignore[no-untyped-def]
+        if isinstance(instance, dict):
+            for name, sub in properties.items():
+                if "default" in sub and name not in instance:
+                    default = sub["default"]
+                    instance[name] = dict(default) if isinstance(default, dict) else (
+                        list(default) if isinstance(default, list) else default)
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
+
+
+def _key_path(error: jsonschema.ValidationError) -> str:
+    parts: list[str] = []
+    for p in error.absolute_path:
+        if isinstance(p, int):
+            parts.append(f"[{p}]")
+        else:
+            parts.append(("." if parts else "") + str(p))
+    return "".join(parts) or "(top level)"
+
+
+def _sentence(error: jsonschema.ValidationError) -> str:
+    key = _key_path(error)
+    if error.validator == "additionalProperties":
+        allowed = sorted(error.schema.get("properties", {}))
+        unknown = sorted(set(error.instance) - set(allowed))
+        where = "the top level" if key == "(top level)" else f"'{key}'"
+        return (f"config: unknown key {', '.join(repr(u) for u in unknown)} under {where}; "
+                f"allowed keys are {', '.join(allowed)}.")
+    if error.validator == "enum":
+        return (f"config: '{key}' is {error.instance!r}, but must be one of "
+                f"{', '.join(map(str, error.validator_value))}.")
+    if error.validator == "pattern":
+        desc = error.schema.get("description")
+        hint = f" ({desc})" if desc else ""
+        return f"config: '{key}' is {error.instance!r}, which is not a valid value{hint}."
+    if error.validator == "required":
+        return f"config: {error.message} under '{key}'."
+    return f"config: '{key}': {error.message}."
+
+
+def validate(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate a configuration mapping, fill in defaults and return a new dict."""
+    cfg: dict[str, Any] = yaml.safe_load(yaml.safe_dump(dict(raw)))  # deep copy, plain types
+    validator_class = _with_defaults(jsonschema.Draft202012Validator)
+    validator = validator_class(_schema())
+    errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(list(e.absolute_path)), str(e.message)))
+    if errors:
+        raise ConfigError(_sentence(jsonschema.exceptions.best_match(errors)))
+    _semantic_checks(cfg)
+    return cfg
+
+
+def _semantic_checks(cfg: dict[str, Any]) -> None:
+    for op, spec in cfg["operations"].items():
+        for shape in [spec["default"], *spec["sweep"]]:
+            dims = parse_shape(shape)
+            elems = 1
+            for d in dims:
+                elems *= d
+            if elems * 4 > MAX_TENSOR_BYTES:
+                raise ConfigError(
+                    f"config: shape {shape!r} of operation '{op}' describes a "
+                    f"{elems * 4 / 2**30:.1f} GiB tensor, over the {MAX_TENSOR_BYTES // 2**30} GiB limit.")
+
+
+def load(path: str | Path = ROOT / "config.yaml") -> dict[str, Any]:
+    """Read and validate a config file."""
+    try:
+        with open(path) as fh:
+            raw = yaml.safe_load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config: no configuration file at {path}.") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config: {path} is not valid YAML ({str(exc).splitlines()[0]}).") from None
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"config: {path} must hold a mapping of keys, not {type(raw).__name__}.")
+    return validate(raw)
+
+
+def parse_shape(shape: str) -> tuple[int, ...]:
+    """'4096x768' -> (4096, 768)."""
+    try:
+        dims = tuple(int(d) for d in shape.split("x"))
+    except ValueError:
+        raise ConfigError(f"config: shape {shape!r} is not of the form AxB.") from None
+    if not dims or any(d <= 0 for d in dims):
+        raise ConfigError(f"config: shape {shape!r} has a dimension that is not positive.")
+    return dims
+
+
+def shapes(cfg: Mapping[str, Any], op: str) -> list[str]:
+    """All shapes of an operation: the default first, then the sweep, without repeats."""
+    spec = cfg["operations"][op]
+    out: list[str] = []
+    for s in [spec["default"], *spec["sweep"]]:
+        if s not in out:
+            out.append(s)
+    return out
+
+
+def jobs(cfg: Mapping[str, Any]) -> Iterator[tuple[str, str, str]]:
+    """Every (operation, shape, implementation) the configuration asks for."""
+    for op in cfg["operations"]:
+        for shape in shapes(cfg, op):
+            for impl in cfg["implementations"]:
+                yield op, shape, impl

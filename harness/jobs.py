@@ -1,0 +1,27 @@
+"""Run one workflow step: its output goes to the rule's log, and a failure the user can act on
+ends the job with one sentence (in the log and on stderr) instead of a traceback."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from harness.errors import EvidenceError
+
+
+def run_step(log_path: str | Path | None, step: Callable[[], Any]) -> Any:
+    log = Path(log_path) if log_path else None
+    if log:
+        log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") if log else contextlib.nullcontext(sys.stderr) as fh:
+        with contextlib.redirect_stdout(fh):
+            try:
+                return step()
+            except EvidenceError as exc:
+                print(str(exc), file=fh, flush=True)
+                if fh is not sys.stderr:
+                    print(str(exc), file=sys.stderr, flush=True)
+                sys.exit(1)

@@ -1,0 +1,73 @@
+"""Operations the pipeline measures: inputs, float64 reference and implementations.
+
+Each operation module defines an `OP` (an `Operation`); `get(name)` finds it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.errors import EvidenceError
+
+Tensors = dict[str, Any]  # name -> torch.Tensor
+Params = Mapping[str, Any]  # the operation's config block (eps, tolerance, ...)
+
+# An implementation launches the operation once. It writes into `out` where it can (ours) and
+# returns the tensor that holds the result (the library call returns a fresh tensor).
+Launch = Callable[[Tensors, Any, Params], Any]
+
+
+@dataclass(frozen=True)
+class Operation:
+    name: str
+    description: str
+    make_inputs: Callable[[tuple[int, ...], int], Tensors]
+    """(shape, seed) -> fresh random inputs on the GPU, never zeros."""
+    make_output: Callable[[Tensors, tuple[int, ...]], Any]
+    """(inputs, shape) -> an uninitialised output tensor (the check poisons it)."""
+    reference: Callable[[Tensors, Params], Any]
+    """(inputs, params) -> float64 reference output."""
+    implementations: Mapping[str, Launch]
+    bytes_moved: Callable[[tuple[int, ...]], int]
+    """Fewest bytes a kernel must move through device memory (each input read, output written once)."""
+    flops: Callable[[tuple[int, ...]], int]
+    sources: Mapping[str, list[str]] = field(default_factory=dict)
+    """impl -> kernel source files under kernels/ (for source hashes)."""
+
+
+KNOWN = ("layernorm",)
+
+
+def get(name: str) -> Operation:
+    if name not in KNOWN:
+        raise EvidenceError(f"unknown operation {name!r}; known operations are {', '.join(KNOWN)}.")
+    module = importlib.import_module(f"harness.ops.{name}")
+    op: Operation = module.OP
+    return op
+
+
+def launcher(op: Operation, impl: str) -> Launch:
+    try:
+        return op.implementations[impl]
+    except KeyError:
+        raise EvidenceError(
+            f"operation {op.name!r} has no implementation {impl!r}; it has "
+            f"{', '.join(op.implementations)}.") from None
+
+
+def bind(op_name: str, impl: str, dims: tuple[int, ...], params: Params, seed: int) -> Callable[[], Any]:
+    """Fresh inputs and an output for one (operation, shape, implementation), and a zero-argument
+    call that launches it once on them (the form the capture target and the span timer use)."""
+    op = get(op_name)
+    launch = launcher(op, impl)
+    inputs = op.make_inputs(dims, seed)
+    out = op.make_output(inputs, dims)
+    out.fill_(float("nan"))
+
+    def call() -> Any:
+        return launch(inputs, out, params)
+
+    return call

@@ -1,0 +1,72 @@
+"""Provenance of a namespace: code, configuration, tools, GPU, host, date and the commands run."""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import platform
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from harness import ROOT, ops
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def config_hash(cfg: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(cfg, sort_keys=True).encode()).hexdigest()
+
+
+def git_state() -> dict[str, Any]:
+    def git(*args: str) -> str:
+        out = subprocess.run(["git", *args], capture_output=True, text=True, cwd=ROOT, timeout=30)
+        return out.stdout.strip() if out.returncode == 0 else ""
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit or "unknown (not a git checkout)", "dirty": bool(status)}
+
+
+def versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for dist in ("torch", "triton", "cupy-cuda13x", "snakemake", "sqlite-utils", "pandas", "jinja2"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = "not installed"
+    return out
+
+
+def source_hashes(cfg: dict[str, Any]) -> dict[str, str]:
+    hashes = {}
+    for op_name in cfg["operations"]:
+        for files in ops.get(op_name).sources.values():
+            for f in files:
+                hashes[f"kernels/{f}"] = sha256_file(ROOT / "kernels" / f)
+    return hashes
+
+
+def collect(cfg: dict[str, Any], capture_metas: list[dict[str, Any]], commands_file: str | Path) -> dict[str, Any]:
+    gpus = sorted({(g.get("name", ""), g.get("uuid", "")) for m in capture_metas for g in m.get("export", {}).get("gpus", [])})
+    nsys_versions = sorted({m.get("nsys_version", "") for m in capture_metas})
+    commands = Path(commands_file).read_text().splitlines() if Path(commands_file).exists() else []
+    return {
+        "namespace": cfg["namespace"],
+        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "host": platform.node(),
+        "git": git_state(),
+        "config_sha256": config_hash(cfg),
+        "config": cfg,
+        "sources_sha256": source_hashes(cfg),
+        "versions": {**versions(), "nsys": "; ".join(nsys_versions)},
+        "gpus": [{"name": n, "uuid": u} for n, u in gpus],
+        "gpu_state_before_captures": [m.get("gpu") for m in capture_metas if m.get("gpu")][:1],
+        "commands": commands,
+        "python_executable": sys.executable,
+    }

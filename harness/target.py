@@ -1,0 +1,42 @@
+"""The process Nsight Systems captures: warm up, then the captured iterations in one NVTX range.
+
+`python -m harness target --config C --op OP --shape S --impl I` builds fresh inputs, calls the
+implementation `capture.warmup` times, synchronises, then opens the NVTX range `capture.range`,
+calls it `capture.iterations` times, closes the range and synchronises. Kernel time per iteration
+is later computed from the kernels whose launch falls inside that range.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from harness import config, ops
+from harness.gpu import require_gpu
+
+
+def run(cfg: dict, op_name: str, shape: str, impl: str) -> None:
+    require_gpu()
+    import torch
+
+    cap = cfg["capture"]
+    call = ops.bind(op_name, impl, config.parse_shape(shape), cfg["operations"][op_name], cfg["seed"])
+    for _ in range(cap["warmup"]):
+        call()
+    torch.cuda.synchronize()
+    torch.cuda.nvtx.range_push(cap["range"])
+    for _ in range(cap["iterations"]):
+        call()
+    torch.cuda.nvtx.range_pop()
+    torch.cuda.synchronize()
+    print(f"target: {op_name} {shape} {impl}: {cap['warmup']} warm-up and {cap['iterations']} captured calls done")
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness target")
+    parser.add_argument("--config", default=str(config.ROOT / "config.yaml"))
+    parser.add_argument("--op", required=True)
+    parser.add_argument("--shape", required=True)
+    parser.add_argument("--impl", required=True)
+    args = parser.parse_args(argv)
+    run(config.load(args.config), args.op, args.shape, args.impl)
+    return 0

@@ -1,0 +1,78 @@
+"""The capture step's pieces that run without a GPU: finding nsys, the minimal environment of the
+captured process, and scrubbing the recorded environment out of an export."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import stat
+from pathlib import Path
+
+import pytest
+
+from harness import capture
+from harness.errors import ToolMissing
+
+FIXTURE = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "h200-torch-layer-norm.sqlite"
+LOCAL_FIXTURE = Path(__file__).parent / "fixtures" / "nsys" / "h200-torch-layer-norm.sqlite"
+
+
+def fake_tool(path: Path) -> Path:
+    path.write_text("#!/bin/sh\necho 'NVIDIA Nsight Systems version 2099.1'\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+def test_nsys_lookup_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    configured = fake_tool(tmp_path / "configured-nsys")
+    from_env = fake_tool(tmp_path / "env-nsys")
+    monkeypatch.setenv("NSYS", str(from_env))
+    assert capture.find_nsys(str(configured)) == str(configured.resolve())
+    assert capture.find_nsys(None) == str(from_env.resolve())
+    monkeypatch.delenv("NSYS")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    on_path = fake_tool(bindir / "nsys")
+    monkeypatch.setenv("PATH", str(bindir))
+    assert capture.find_nsys(None) == str(on_path)
+    assert capture.nsys_version(str(on_path)).endswith("2099.1")
+
+
+def test_missing_nsys_names_where_it_looked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("NSYS", str(tmp_path / "nope"))
+    with pytest.raises(ToolMissing) as info:
+        capture.find_nsys("/opt/absent/nsys")
+    msg = str(info.value)
+    assert "/opt/absent/nsys" in msg and "$NSYS" in msg and "PATH" in msg
+
+
+def test_captured_process_gets_no_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_secret_value")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "very-secret")
+    env = capture.minimal_env()
+    assert "GITHUB_TOKEN" not in env and "AWS_SECRET_ACCESS_KEY" not in env
+    assert set(env) <= set(capture.ENV_ALLOWLIST) | {"PYTHONUNBUFFERED"}
+    assert str(capture.ROOT) in env["PYTHONPATH"].split(os.pathsep)
+
+
+def test_scrub_removes_environment_rows_and_their_pages(tmp_path: Path) -> None:
+    source = LOCAL_FIXTURE if LOCAL_FIXTURE.exists() else FIXTURE
+    if not source.exists():
+        pytest.skip("no real nsys export available")
+    export = tmp_path / "cap.sqlite"
+    shutil.copy(source, export)
+    export.chmod(0o644)
+    secret = "ghp_FAKE_TOKEN_0123456789"
+    with sqlite3.connect(export) as conn:
+        conn.execute("INSERT INTO META_DATA_CAPTURE VALUES ('PROCESS_0:ENVIRONMENT_VARIABLE_7', ?)", (f"GITHUB_TOKEN={secret}",))
+        conn.execute("INSERT INTO META_DATA_CAPTURE VALUES ('PROCESS_0:ENV_COUNT', '8')")
+        rows_before = conn.execute("SELECT count(*) FROM META_DATA_CAPTURE").fetchone()[0]
+    assert secret.encode() in export.read_bytes()
+    removed = capture.scrub_export(export)
+    assert removed == 2
+    assert secret.encode() not in export.read_bytes()  # vacuumed: not even in free pages
+    with sqlite3.connect(export) as conn:
+        assert conn.execute("SELECT count(*) FROM META_DATA_CAPTURE").fetchone()[0] == rows_before - 2
+        assert conn.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0] > 0

@@ -1,0 +1,88 @@
+"""Config validation: defaults filled in, and every bad key or value stopped with one sentence naming it."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from harness import ROOT, config
+from harness.errors import ConfigError
+
+
+@pytest.fixture()
+def raw() -> dict:
+    with open(ROOT / "config.yaml") as fh:
+        return yaml.safe_load(fh)
+
+
+def test_shipped_config_is_valid(raw: dict) -> None:
+    cfg = config.validate(raw)
+    assert cfg["namespace"] == raw["namespace"]
+    assert config.shapes(cfg, "layernorm")[0] == raw["operations"]["layernorm"]["default"]
+
+
+def test_defaults_are_filled_in() -> None:
+    cfg = config.validate({"namespace": "x", "operations": {"layernorm": {
+        "default": "8x8", "sweep": ["8x8"], "tolerance": {"atol": 1e-4, "rtol": 1e-4}}}})
+    assert cfg["capture"]["iterations"] == 100
+    assert cfg["span"] == {"samples": 300, "rounds": 3, "warmup": 20}
+    assert cfg["implementations"] == ["cuda", "triton", "torch"]
+    assert cfg["arch"] == "sm_90"
+    assert cfg["operations"]["layernorm"]["eps"] == 1e-5
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "named"),
+    [
+        (("bogus",), 1, "'bogus'"),
+        (("capture", "iterations"), 0, "capture.iterations"),
+        (("capture", "iterations"), "many", "capture.iterations"),
+        (("span", "rounds"), -1, "span.rounds"),
+        (("implementations",), ["cuda", "cudnn"], "implementations[1]"),
+        (("operations", "layernorm", "sweep"), ["4096x768", "0x768"], "operations.layernorm.sweep[1]"),
+        (("operations", "layernorm", "default"), "4096*768", "operations.layernorm.default"),
+        (("operations", "layernorm", "tolerance", "atol"), 0, "operations.layernorm.tolerance.atol"),
+        (("operations", "softmaxx"), {}, "'softmaxx'"),
+        (("namespace",), "../escape", "namespace"),
+        (("cache_mode",), "lukewarm", "cache_mode"),
+        (("nsys", "extra_args"), ["; rm -rf /"], "nsys.extra_args[0]"),
+    ],
+)
+def test_bad_values_are_named(raw: dict, path: tuple, value: object, named: str) -> None:
+    bad = copy.deepcopy(raw)
+    node = bad
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    with pytest.raises(ConfigError) as info:
+        config.validate(bad)
+    message = str(info.value)
+    assert named in message
+    assert message.endswith(".") and "\n" not in message
+
+
+def test_absurd_shape_is_refused(raw: dict) -> None:
+    bad = copy.deepcopy(raw)
+    bad["operations"]["layernorm"]["sweep"] = ["9999999x9999999"]
+    with pytest.raises(ConfigError, match="9999999x9999999"):
+        config.validate(bad)
+
+
+def test_missing_file_and_bad_yaml(tmp_path) -> None:
+    with pytest.raises(ConfigError, match="no configuration file"):
+        config.load(tmp_path / "absent.yaml")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("namespace: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        config.load(broken)
+
+
+def test_jobs_cover_every_shape_and_implementation(raw: dict) -> None:
+    cfg = config.validate(raw)
+    jobs = list(config.jobs(cfg))
+    spec = raw["operations"]["layernorm"]
+    n_shapes = len(dict.fromkeys([spec["default"], *spec["sweep"]]))
+    assert len(jobs) == n_shapes * len(cfg["implementations"])
+    assert len(set(jobs)) == len(jobs)

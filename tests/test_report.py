@@ -1,0 +1,111 @@
+"""Rendering the field note and the issue comment from a small set of tables."""
+
+from __future__ import annotations
+
+import json
+import re
+import random
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness import config, report, tables
+from harness.spans import summarise
+
+SHAPES = ["4096x768", "1024x2048"]
+IMPLS = ["cuda", "triton", "torch"]
+
+
+def make_tables(tmp: Path, seed: int = 7, kernel_name: str = "layernorm_row128") -> dict[str, str]:
+    rnd = random.Random(seed)
+    cfg = config.validate({"namespace": "test-ns", "operations": {"layernorm": {
+        "default": SHAPES[0], "sweep": SHAPES, "tolerance": {"atol": 1e-4, "rtol": 1e-4}}}})
+    detail, spans, checks, census = [], [], [], []
+    for shape in SHAPES:
+        for impl in IMPLS:
+            med = rnd.uniform(5000, 20000)
+            detail.append({"op": "layernorm", "shape": shape, "impl": impl,
+                           "kernel": f"void {kernel_name}<{impl}>(float*)", "short_name": f"{kernel_name}_{impl}",
+                           "instances": 100, "per_iteration": 1.0, "total_ns": med * 100, "mean_ns": med,
+                           "median_ns": med, "min_ns": med * 0.98, "max_ns": med * 1.05, "stddev_ns": 12.0,
+                           "grid": "4096x1x1", "block": "128x1x1", "registers": 32, "static_smem": 64, "dynamic_smem": 0})
+            for i in range(6):
+                spans.append({"op": "layernorm", "shape": shape, "impl": impl, "round": i % 3, "sample": i,
+                              "span_us": rnd.uniform(10, 30)})
+            checks.append({"op": "layernorm", "shape": shape, "impl": impl, "passed": True, "max_abs_err": 1e-6,
+                           "max_rel_err": 2e-6, "rel_l2_err": 3e-7, "atol": 1e-4, "rtol": 1e-4,
+                           "nonfinite_outputs": 0, "unwritten_outputs": 0, "elements": 10})
+    census.append({"namespace": "test-ns", "op": "layernorm", "impl": "cuda", "kernel": kernel_name,
+                   "specialization": "SLOTS=2", "shapes": ";".join(SHAPES), "block": 128, "registers": 30,
+                   "spill_stores": 0, "spill_loads": 0, "stack_bytes": 0, "static_smem": 64, "dynamic_smem": 0,
+                   "ld_global_128": 2, "ld_global_64": 0, "ld_global_32": 0, "st_global_128": 2, "st_global_64": 0,
+                   "st_global_32": 0, "barriers": 1})
+    paths = {k: str(tmp / f"{k}.csv") for k in ("kernel_time", "kernel_time_detail", "span", "check", "sweep", "census")}
+    det = tables.write_csv(detail, tables.KERNEL_TIME_DETAIL_COLUMNS, paths["kernel_time_detail"])
+    kt = pd.DataFrame(tables.kernel_time_summary(det, 100, "test-ns", "hot"))
+    tables.write_csv(kt.to_dict("records"), tables.KERNEL_TIME_COLUMNS, paths["kernel_time"])
+    summary = [dict(r, namespace="test-ns", cache_mode="hot", rounds=3) for r in summarise(spans)]
+    tables.write_csv(summary, tables.SPAN_COLUMNS, paths["span"])
+    tables.write_csv(tables.check_rows([], "test-ns") + [dict(c, namespace="test-ns") for c in checks], tables.CHECK_COLUMNS, paths["check"])
+    tables.write_csv(tables.sweep_rows(kt, "test-ns", "hot"), tables.SWEEP_COLUMNS, paths["sweep"])
+    tables.write_csv(census, list(census[0]), paths["census"])
+    prov = {"git": {"commit": "abc123def4567890", "dirty": False}, "date_utc": "2026-11-29T00:00:00+00:00",
+            "gpus": [{"name": "NVIDIA H200", "uuid": "GPU-x"}], "config": cfg, "commands": ["snakemake --cores 1 report"],
+            "versions": {"nsys": "2025.3.2", "torch": "2.11", "triton": "3.6", "cupy-cuda13x": "14", "python": "3.12"},
+            "gpu_state_before_captures": []}
+    paths["provenance"] = str(tmp / "provenance.json")
+    Path(paths["provenance"]).write_text(json.dumps(prov))
+    paths["cfg"] = cfg  # type: ignore[assignment]
+    return paths
+
+
+def render(tmp: Path, **kw) -> tuple[str, str, dict]:
+    paths = make_tables(tmp, **kw)
+    cfg = paths.pop("cfg")
+    report.render_reports(cfg, paths, tmp / "fn.md", tmp / "ic.md")
+    return (tmp / "fn.md").read_text(), (tmp / "ic.md").read_text(), paths
+
+
+def test_every_sweep_figure_comes_from_the_tables(tmp_path: Path) -> None:
+    field_note, comment, paths = render(tmp_path)
+    sweep = pd.read_csv(paths["sweep"])
+    for _, row in sweep.iterrows():
+        for col in ("cuda_us", "triton_us", "torch_us"):
+            assert report.num(row[col]) in field_note
+            assert report.num(row[col]) in comment
+        assert report.num(row["cuda_over_triton"], 3) in field_note
+    span = pd.read_csv(paths["span"])
+    default = span[span["shape"] == SHAPES[0]]
+    for v in default["span_median_us"]:
+        assert report.num(v) in comment
+    assert "Kernel time" in field_note and "Event span" in field_note
+    assert "What these numbers do not establish" in field_note
+
+
+def test_different_tables_give_a_different_report(tmp_path: Path) -> None:
+    a, _, _ = render(tmp_path / "a", seed=1)
+    b, _, _ = render(tmp_path / "b", seed=2)
+    assert a != b
+
+
+def test_claim_direction_follows_the_ratio(tmp_path: Path) -> None:
+    field_note, _, paths = render(tmp_path)
+    sweep = pd.read_csv(paths["sweep"])
+    if (sweep["cuda_over_triton"] < 1).all():
+        assert "lower kernel time at every shape" in field_note
+    elif (sweep["cuda_over_triton"] > 1).all():
+        assert "higher kernel time at every shape" in field_note
+    else:
+        assert "neither kernel had the lower kernel time" in field_note
+
+
+@pytest.mark.parametrize("hostile", ["a|b", "x`rm -rf`", "<script>alert(1)</script>", "two\nlines"])
+def test_untrusted_names_are_escaped(tmp_path: Path, hostile: str) -> None:
+    field_note, _, _ = render(tmp_path, kernel_name=hostile)
+    rows = [line for line in field_note.splitlines() if line.startswith("| 4096x768 | cuda | `")]
+    assert len(rows) == 1  # the kernel row stayed one line
+    cells = rows[0].replace("\\|", "").split("|")
+    assert len(cells) == 12  # 10 columns: no injected cell separator
+    assert "<script>" not in field_note
+    assert not re.search(r"(?<!\\)`rm", field_note)  # a backtick from a name is always escaped

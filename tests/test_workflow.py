@@ -1,0 +1,81 @@
+"""The Snakemake DAG: a dry run lists every job; bad config and missing GPU stop in one sentence."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness import ROOT, config
+from harness.gpu import has_gpu
+
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+
+
+def run_snakemake(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([*SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def job_counts(output: str) -> dict[str, int]:
+    stats = output.split("Job stats:")[1]
+    counts = {}
+    for line in stats.splitlines()[3:]:
+        m = re.match(r"^(\S+)\s+(\d+)$", line.strip())
+        if not m:
+            break
+        counts[m.group(1)] = int(m.group(2))
+    return counts
+
+
+def test_dry_run_lists_every_job() -> None:
+    cfg = config.load()
+    proc = run_snakemake("-n", "report")
+    assert proc.returncode == 0, proc.stderr
+    counts = job_counts(proc.stdout)
+    n_jobs = len(list(config.jobs(cfg)))
+    n_shapes = sum(len(config.shapes(cfg, op)) for op in cfg["operations"])
+    built = [i for i in cfg["implementations"] if i != "torch"]
+    assert counts["check"] == n_jobs
+    assert counts["capture"] == n_jobs
+    assert counts["kernel_time"] == n_jobs
+    assert counts["span"] == n_shapes
+    assert counts["build"] == len(cfg["operations"]) * len(built)
+    for single in ("tables", "census_table", "provenance", "render", "report"):
+        assert counts[single] == 1
+
+
+def test_sweep_and_shape_targets() -> None:
+    cfg = config.load()
+    proc = run_snakemake("-n", "sweep_layernorm")
+    assert proc.returncode == 0, proc.stderr
+    counts = job_counts(proc.stdout)
+    assert counts["capture"] == len(config.shapes(cfg, "layernorm")) * len(cfg["implementations"])
+    assert "span" not in counts  # the sweep is kernel time only
+    shape = cfg["operations"]["layernorm"]["default"]
+    proc = run_snakemake("-n", f"artifacts/{cfg['namespace']}/tables/shape/layernorm/{shape}.csv")
+    assert proc.returncode == 0, proc.stderr
+    counts = job_counts(proc.stdout)
+    assert counts["capture"] == len(cfg["implementations"]) and counts["span"] == 1
+
+
+def test_bad_config_stops_with_one_sentence(tmp_path: Path) -> None:
+    raw = yaml.safe_load((ROOT / "config.yaml").read_text())
+    raw["capture"]["iterations"] = 0
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(raw))
+    proc = run_snakemake("-n", "--configfile", str(bad))
+    assert proc.returncode != 0
+    assert "capture.iterations" in proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+
+
+@pytest.mark.skipif(has_gpu(), reason="checks the no-GPU path")
+def test_report_without_gpu_ends_in_one_sentence() -> None:
+    proc = run_snakemake("--cores", "1", "report")
+    assert proc.returncode != 0
+    assert "no CUDA GPU is visible here" in proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout

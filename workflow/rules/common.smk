@@ -1,0 +1,50 @@
+# Configuration (validated at load), paths and the preflight that stops a run needing a GPU
+# on a machine without one, in one sentence, before any job starts.
+import sys
+
+# The harness package is installed by the set-up command (pip install -e .); the line below
+# lets the Snakefile itself load from a bare checkout too.
+sys.path.insert(0, workflow.basedir)
+
+from harness import config as hconfig  # noqa: E402
+from harness import preflight  # noqa: E402
+from harness.errors import ConfigError  # noqa: E402
+
+try:
+    CFG = hconfig.validate(config)
+except ConfigError as exc:
+    print(exc, file=sys.stderr)
+    sys.exit(1)
+
+# GPU jobs declare resources gpu=1; unless the command line or a profile set a gpu limit,
+# allow one, so no two GPU jobs ever overlap whatever --cores says.
+if "gpu" not in workflow.global_resources:
+    workflow.register_resource("gpu", 1)
+
+NS = CFG["namespace"]
+A = f"artifacts/{NS}"
+OPS = list(CFG["operations"])
+IMPLS = CFG["implementations"]
+BUILT_IMPLS = [i for i in IMPLS if i != "torch"]  # the library call has nothing for us to build
+
+
+wildcard_constraints:
+    op="|".join(OPS),
+    impl="|".join(IMPLS),
+    shape=r"[0-9]+(x[0-9]+)+",
+
+
+def shapes_of(op):
+    return hconfig.shapes(CFG, op)
+
+
+def census_of(wildcards):
+    """The check of one of our kernels waits for its build (and census)."""
+    if wildcards.impl in BUILT_IMPLS:
+        return [f"{A}/build/{wildcards.op}/{wildcards.impl}/census.json"]
+    return []
+
+
+onstart:
+    preflight.before_jobs(workflow.dag.needrun_jobs(), CFG)
+    preflight.record_command(f"{A}/logs/commands.txt")

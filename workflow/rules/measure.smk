@@ -1,0 +1,51 @@
+# Everything that runs on the GPU: the check, the Nsight Systems capture and the event spans.
+# Each declares resources gpu=1 and the default profile allows one at a time.
+
+
+rule check:
+    input:
+        census=census_of,
+    output:
+        check=f"{A}/check/{{op}}/{{shape}}/{{impl}}.json",
+    log:
+        f"{A}/logs/check/{{op}}/{{shape}}/{{impl}}.log",
+    params:
+        cfg=CFG,
+    resources:
+        gpu=1,
+    script:
+        "../scripts/check.py"
+
+
+rule capture:
+    input:
+        check=f"{A}/check/{{op}}/{{shape}}/{{impl}}.json",
+    output:
+        rep=f"{A}/capture/{{op}}/{{shape}}/{{impl}}.nsys-rep",
+        sqlite=f"{A}/capture/{{op}}/{{shape}}/{{impl}}.sqlite",
+        meta=f"{A}/capture/{{op}}/{{shape}}/{{impl}}.json",
+    log:
+        f"{A}/logs/capture/{{op}}/{{shape}}/{{impl}}.log",
+    params:
+        cfg=CFG,
+    resources:
+        gpu=1,
+    script:
+        "../scripts/capture.py"
+
+
+rule span:
+    input:
+        checks=expand(f"{A}/check/{{{{op}}}}/{{{{shape}}}}/{{impl}}.json", impl=IMPLS),
+    output:
+        samples=f"{A}/span/{{op}}/{{shape}}.samples.csv",
+        summary=f"{A}/span/{{op}}/{{shape}}.csv",
+    log:
+        f"{A}/logs/span/{{op}}/{{shape}}.log",
+    params:
+        cfg=CFG,
+        impls=IMPLS,
+    resources:
+        gpu=1,
+    script:
+        "../scripts/span.py"

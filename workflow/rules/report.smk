@@ -1,0 +1,41 @@
+# Provenance of the namespace and the two rendered reports (field note, issue comment).
+
+
+rule provenance:
+    input:
+        captures=[
+            f"{A}/capture/{op}/{shape}/{impl}.json"
+            for op in OPS
+            for shape in shapes_of(op)
+            for impl in IMPLS
+        ],
+    output:
+        provenance=f"{A}/provenance.json",
+    log:
+        f"{A}/logs/provenance.log",
+    params:
+        cfg=CFG,
+    script:
+        "../scripts/provenance.py"
+
+
+rule render:
+    input:
+        kernel_time=f"{A}/tables/kernel_time.csv",
+        kernel_time_detail=f"{A}/tables/kernel_time_detail.csv",
+        span=f"{A}/tables/span.csv",
+        check=f"{A}/tables/check.csv",
+        sweep=f"{A}/tables/sweep.csv",
+        census=f"{A}/tables/census.csv",
+        provenance=f"{A}/provenance.json",
+        field_note_template="report/templates/field_note.md.j2",
+        issue_comment_template="report/templates/issue_comment.md.j2",
+    output:
+        field_note=f"report/{NS}/field_note.md",
+        issue_comment=f"report/{NS}/issue_comment.md",
+    log:
+        f"{A}/logs/render.log",
+    params:
+        cfg=CFG,
+    script:
+        "../scripts/render.py"

@@ -1,0 +1,97 @@
+# Tables: per-capture kernel time (through the nsys reader), per-shape, per-sweep and the
+# namespace-wide tables every report figure comes from.
+
+
+rule kernel_time:
+    input:
+        sqlite=f"{A}/capture/{{op}}/{{shape}}/{{impl}}.sqlite",
+    output:
+        detail=f"{A}/kernel_time/{{op}}/{{shape}}/{{impl}}.csv",
+    log:
+        f"{A}/logs/kernel_time/{{op}}/{{shape}}/{{impl}}.log",
+    params:
+        range=CFG["capture"]["range"],
+        iterations=CFG["capture"]["iterations"],
+    script:
+        "../scripts/kernel_time.py"
+
+
+rule shape_table:
+    input:
+        details=expand(f"{A}/kernel_time/{{{{op}}}}/{{{{shape}}}}/{{impl}}.csv", impl=IMPLS),
+        span=f"{A}/span/{{op}}/{{shape}}.csv",
+    output:
+        table=f"{A}/tables/shape/{{op}}/{{shape}}.csv",
+    log:
+        f"{A}/logs/tables/shape/{{op}}/{{shape}}.log",
+    params:
+        cfg=CFG,
+    script:
+        "../scripts/shape_table.py"
+
+
+rule sweep:
+    input:
+        details=lambda wc: expand(
+            f"{A}/kernel_time/{wc.op}/{{shape}}/{{impl}}.csv", shape=shapes_of(wc.op), impl=IMPLS
+        ),
+    output:
+        table=f"{A}/tables/sweep_{{op}}.csv",
+    log:
+        f"{A}/logs/tables/sweep_{{op}}.log",
+    params:
+        cfg=CFG,
+    script:
+        "../scripts/sweep.py"
+
+
+for _op in OPS:
+
+    rule:
+        name:
+            f"sweep_{_op}"
+        input:
+            table=f"{A}/tables/sweep_{_op}.csv",
+
+
+rule tables:
+    input:
+        details=[
+            f"{A}/kernel_time/{op}/{shape}/{impl}.csv"
+            for op in OPS
+            for shape in shapes_of(op)
+            for impl in IMPLS
+        ],
+        spans=[f"{A}/span/{op}/{shape}.csv" for op in OPS for shape in shapes_of(op)],
+        checks=[
+            f"{A}/check/{op}/{shape}/{impl}.json"
+            for op in OPS
+            for shape in shapes_of(op)
+            for impl in IMPLS
+        ],
+        census=f"{A}/tables/census.csv",
+    output:
+        kernel_time=f"{A}/tables/kernel_time.csv",
+        kernel_time_detail=f"{A}/tables/kernel_time_detail.csv",
+        span=f"{A}/tables/span.csv",
+        check=f"{A}/tables/check.csv",
+        sweep=f"{A}/tables/sweep.csv",
+    log:
+        f"{A}/logs/tables/tables.log",
+    params:
+        cfg=CFG,
+    script:
+        "../scripts/tables.py"
+
+
+rule census_table:
+    input:
+        census=[f"{A}/build/{op}/{impl}/census.json" for op in OPS for impl in BUILT_IMPLS],
+    output:
+        table=f"{A}/tables/census.csv",
+    log:
+        f"{A}/logs/tables/census.log",
+    params:
+        cfg=CFG,
+    script:
+        "../scripts/census_table.py"

@@ -1,0 +1,6 @@
+from harness import steps
+from harness.jobs import run_step
+
+sm = snakemake  # noqa: F821 (injected by Snakemake)
+o = sm.output
+run_step(sm.log[0], lambda: steps.render(sm.params.cfg, dict(sm.input.items()), o.field_note, o.issue_comment))

@@ -1,0 +1,271 @@
+"""Offline build and census of our kernels: compile every specialization the configured shapes
+need, without a GPU, and describe each compiled kernel function by its resource report and static
+instruction counts (see harness/census.py: counts are of instructions in the code, not executed).
+
+CUDA: kernels/layernorm.cu through NVRTC (the compiler CuPy uses at run time, same options) or,
+where libnvrtc is missing, `nvcc -ptx` + `ptxas -v`; PTX, cubin, ptxas log; SASS by cuobjdump.
+Triton: `triton.compile` of an `ASTSource` with the signature, constexprs and alignment
+specialization the JIT uses at run time, for `GPUTarget('cuda', <cc>, 32)`; its PTX, cubin and
+the log of the ptxas run that made the cubin; SASS by cuobjdump.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import tempfile
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from harness import census, cuda_module
+from harness.errors import EvidenceError, ToolMissing
+from harness.layernorm_kernels import (CUDA_SOURCE, TRITON_SOURCE, CudaVariant, TritonVariant,
+                                       VariantShapes, variants_for)
+
+CENSUS_COLUMNS: tuple[str, ...] = (
+    "op", "impl", "kernel", "specialization", "shapes", "arch", "symbol", "block",
+    "registers", "spill_stores", "spill_loads", "stack_bytes", "static_smem", "dynamic_smem",
+    "constant_bytes",
+    "ld_global_32", "ld_global_64", "ld_global_128", "st_global_32", "st_global_64",
+    "st_global_128", "ld_global_nc", "barriers", "shuffles",
+    "sass_ldg_128", "sass_ldg_32", "sass_stg_128", "sass_stg_32", "sass_bar", "sass_shfl",
+    "sass_local", "sass_instructions",
+    "source_sha256", "compiler", "options",
+)
+"""Keys of every census row, in order (the same for every op and implementation)."""
+
+OPS = ("layernorm",)
+IMPLS = ("cuda", "triton")
+
+
+def build_census(op: str, impl: str, shapes: Sequence[Sequence[int]], arch: str = "sm_90",
+                 outdir: Path | None = None, *, cuda_compiler: str = "auto") -> list[dict[str, Any]]:
+    """Compile, offline, every specialization of `impl` that `shapes` need and return one census
+    row per compiled kernel function (keys: CENSUS_COLUMNS). With `outdir`, the PTX, SASS, cubin,
+    ptxas log and resource report of each specialization are written there.
+
+    `cuda_compiler` ('auto', 'nvrtc' or 'nvcc') picks the CUDA compiler; 'auto' prefers NVRTC,
+    the one CuPy uses at run time. Raises ToolMissing (one sentence) if no compiler or
+    disassembler is available.
+    """
+    if op not in OPS:
+        raise EvidenceError(f"The census knows operation(s) {', '.join(OPS)}, not {op!r}.")
+    if impl not in IMPLS:
+        raise EvidenceError(f"The census builds our implementations {', '.join(IMPLS)}, "
+                            f"not {impl!r}.")
+    if not re.fullmatch(r"sm_\d+a?", arch):
+        raise EvidenceError(f"Architecture {arch!r} is not of the form sm_90.")
+    if outdir is not None:
+        outdir = Path(outdir)
+        outdir.mkdir(parents=True, exist_ok=True)
+    plan = variants_for(impl, shapes)
+    rows: list[dict[str, Any]] = []
+    for item in plan:
+        if impl == "cuda":
+            rows.extend(_cuda_rows(op, item, arch, outdir, cuda_compiler))
+        else:
+            rows.extend(_triton_rows(op, item, arch, outdir))
+    return rows
+
+
+# ----------------------------------------------------------------------------- rows
+
+
+def census_row(*, op: str, impl: str, kernel: str, item: VariantShapes, arch: str, symbol: str,
+               block: int, ptxas: census.PtxasInfo, res: census.ResUsage | None,
+               ptx: census.PtxCounts, sass: census.SassCounts, dynamic_smem: int,
+               source_sha256: str, compiler: str, options: str) -> dict[str, Any]:
+    """One census row from the parsed reports of one kernel function.
+
+    Registers come from the cubin's own resource table when there is one (they equal ptxas's
+    report when both exist); spills and the stack frame from ptxas's report."""
+    row: dict[str, Any] = {
+        "op": op, "impl": impl, "kernel": kernel, "specialization": item.variant.specialization,
+        "shapes": item.shapes_text, "arch": arch, "symbol": symbol, "block": block,
+        "registers": res.registers if res is not None else ptxas.registers,
+        "spill_stores": ptxas.spill_stores, "spill_loads": ptxas.spill_loads,
+        "stack_bytes": ptxas.stack_bytes, "static_smem": ptxas.smem_bytes,
+        "dynamic_smem": dynamic_smem,
+        "constant_bytes": (sum(res.constant.values()) if res is not None
+                           else sum(ptxas.cmem_bytes.values())),
+        "ld_global_32": ptx.ld_global[32], "ld_global_64": ptx.ld_global[64],
+        "ld_global_128": ptx.ld_global[128], "st_global_32": ptx.st_global[32],
+        "st_global_64": ptx.st_global[64], "st_global_128": ptx.st_global[128],
+        "ld_global_nc": ptx.ld_global_nc, "barriers": ptx.barriers, "shuffles": ptx.shuffles,
+        "sass_ldg_128": sass.ldg[128], "sass_ldg_32": sass.ldg[32], "sass_stg_128": sass.stg[128],
+        "sass_stg_32": sass.stg[32], "sass_bar": sass.bar, "sass_shfl": sass.shfl,
+        "sass_local": sass.local, "sass_instructions": sass.instructions,
+        "source_sha256": source_sha256, "compiler": compiler, "options": options,
+    }
+    assert tuple(row) == CENSUS_COLUMNS
+    return row
+
+
+def _slug(text: str) -> str:
+    """A file-name-safe form of a kernel or specialization name."""
+    return re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_")
+
+
+def _write_artifacts(outdir: Path | None, stem: str, files: dict[str, str | bytes]) -> None:
+    """Write {suffix: text or bytes} as outdir/stem.suffix when outdir is given."""
+    if outdir is None:
+        return
+    for suffix, content in files.items():
+        path = outdir / f"{stem}.{suffix}"
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+
+
+def _pick(table: dict[str, Any], symbol: str, what: str) -> Any:
+    if symbol not in table:
+        raise EvidenceError(f"The {what} has no entry for kernel function {symbol}.")
+    return table[symbol]
+
+
+# ----------------------------------------------------------------------------- CUDA
+
+
+def _cuda_rows(op: str, item: VariantShapes, arch: str, outdir: Path | None,
+               compiler: str) -> list[dict[str, Any]]:
+    """Compile one CUDA specialization as CuPy would (one name expression) and census it."""
+    v = item.variant
+    assert isinstance(v, CudaVariant)
+    build = cuda_module.compile_offline(CUDA_SOURCE, [v.kernel], arch=arch, compiler=compiler)
+    symbol = build.lowered[v.kernel]
+    sass_text = cuda_module.disassemble(build.cubin)
+    res_text = cuda_module.resource_usage(build.cubin)
+    _write_artifacts(outdir, f"cuda_{_slug(v.kernel)}", {
+        "ptx": build.ptx, "sass": sass_text, "ptxas.log": build.ptxas_log, "res-usage.txt": res_text,
+        "cubin": build.cubin,
+    })
+    row = census_row(
+        op=op, impl="cuda", kernel=v.kernel, item=item, arch=arch, symbol=symbol, block=v.block,
+        ptxas=_pick(census.parse_ptxas_log(build.ptxas_log), symbol, "ptxas log"),
+        res=_pick(census.parse_res_usage(res_text), symbol, "cubin resource table"),
+        ptx=_pick(census.parse_ptx(build.ptx), symbol, "PTX"),
+        sass=_pick(census.parse_sass(sass_text), symbol, "SASS"),
+        dynamic_smem=0, source_sha256=cuda_module.source_sha256(CUDA_SOURCE),
+        compiler=build.compiler, options=" ".join(build.options))
+    return [row]
+
+
+# ----------------------------------------------------------------------------- Triton
+
+
+TRITON_SIGNATURE: dict[str, str] = {
+    "X": "*fp32", "W": "*fp32", "B": "*fp32", "Y": "*fp32", "eps": "fp32",
+    "N": "constexpr", "BLOCK_N": "constexpr",
+}
+"""The signature the JIT derives for `layernorm_fwd(x, w, b, out, float(eps), N=, BLOCK_N=)`."""
+
+TRITON_ALIGNED_ARGS: tuple[int, ...] = (0, 1, 2, 3)
+"""Arguments the JIT specializes as 16-byte aligned (torch allocations; the launcher checks)."""
+
+
+def triton_target(arch: str) -> tuple[str, int, int]:
+    """('cuda', 90, 32) for 'sm_90' (Triton itself picks sm_90a for capability 9.0)."""
+    match = re.fullmatch(r"sm_(\d+)a?", arch)
+    if match is None:
+        raise EvidenceError(f"Architecture {arch!r} is not of the form sm_90.")
+    return "cuda", int(match.group(1)), 32
+
+
+def _triton_modules() -> Any:
+    try:
+        import triton
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource
+    except ImportError as exc:
+        raise ToolMissing(f"Triton could not be imported ({exc}), so the Triton kernels cannot "
+                          f"be compiled.") from None
+    return triton, ASTSource, GPUTarget
+
+
+def triton_ptxas(capability: int) -> Path | None:
+    """The ptxas Triton uses for a target capability (its bundled one unless overridden)."""
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas
+
+        return Path(get_ptxas(capability).path)
+    except Exception:  # noqa: BLE001 - older/newer Triton: fall back to the bundled binary
+        return cuda_module.find_tool("ptxas")
+
+
+def compile_triton(v: TritonVariant, arch: str) -> tuple[Any, str]:
+    """Compile one Triton specialization offline; return (compiled kernel, ptxas log).
+
+    The log is the one Triton's own ptxas run printed (`dump_ptxas_log`, with the cache bypassed
+    so that ptxas does run); if a Triton version prints nothing, ptxas -v is re-run on the PTX.
+    """
+    triton, ASTSource, GPUTarget = _triton_modules()
+    from triton import knobs
+
+    from kernels.layernorm_triton import layernorm_fwd
+
+    source = ASTSource(fn=layernorm_fwd, signature=dict(TRITON_SIGNATURE),
+                       constexprs={"N": v.n, "BLOCK_N": v.block_n},
+                       attrs={(i,): [["tt.divisibility", 16]] for i in TRITON_ALIGNED_ARGS})
+    target = GPUTarget(*triton_target(arch))
+    printed = io.StringIO()
+    with knobs.compilation.scope(), knobs.nvidia.scope(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # e.g. Triton 3.9's FP-fusion default notice
+        knobs.compilation.always_compile = True
+        knobs.nvidia.dump_ptxas_log = True
+        with contextlib.redirect_stdout(printed):
+            kernel = triton.compile(source, target=target, options={"num_warps": v.num_warps})
+    log = printed.getvalue()
+    if "registers" not in log:
+        log = _rerun_ptxas(kernel.asm["ptx"], target.arch)
+    return kernel, log
+
+
+def _rerun_ptxas(ptx: str, capability: int) -> str:
+    """ptxas -v on Triton's PTX for the target Triton uses (sm_90a for 9.0)."""
+    ptxas = triton_ptxas(capability)
+    if ptxas is None:
+        raise ToolMissing("No ptxas was found to report the Triton kernel's resources.")
+    gpu = f"sm_{capability}a" if capability >= 90 else f"sm_{capability}"
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "kernel.ptx"
+        src.write_text(ptx)
+        proc = cuda_module.run_tool([ptxas, "-v", "-lineinfo", f"--gpu-name={gpu}", src, "-o",
+                                     Path(tmp) / "kernel.cubin"], "ptxas on Triton's PTX")
+    return proc.stderr + proc.stdout
+
+
+def _triton_rows(op: str, item: VariantShapes, arch: str,
+                 outdir: Path | None) -> list[dict[str, Any]]:
+    """Compile one Triton specialization and census it."""
+    v = item.variant
+    assert isinstance(v, TritonVariant)
+    triton, _, _ = _triton_modules()
+    kernel, log = compile_triton(v, arch)
+    symbol = kernel.metadata.name
+    ptx = kernel.asm["ptx"]
+    sass_text = cuda_module.disassemble(kernel.asm["cubin"])
+    res_text = cuda_module.resource_usage(kernel.asm["cubin"])
+    _write_artifacts(outdir, f"triton_{_slug(v.kernel)}_{_slug(v.specialization)}", {
+        "ptx": ptx, "sass": sass_text, "ptxas.log": log, "res-usage.txt": res_text,
+        "cubin": kernel.asm["cubin"],
+    })
+    ptxas_path = triton_ptxas(triton_target(arch)[1])
+    ptxas_version = cuda_module.tool_version(ptxas_path) if ptxas_path else "unknown"
+    compiled_for = re.search(r"for '(sm_\w+)'", log)
+    row = census_row(
+        op=op, impl="triton", kernel=v.kernel, item=item,
+        arch=compiled_for.group(1) if compiled_for else arch, symbol=symbol, block=v.block,
+        ptxas=_pick(census.parse_ptxas_log(log), symbol, "ptxas log"),
+        res=_pick(census.parse_res_usage(res_text), symbol, "cubin resource table"),
+        ptx=_pick(census.parse_ptx(ptx), symbol, "PTX"),
+        sass=_pick(census.parse_sass(sass_text), symbol, "SASS"),
+        dynamic_smem=int(kernel.metadata.shared),
+        source_sha256=cuda_module.source_sha256(TRITON_SOURCE),
+        compiler=f"triton {triton.__version__} / ptxas {ptxas_version}",
+        options=f"num_warps={v.num_warps} num_stages={kernel.metadata.num_stages} "
+                f"target=cuda:{triton_target(arch)[1]}")
+    return [row]

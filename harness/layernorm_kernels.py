@@ -1,0 +1,236 @@
+"""Launchers for our two layer-norm kernels, and the one dispatch on width they share with the
+census.
+
+`cuda_variant(n)` and `triton_variant(n)` decide which compiled specialization serves a row width
+n; `launch_cuda` / `launch_triton` launch exactly that one, and `harness.build` compiles exactly
+the ones `variants_for` lists, so the census describes the code that runs.
+
+CUDA paths (kernels/layernorm.cu), one thread block per row, the row held in registers:
+    n % 4 == 0, n <= 1024          vec4,   128 threads, SLOTS = ceil(n / 4 / 128) (1 or 2)
+    n % 4 == 0, 1024 < n <= 8192   vec4,   256 threads up to n = 4096, 512 above (2..4 slots)
+    n % 4 != 0, n <= 8192          scalar, 128 / 256 / 512 / 1024 threads for n up to
+                                   1024 / 2048 / 4096 / 8192 (at most 8 slots)
+Triton (kernels/layernorm_triton.py): one program per row, BLOCK_N = next power of two >= n,
+num_warps from BLOCK_N, N a compile-time constant.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from harness.errors import EvidenceError
+
+CUDA_SOURCE = "layernorm.cu"
+"""Kernel source under kernels/ for the CUDA implementation."""
+
+TRITON_SOURCE = "layernorm_triton.py"
+"""Kernel source under kernels/ for the Triton implementation."""
+
+MAX_WIDTH = 8192
+"""Widest row either implementation supports (the row lives in registers)."""
+
+ALIGNMENT = 16
+"""Byte alignment every tensor must have (128-bit accesses; Triton's aligned specialization)."""
+
+
+# ----------------------------------------------------------------------------- dispatch
+
+
+@dataclass(frozen=True)
+class CudaVariant:
+    """One compiled specialization of kernels/layernorm.cu."""
+
+    path: str
+    """'rows128' (vec4, n <= 1024), 'wide' (vec4, n > 1024) or 'scalar' (n % 4 != 0)."""
+    vec: int
+    """Floats per access: 4 (128-bit) or 1 (32-bit)."""
+    block: int
+    """Threads per block (one block per row)."""
+    slots: int
+    """Vectors each thread holds in registers."""
+
+    @property
+    def kernel(self) -> str:
+        """The name expression that instantiates it, e.g. 'layernorm_fwd_vec4<128, 2>'."""
+        name = "layernorm_fwd_vec4" if self.vec == 4 else "layernorm_fwd_scalar"
+        return f"{name}<{self.block}, {self.slots}>"
+
+    @property
+    def specialization(self) -> str:
+        """Short description for tables, e.g. 'rows128 vec4 block=128 slots=2'."""
+        return f"{self.path} vec{self.vec} block={self.block} slots={self.slots}"
+
+
+@dataclass(frozen=True)
+class TritonVariant:
+    """One compiled specialization of kernels/layernorm_triton.py's `layernorm_fwd`."""
+
+    n: int
+    block_n: int
+    num_warps: int
+    kernel: str = "layernorm_fwd"
+
+    @property
+    def block(self) -> int:
+        """Threads per program."""
+        return 32 * self.num_warps
+
+    @property
+    def specialization(self) -> str:
+        """Short description for tables, e.g. 'N=768 BLOCK_N=1024 num_warps=4'."""
+        return f"N={self.n} BLOCK_N={self.block_n} num_warps={self.num_warps}"
+
+
+Variant = CudaVariant | TritonVariant
+
+
+def _check_width(n: int) -> None:
+    if not 1 <= n <= MAX_WIDTH:
+        raise EvidenceError(f"Layer-norm width {n} is outside the supported range 1..{MAX_WIDTH}.")
+
+
+def cuda_variant(n: int) -> CudaVariant:
+    """The CUDA specialization that serves rows of width n (see the module docstring)."""
+    _check_width(n)
+    if n % 4 == 0:
+        block = 128 if n <= 1024 else (256 if n <= 4096 else 512)
+        return CudaVariant("rows128" if n <= 1024 else "wide", 4, block, math.ceil(n / (4 * block)))
+    block = 128 if n <= 1024 else (256 if n <= 2048 else (512 if n <= 4096 else 1024))
+    return CudaVariant("scalar", 1, block, math.ceil(n / block))
+
+
+def triton_variant(n: int) -> TritonVariant:
+    """The Triton specialization that serves rows of width n."""
+    from kernels.layernorm_triton import block_n_for, num_warps_for
+
+    _check_width(n)
+    block_n = block_n_for(n)
+    return TritonVariant(n=n, block_n=block_n, num_warps=num_warps_for(block_n))
+
+
+def variant(impl: str, n: int) -> Variant:
+    """`cuda_variant` or `triton_variant` by implementation name."""
+    if impl == "cuda":
+        return cuda_variant(n)
+    if impl == "triton":
+        return triton_variant(n)
+    raise EvidenceError(f"Layer-norm implementation {impl!r} is not ours; ours are cuda, triton.")
+
+
+@dataclass(frozen=True)
+class VariantShapes:
+    """A compiled specialization and the shapes (rows, n) it serves."""
+
+    variant: Variant
+    shapes: tuple[tuple[int, int], ...]
+
+    @property
+    def shapes_text(self) -> str:
+        """The shapes ';'-joined as 'RxN', e.g. '4096x768;8192x768'."""
+        return ";".join(f"{r}x{n}" for r, n in self.shapes)
+
+
+def rows_and_width(shape: Sequence[int]) -> tuple[int, int]:
+    """(rows, n) of a shape whose last dimension is normalised: (4096, 768) -> (4096, 768)."""
+    if len(shape) < 1:
+        raise EvidenceError("A layer-norm shape needs at least one dimension.")
+    return math.prod(shape[:-1]), int(shape[-1])
+
+
+def variants_for(impl: str, shapes: Iterable[Sequence[int]]) -> list[VariantShapes]:
+    """Each distinct specialization the shapes need, in order of first use, with its shapes."""
+    found: dict[Variant, list[tuple[int, int]]] = {}
+    for shape in shapes:
+        rows, n = rows_and_width(shape)
+        served = found.setdefault(variant(impl, n), [])
+        if (rows, n) not in served:
+            served.append((rows, n))
+    return [VariantShapes(v, tuple(s)) for v, s in found.items()]
+
+
+# ----------------------------------------------------------------------------- launchers
+
+
+def validate(x: Any, w: Any, b: Any, eps: float, out: Any) -> tuple[int, int]:
+    """Check the tensors of a launch and return (rows, n); EvidenceError with one sentence if not
+    x [rows, n], w [n], b [n], out [rows, n], all float32, contiguous, 16-byte aligned, on one
+    CUDA device, out apart from the inputs (the kernels declare them __restrict__), and eps
+    finite and >= 0."""
+    import torch
+
+    named = {"x": x, "w": w, "b": b, "out": out}
+    for name, t in named.items():
+        if not isinstance(t, torch.Tensor):
+            raise EvidenceError(f"Layer-norm argument {name} is a {type(t).__name__}, not a tensor.")
+        if t.dtype != torch.float32:
+            raise EvidenceError(f"Layer-norm argument {name} is {t.dtype}, but must be float32.")
+        if t.device.type != "cuda" or t.device != x.device:
+            raise EvidenceError(f"Layer-norm argument {name} is on {t.device}, but all tensors must "
+                                f"be on one CUDA device (x is on {x.device}).")
+        if not t.is_contiguous():
+            raise EvidenceError(f"Layer-norm argument {name} is not contiguous.")
+        if t.data_ptr() % ALIGNMENT:
+            raise EvidenceError(f"Layer-norm argument {name} does not start at a "
+                                f"{ALIGNMENT}-byte aligned address.")
+    if x.dim() != 2:
+        raise EvidenceError(f"Layer-norm input x has shape {tuple(x.shape)}, but must be [rows, n].")
+    rows, n = x.shape
+    if tuple(w.shape) != (n,) or tuple(b.shape) != (n,):
+        raise EvidenceError(f"Layer-norm w and b have shapes {tuple(w.shape)} and {tuple(b.shape)}, "
+                            f"but must both be ({n},).")
+    if tuple(out.shape) != (rows, n):
+        raise EvidenceError(f"Layer-norm output has shape {tuple(out.shape)}, but must be "
+                            f"({rows}, {n}) like x.")
+    for name, t in (("x", x), ("w", w), ("b", b)):
+        if _overlaps(out, t):
+            raise EvidenceError(f"Layer-norm output overlaps input {name} in memory; it must be a "
+                                f"separate tensor.")
+    if not (math.isfinite(eps) and eps >= 0.0):
+        raise EvidenceError(f"Layer-norm eps is {eps}, but must be finite and >= 0.")
+    if rows > 2**31 - 1:
+        raise EvidenceError(f"Layer-norm input has {rows} rows, more than one launch supports.")
+    _check_width(n)
+    return rows, n
+
+
+def _overlaps(a: Any, b: Any) -> bool:
+    """Whether two contiguous tensors' bytes overlap."""
+    a0, b0 = a.data_ptr(), b.data_ptr()
+    a1, b1 = a0 + a.numel() * a.element_size(), b0 + b.numel() * b.element_size()
+    return a.numel() > 0 and b.numel() > 0 and a0 < b1 and b0 < a1
+
+
+def launch_cuda(x: Any, w: Any, b: Any, eps: float, out: Any) -> None:
+    """Layer norm of x's rows into `out` with our CUDA kernel (asynchronous, on torch's current
+    stream of x's device)."""
+    import numpy
+
+    from harness import cuda_module
+
+    rows, n = validate(x, w, b, eps, out)
+    if rows == 0:
+        return
+    v = cuda_variant(n)
+    with cuda_module.on_device(x.device):
+        kernel = cuda_module.get_function(CUDA_SOURCE, v.kernel)
+    args = (*(cuda_module.pointer(t) for t in (x, w, b, out)), numpy.int32(n), numpy.float32(eps))
+    cuda_module.launch(kernel, (rows, 1, 1), (v.block, 1, 1), args, device=x.device)
+
+
+def launch_triton(x: Any, w: Any, b: Any, eps: float, out: Any) -> None:
+    """Layer norm of x's rows into `out` with our Triton kernel (asynchronous, on torch's current
+    stream of x's device)."""
+    import torch
+
+    from kernels.layernorm_triton import layernorm_fwd
+
+    rows, n = validate(x, w, b, eps, out)
+    if rows == 0:
+        return
+    v = triton_variant(n)
+    with torch.cuda.device(x.device):
+        layernorm_fwd[(rows,)](x, w, b, out, float(eps), N=n, BLOCK_N=v.block_n,
+                               num_warps=v.num_warps)

@@ -1,0 +1,195 @@
+// FP32 layer-norm forward over the last dimension:
+//     y[r, :] = (x[r, :] - mean_r) * rsqrt(var_r + eps) * w + b      (var_r: biased, over n)
+//
+// Device code only: compiled at run time by NVRTC through CuPy (cupy.RawModule with name
+// expressions, which instantiate the templates), or offline by the census (NVRTC, or nvcc as a
+// fallback). No headers are included: NVRTC has no host headers.
+//
+// One thread block per row; the row (and its slice of w and b) is held in registers from load to
+// store. Each thread owns SLOTS "slots"; slot s of thread t holds vector i = s * BLOCK + t of the
+// row (VEC consecutive floats), so every slot is one coalesced sweep of the block over the row. A
+// slot whose vector lies past the row's end is masked (the tail). All register arrays are indexed
+// by compile-time constants only (fully unrolled loops), so nothing goes to local memory.
+//
+// Statistics (exact two-pass, one barrier), on the row shifted by its first element (so that sums
+// stay at the scale of the spread even when the mean is far from zero; the shift cancels in
+// x - mean): each warp sums its elements by butterfly shuffles, takes its own mean m_w, then sums
+// the squared deviations of its elements from m_w (still in registers) into M2_w. Lane 0 of each warp puts (S_w, M2_w, c_w) in shared memory; after the one
+// __syncthreads() every warp combines the NWARPS partials by shuffles:
+//     mean = sum_w S_w / n,   M2 = sum_w [ M2_w + c_w * (m_w - mean)^2 ],   var = M2 / n.
+// Every term is a sum of squares about a nearby centre, so there is no E[x^2] - E[x]^2
+// cancellation. Butterfly all-reduces with + give bitwise-identical results in all lanes.
+
+// Entry points (name expressions; the host picks BLOCK, SLOTS from the width n):
+//     layernorm_fwd_vec4<BLOCK, SLOTS>   n % 4 == 0: 128-bit loads and stores (ld/st.global.v4.f32);
+//                                         needs x, w, b, y 16-byte aligned.
+//     layernorm_fwd_scalar<BLOCK, SLOTS> any n: 32-bit loads and stores.
+// Both take (x, w, b, y, n, eps) with x, y of shape [gridDim.x, n], w, b of shape [n], and must be
+// launched with blockDim.x == BLOCK, gridDim.x == rows and SLOTS * VEC * BLOCK >= n.
+
+#define LN_FULL_MASK 0xffffffffu
+
+// Sum over lanes whose indices differ in bits below WIDTH (a power of two <= 32); every such lane
+// gets the same (bitwise) result, since IEEE addition is commutative.
+template <int WIDTH>
+__device__ __forceinline__ float ln_butterfly_sum(float v) {
+#pragma unroll
+    for (int offset = WIDTH / 2; offset > 0; offset >>= 1) v += __shfl_xor_sync(LN_FULL_MASK, v, offset);
+    return v;
+}
+
+// Number of vectors of the row held by warp `warp` (slots of 32 consecutive vectors each).
+template <int BLOCK, int SLOTS>
+__device__ __forceinline__ int ln_warp_vectors(const int warp, const int nvec) {
+    int count = 0;
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) count += min(max(nvec - (s * BLOCK + warp * 32), 0), 32);
+    return count;
+}
+
+// Read-only (non-coherent cache) load of VEC consecutive floats at vector index i.
+template <int VEC>
+__device__ __forceinline__ void ln_load(const float* __restrict__ p, int i, float (&out)[VEC]);
+
+template <>
+__device__ __forceinline__ void ln_load<4>(const float* __restrict__ p, int i, float (&out)[4]) {
+    const float4 t = __ldg(reinterpret_cast<const float4*>(p) + i);
+    out[0] = t.x;
+    out[1] = t.y;
+    out[2] = t.z;
+    out[3] = t.w;
+}
+
+template <>
+__device__ __forceinline__ void ln_load<1>(const float* __restrict__ p, int i, float (&out)[1]) {
+    out[0] = __ldg(p + i);
+}
+
+// Store of VEC consecutive floats at vector index i.
+template <int VEC>
+__device__ __forceinline__ void ln_store(float* __restrict__ p, int i, const float (&v)[VEC]);
+
+template <>
+__device__ __forceinline__ void ln_store<4>(float* __restrict__ p, int i, const float (&v)[4]) {
+    reinterpret_cast<float4*>(p)[i] = make_float4(v[0], v[1], v[2], v[3]);
+}
+
+template <>
+__device__ __forceinline__ void ln_store<1>(float* __restrict__ p, int i, const float (&v)[1]) {
+    p[i] = v[0];
+}
+
+// Normalise one row with a block of BLOCK threads, SLOTS slots of VEC floats per thread.
+template <int VEC, int BLOCK, int SLOTS>
+__device__ __forceinline__ void ln_row(const float* __restrict__ x, const float* __restrict__ w,
+                                       const float* __restrict__ b, float* __restrict__ y,
+                                       const int n, const float eps) {
+    static_assert(BLOCK % 32 == 0 && BLOCK <= 1024, "BLOCK must be whole warps, at most 1024");
+    constexpr int NWARPS = BLOCK / 32;
+    static_assert((NWARPS & (NWARPS - 1)) == 0, "BLOCK / 32 must be a power of two");
+
+    __shared__ float warp_partials[NWARPS][3];  // (S_w, M2_w, c_w) per warp
+
+    const int tid = threadIdx.x;
+    const int lane = tid & 31;
+    const int warp = tid >> 5;
+    const int nvec = n / VEC;  // vectors in the row (n % VEC == 0 by dispatch)
+    const long long row_offset = static_cast<long long>(blockIdx.x) * n;
+    const float* __restrict__ xr = x + row_offset;
+    float* __restrict__ yr = y + row_offset;
+
+    // 1. Load x, w and b: all 3 * SLOTS loads are independent and issued before any use, so w and b
+    //    (cache hits, shared by all rows) arrive while the statistics are computed. The row is
+    //    kept shifted by its first element (one broadcast load): sums of x - x[0] stay at the
+    //    scale of the spread, so a mean far from zero costs no precision, and the shift cancels
+    //    in x - mean.
+    const float shift = __ldg(xr);
+    float v[SLOTS][VEC];
+    float wv[SLOTS][VEC];
+    float bv[SLOTS][VEC];
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) {
+        const int i = s * BLOCK + tid;
+        if (i < nvec) {
+            ln_load<VEC>(xr, i, v[s]);
+            ln_load<VEC>(w, i, wv[s]);
+            ln_load<VEC>(b, i, bv[s]);
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) v[s][k] -= shift;
+        } else {
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) v[s][k] = 0.0f;
+        }
+    }
+
+    // 2. Warp-level two-pass over the shifted row: sum, warp mean, squared deviations from it.
+    float sum = 0.0f;
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) {
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) sum += v[s][k];  // masked slots hold zeros
+    }
+    const float warp_sum = ln_butterfly_sum<32>(sum);
+    const float warp_count = static_cast<float>(VEC * ln_warp_vectors<BLOCK, SLOTS>(warp, nvec));
+    const float warp_mean = warp_count > 0.0f ? __fdividef(warp_sum, warp_count) : 0.0f;
+    float m2 = 0.0f;
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) {
+        if (s * BLOCK + tid < nvec) {
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) {
+                const float d = v[s][k] - warp_mean;
+                m2 = fmaf(d, d, m2);
+            }
+        }
+    }
+    const float warp_m2 = ln_butterfly_sum<32>(m2);
+
+    // 3. Across warps: one shared-memory exchange behind one barrier, then shuffles.
+    if (lane == 0) {
+        warp_partials[warp][0] = warp_sum;
+        warp_partials[warp][1] = warp_m2;
+        warp_partials[warp][2] = warp_count;
+    }
+    __syncthreads();
+    const int other = lane & (NWARPS - 1);  // lanes l, l + NWARPS, ... read the same partial
+    const float o_sum = warp_partials[other][0];
+    const float o_m2 = warp_partials[other][1];
+    const float o_count = warp_partials[other][2];
+    const float inv_n = __fdividef(1.0f, static_cast<float>(n));
+    const float mean = ln_butterfly_sum<NWARPS>(o_sum) * inv_n;  // of the shifted row
+    const float o_mean = o_count > 0.0f ? __fdividef(o_sum, o_count) : 0.0f;
+    const float o_dev = o_mean - mean;
+    const float m2_total = ln_butterfly_sum<NWARPS>(fmaf(o_count * o_dev, o_dev, o_m2));
+    const float rstd = rsqrtf(fmaf(m2_total, inv_n, eps));
+
+    // 4. Normalise, scale, shift, store.
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) {
+        const int i = s * BLOCK + tid;
+        if (i < nvec) {
+            float out[VEC];
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) out[k] = fmaf((v[s][k] - mean) * rstd, wv[s][k], bv[s][k]);
+            ln_store<VEC>(yr, i, out);
+        }
+    }
+}
+
+// n % 4 == 0: the row as float4 vectors; x, w, b, y 16-byte aligned.
+template <int BLOCK, int SLOTS>
+__global__ void __launch_bounds__(BLOCK)
+layernorm_fwd_vec4(const float* __restrict__ x, const float* __restrict__ w,
+                   const float* __restrict__ b, float* __restrict__ y, const int n,
+                   const float eps) {
+    ln_row<4, BLOCK, SLOTS>(x, w, b, y, n, eps);
+}
+
+// Any n: the row as single floats.
+template <int BLOCK, int SLOTS>
+__global__ void __launch_bounds__(BLOCK)
+layernorm_fwd_scalar(const float* __restrict__ x, const float* __restrict__ w,
+                     const float* __restrict__ b, float* __restrict__ y, const int n,
+                     const float eps) {
+    ln_row<1, BLOCK, SLOTS>(x, w, b, y, n, eps);
+}

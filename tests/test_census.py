@@ -1,0 +1,425 @@
+"""The census parsers on real compiler output (tests/fixtures/compiler/, made by its
+regenerate.py), the width dispatch, and the offline build end to end where the tools exist.
+
+Counts asserted here are checked against independent evidence: a plain grep of the same file,
+another tool's report of the same cubin, or the kernel's structure (a vec4 thread of
+layernorm_fwd_vec4<BLOCK, SLOTS> loads x, w and b once per slot and stores once per slot).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from harness import census, cuda_module
+from harness.errors import EvidenceError, ToolMissing
+from harness.layernorm_kernels import (MAX_WIDTH, CudaVariant, cuda_variant, triton_variant,
+                                       variants_for)
+
+FIXTURES = Path(__file__).parent / "fixtures" / "compiler"
+CUDA_DIRS = sorted(FIXTURES.glob("cuda-*"))
+TRITON_DIRS = sorted(FIXTURES.glob("triton-*"))
+
+
+def _cases(folders: list[Path]) -> list[tuple[Path, str]]:
+    return [(f, p.name[: -len(".ptx")]) for f in folders for p in sorted(f.glob("*.ptx"))]
+
+
+CUDA_CASES = _cases(CUDA_DIRS)
+TRITON_CASES = _cases(TRITON_DIRS)
+ALL_CASES = CUDA_CASES + TRITON_CASES
+
+
+def _ids(cases: list[tuple[Path, str]]) -> list[str]:
+    return [f"{folder.name}/{stem}" for folder, stem in cases]
+
+
+def _read(folder: Path, stem: str, suffix: str) -> str:
+    return (folder / f"{stem}.{suffix}").read_text()
+
+
+def _only(table: dict) -> tuple[str, object]:
+    """The single function of a one-kernel fixture."""
+    assert len(table) == 1, sorted(table)
+    return next(iter(table.items()))
+
+
+def _slots(stem: str) -> int:
+    """SLOTS of a CUDA fixture named like cuda_layernorm_fwd_vec4_128_2."""
+    return int(stem.rsplit("_", 1)[1])
+
+
+def test_fixtures_exist() -> None:
+    assert CUDA_CASES, "no CUDA fixtures; run tests/fixtures/compiler/regenerate.py"
+    assert TRITON_CASES, "no Triton fixtures; run tests/fixtures/compiler/regenerate.py"
+    assert any("nvrtc" in f.name for f in CUDA_DIRS) and any("nvcc" in f.name for f in CUDA_DIRS)
+
+
+# ----------------------------------------------------------------------------- ptxas -v
+
+
+@pytest.mark.parametrize(("folder", "stem"), ALL_CASES, ids=_ids(ALL_CASES))
+def test_ptxas_log_matches_grep(folder: Path, stem: str) -> None:
+    log = _read(folder, stem, "ptxas.log")
+    name, info = _only(census.parse_ptxas_log(log))
+    assert name == re.search(r"Compiling entry function '([^']+)'", log).group(1)
+    assert info.entry
+    assert info.registers == int(re.search(r"Used (\d+) registers", log).group(1)) > 0
+    frame = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    assert (info.stack_bytes, info.spill_stores, info.spill_loads) == tuple(map(int, frame.groups()))
+    assert (info.stack_bytes, info.spill_stores, info.spill_loads) == (0, 0, 0)
+    assert info.barriers == int(re.search(r"used (\d+) barriers", log).group(1))
+
+
+@pytest.mark.parametrize(("folder", "stem"), ALL_CASES, ids=_ids(ALL_CASES))
+def test_ptxas_log_agrees_with_cubin_resource_table(folder: Path, stem: str) -> None:
+    """ptxas's report and cuobjdump's reading of the cubin it wrote: same registers and stack."""
+    name, info = _only(census.parse_ptxas_log(_read(folder, stem, "ptxas.log")))
+    res = census.parse_res_usage(_read(folder, stem, "res-usage.txt"))[name]
+    assert res.registers == info.registers
+    assert res.stack == info.stack_bytes and res.local == 0
+    assert res.constant.get(0, 0) > 0  # kernel parameters live in bank 0
+    if info.smem_bytes:  # sm_90 reserves 1 KB of shared memory per block for the system
+        assert res.shared == info.smem_bytes + 1024
+
+
+@pytest.mark.parametrize(("folder", "stem"), CUDA_CASES, ids=_ids(CUDA_CASES))
+def test_cuda_ptxas_static_smem_is_the_warp_partials(folder: Path, stem: str) -> None:
+    """__shared__ float warp_partials[BLOCK / 32][3]: 12 bytes per warp."""
+    _, info = _only(census.parse_ptxas_log(_read(folder, stem, "ptxas.log")))
+    block = int(stem.rsplit("_", 2)[1])
+    assert info.smem_bytes == 12 * block // 32
+
+
+def test_ptxas_log_formats() -> None:
+    """Older ptxas (cmem on the 'Used' line), device functions, and a log of two kernels."""
+    log = (
+        "ptxas info    : 0 bytes gmem\n"
+        "ptxas info    : Function properties for _Z6helperv\n"
+        "    8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads\n"
+        "ptxas info    : Compiling entry function '_Z1kPf' for 'sm_80'\n"
+        "ptxas info    : Function properties for _Z1kPf\n"
+        "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+        "ptxas info    : Used 14 registers, 16 bytes smem, 360 bytes cmem[0], 8 bytes cmem[2]\n"
+        "ptxas info    : Compiling entry function 'k2' for 'sm_80'\n"
+        "ptxas info    : Function properties for k2\n"
+        "ptxas         .     16 bytes stack frame, 12 bytes spill stores, 8 bytes spill loads\n"
+        "ptxas info    : Used 255 registers, used 1 barriers, 360 bytes cmem[0]\n")
+    parsed = census.parse_ptxas_log(log)
+    assert not parsed["_Z6helperv"].entry and parsed["_Z6helperv"].spill_stores == 4
+    k = parsed["_Z1kPf"]
+    assert (k.registers, k.smem_bytes, k.cmem_bytes, k.barriers) == (14, 16, {0: 360, 2: 8}, 0)
+    k2 = parsed["k2"]
+    assert (k2.registers, k2.stack_bytes, k2.spill_stores, k2.spill_loads) == (255, 16, 12, 8)
+    assert k2.entry and k2.barriers == 1
+
+
+# ----------------------------------------------------------------------------- PTX
+
+
+def _grep_ptx(text: str) -> dict[str, int]:
+    """Independent line-based counts (each of these PTX files has one instruction per line)."""
+    lines = [ln for ln in text.splitlines() if not ln.strip().startswith("//")]
+    ld = [ln for ln in lines if "ld.global" in ln]
+    st = [ln for ln in lines if "st.global" in ln]
+    return {
+        "ld": len(ld), "ld128": sum(".v4." in ln for ln in ld),
+        "ld32": sum(".v" not in ln and re.search(r"\.[bf]32\b", ln) is not None for ln in ld),
+        "nc": sum("ld.global.nc" in ln for ln in ld),
+        "st": len(st), "st128": sum(".v4." in ln for ln in st),
+        "st32": sum(".v" not in ln and re.search(r"\.[bf]32\b", ln) is not None for ln in st),
+        "bar": sum(re.match(r"\s*(?:bar|barrier)\.sync\b", ln) is not None for ln in lines),
+        "shfl": sum("shfl.sync" in ln for ln in lines),
+    }
+
+
+@pytest.mark.parametrize(("folder", "stem"), ALL_CASES, ids=_ids(ALL_CASES))
+def test_ptx_counts_match_grep(folder: Path, stem: str) -> None:
+    text = _read(folder, stem, "ptx")
+    name, counts = _only(census.parse_ptx(text))
+    assert counts.entry
+    grep = _grep_ptx(text)
+    assert sum(counts.ld_global.values()) == grep["ld"]
+    assert counts.ld_global[128] == grep["ld128"] and counts.ld_global[32] == grep["ld32"]
+    assert sum(counts.st_global.values()) == grep["st"]
+    assert counts.st_global[128] == grep["st128"] and counts.st_global[32] == grep["st32"]
+    assert counts.ld_global_nc == grep["nc"]
+    assert counts.barriers == grep["bar"]
+    assert counts.shuffles == grep["shfl"]
+
+
+@pytest.mark.parametrize(("folder", "stem"), CUDA_CASES, ids=_ids(CUDA_CASES))
+def test_cuda_ptx_matches_kernel_structure(folder: Path, stem: str) -> None:
+    """Per slot: one load each of x, w, b and one store, as wide as the path's vectors, plus the
+    32-bit broadcast load of the row's first element (the shift); all loads read-only; one
+    barrier."""
+    _, counts = _only(census.parse_ptx(_read(folder, stem, "ptx")))
+    slots = _slots(stem)
+    width = 128 if "vec4" in stem else 32
+    assert counts.ld_global == Counter({width: 3 * slots}) + Counter({32: 1})
+    assert counts.st_global == {width: slots}
+    assert counts.ld_global_nc == 3 * slots + 1
+    assert counts.barriers == 1
+    assert counts.shuffles > 0
+
+
+def test_triton_ptx_widths() -> None:
+    """N=768 is a multiple of 16: Triton loads 128 bits at a time; N=771 is odd: 32 bits."""
+    for folder in TRITON_DIRS:
+        aligned = census.parse_ptx(_read(folder, folder.glob("*N_768_*.ptx").__next__().stem, "ptx"))
+        odd = census.parse_ptx(_read(folder, folder.glob("*N_771_*.ptx").__next__().stem, "ptx"))
+        (_, a), (_, o) = _only(aligned), _only(odd)
+        assert a.ld_global[128] == 6  # x, w, b: 1024 / 128 threads = 8 floats = 2 x 128 bits
+        assert a.ld_global[32] == 1  # the row's first element (the shift)
+        assert a.st_global[128] == 2
+        assert o.ld_global[128] == 0 and o.ld_global[32] > 0
+
+
+def test_ptx_parser_edge_cases() -> None:
+    ptx = """
+.version 8.0
+.target sm_90
+.address_size 64
+.extern .func (.param .b32 func_retval0) vprintf(.param .b64 a, .param .b64 b);
+.func (.param .b32 func_retval0) helper(.param .b64 p)
+{
+	.reg .b64 %rd<3>;
+	ld.param.u64 %rd1, [p];
+	ld.global.v2.f64 {%fd1, %fd2}, [%rd1];   // ld.global.f32 in a comment
+	ret;
+}
+.visible .entry kern(
+	.param .u64 kern_param_0
+)
+.maxntid 128, 1, 1
+{
+	.reg .pred %p<3>;
+	.loc	1 38 5
+	@%p1 ld.global.nc.L1::no_allocate.v4.f32 {%f1, %f2, %f3, %f4}, [%rd1];
+$L__BB0_2:
+	@!%p2 ld.global.u8 %rs1, [%rd2];
+	{ .reg .b32 tmp; ld.global.b32 tmp, [%rd3]; }
+	bar.warp.sync -1;
+	barrier.sync 0;
+	bar.sync 1, 64;
+	shfl.sync.bfly.b32 %r1|%p3, %r2, 1, 31, -1;
+	st.global.v2.f32 [%rd4], {%f5, %f6};
+	ret;
+}
+"""
+    parsed = census.parse_ptx(ptx)
+    assert set(parsed) == {"helper", "kern"}  # the vprintf prototype has no body
+    assert not parsed["helper"].entry and parsed["helper"].ld_global == {128: 1}
+    k = parsed["kern"]
+    assert k.entry
+    assert k.ld_global == {128: 1, 8: 1, 32: 1} and k.ld_global_nc == 1
+    assert k.st_global == {64: 1}
+    assert k.barriers == 2 and k.shuffles == 1  # bar.warp.sync is not a CTA barrier
+    assert census.ptx_access_bits("ld.global.nc.v4.f32") == 128
+    assert census.ptx_access_bits("st.global.b16") == 16
+
+
+# ----------------------------------------------------------------------------- SASS
+
+
+def _grep_sass(text: str) -> dict[str, int]:
+    ops = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9._]*)", text)
+    return {
+        "ldg128": sum(o.startswith("LDG.") and ".128" in o for o in ops),
+        "ldg32": sum(o.startswith("LDG") and not re.search(r"\.(64|128|U8|S8|U16|S16)\b", o) for o in ops),
+        "stg128": sum(o.startswith("STG.") and ".128" in o for o in ops),
+        "stg32": sum(o.startswith("STG") and not re.search(r"\.(64|128|U8|S8|U16|S16)\b", o) for o in ops),
+        "bar": sum(o.startswith("BAR") for o in ops), "shfl": sum(o.startswith("SHFL") for o in ops),
+        "local": sum(o.startswith(("LDL", "STL")) for o in ops), "all": len(ops),
+    }
+
+
+@pytest.mark.parametrize(("folder", "stem"), ALL_CASES, ids=_ids(ALL_CASES))
+def test_sass_counts_match_grep(folder: Path, stem: str) -> None:
+    text = _read(folder, stem, "sass")
+    _, counts = _only(census.parse_sass(text))
+    grep = _grep_sass(text)
+    assert (counts.ldg[128], counts.ldg[32]) == (grep["ldg128"], grep["ldg32"])
+    assert (counts.stg[128], counts.stg[32]) == (grep["stg128"], grep["stg32"])
+    assert (counts.bar, counts.shfl, counts.local) == (grep["bar"], grep["shfl"], grep["local"])
+    assert counts.instructions == grep["all"]
+    assert counts.local == 0  # register arrays stayed in registers: no LDL/STL
+
+
+@pytest.mark.parametrize(("folder", "stem"), CUDA_CASES, ids=_ids(CUDA_CASES))
+def test_cuda_sass_keeps_the_ptx_accesses(folder: Path, stem: str) -> None:
+    """ptxas turned every PTX global access into one SASS access of the same width."""
+    _, ptx = _only(census.parse_ptx(_read(folder, stem, "ptx")))
+    _, sass = _only(census.parse_sass(_read(folder, stem, "sass")))
+    assert sass.ldg == ptx.ld_global and sass.stg == ptx.st_global
+    assert sass.bar == 1
+    if "vec4" in stem:  # 128-bit accesses only, but for the 32-bit broadcast of the shift
+        assert sass.ldg[128] > 0 and sass.ldg[32] == 1 and sass.stg[32] == 0
+    else:
+        assert sass.ldg[128] == 0 and sass.ldg[32] > 0
+
+
+def test_nvdisasm_and_cuobjdump_agree() -> None:
+    pairs = sorted(FIXTURES.glob("*/*.nvdisasm.sass"))
+    assert pairs, "no nvdisasm fixture"
+    for path in pairs:
+        stem = path.name[: -len(".nvdisasm.sass")]
+        a = census.parse_sass(path.read_text())
+        b = census.parse_sass(_read(path.parent, stem, "sass"))
+        assert a.keys() == b.keys()
+        for name in a:
+            assert (a[name].ldg, a[name].stg, a[name].bar, a[name].shfl, a[name].local) == \
+                   (b[name].ldg, b[name].stg, b[name].bar, b[name].shfl, b[name].local)
+
+
+def test_sass_access_bits() -> None:
+    assert census.sass_access_bits("LDG.E.128.CONSTANT") == 128
+    assert census.sass_access_bits("LDG.E.LTC128B.128") == 128
+    assert census.sass_access_bits("LDG.E.CONSTANT") == 32
+    assert census.sass_access_bits("STG.E.64") == 64
+    assert census.sass_access_bits("LDG.E.U8") == 8
+
+
+# ----------------------------------------------------------------------------- dispatch
+
+
+@pytest.mark.parametrize(("n", "expected"), [
+    (768, CudaVariant("rows128", 4, 128, 2)), (1024, CudaVariant("rows128", 4, 128, 2)),
+    (4, CudaVariant("rows128", 4, 128, 1)), (1000, CudaVariant("rows128", 4, 128, 2)),
+    (2048, CudaVariant("wide", 4, 256, 2)), (4096, CudaVariant("wide", 4, 256, 4)),
+    (8192, CudaVariant("wide", 4, 512, 4)), (771, CudaVariant("scalar", 1, 128, 7)),
+    (33, CudaVariant("scalar", 1, 128, 1)), (8191, CudaVariant("scalar", 1, 1024, 8)),
+])
+def test_cuda_variant(n: int, expected: CudaVariant) -> None:
+    assert cuda_variant(n) == expected
+
+
+def test_cuda_variant_covers_every_width_without_empty_slots() -> None:
+    for n in range(1, MAX_WIDTH + 1):
+        v = cuda_variant(n)
+        per_slot = v.vec * v.block
+        assert (v.slots - 1) * per_slot < n <= v.slots * per_slot, n
+        assert v.block % 32 == 0 and (v.block & (v.block - 1)) == 0 and v.block <= 1024
+        assert v.slots <= (4 if v.vec == 4 else 8)
+        assert (v.vec == 4) == (n % 4 == 0)
+
+
+@pytest.mark.parametrize("n", [0, -1, MAX_WIDTH + 1])
+def test_widths_out_of_range_are_refused(n: int) -> None:
+    with pytest.raises(EvidenceError, match="outside the supported range"):
+        cuda_variant(n)
+    with pytest.raises(EvidenceError, match="outside the supported range"):
+        triton_variant(n)
+
+
+def test_triton_variant() -> None:
+    assert (triton_variant(768).block_n, triton_variant(768).num_warps) == (1024, 4)
+    assert (triton_variant(33).block_n, triton_variant(33).num_warps) == (64, 1)
+    assert (triton_variant(4096).block_n, triton_variant(4096).num_warps) == (4096, 16)
+    assert (triton_variant(8192).block_n, triton_variant(8192).num_warps) == (8192, 16)
+
+
+def test_variants_for_groups_shapes_by_specialization() -> None:
+    shapes = [(4096, 768), (8192, 768), (1024, 2048), (4096, 4096), (4096, 768)]
+    cuda = variants_for("cuda", shapes)
+    assert [v.variant.kernel for v in cuda] == [
+        "layernorm_fwd_vec4<128, 2>", "layernorm_fwd_vec4<256, 2>", "layernorm_fwd_vec4<256, 4>"]
+    assert cuda[0].shapes_text == "4096x768;8192x768"
+    triton = variants_for("triton", shapes)
+    assert [v.variant.specialization for v in triton] == [
+        "N=768 BLOCK_N=1024 num_warps=4", "N=2048 BLOCK_N=2048 num_warps=8",
+        "N=4096 BLOCK_N=4096 num_warps=16"]
+    with pytest.raises(EvidenceError, match="not ours"):
+        variants_for("torch", shapes)
+
+
+def test_launchers_refuse_cpu_tensors() -> None:
+    torch = pytest.importorskip("torch")
+    from harness.layernorm_kernels import launch_cuda, launch_triton
+
+    x = torch.randn(4, 8)
+    w, b, out = torch.randn(8), torch.randn(8), torch.empty(4, 8)
+    for launch in (launch_cuda, launch_triton):
+        with pytest.raises(EvidenceError, match="CUDA device"):
+            launch(x, w, b, 1e-5, out)
+
+
+# ----------------------------------------------------------------------------- offline build
+
+
+def _census_or_skip(impl: str, shapes: list[tuple[int, int]], outdir: Path, **kw: str) -> list[dict]:
+    from harness.build import build_census
+
+    try:
+        return build_census("layernorm", impl, shapes, arch="sm_90", outdir=outdir, **kw)
+    except ToolMissing as exc:
+        pytest.skip(f"{impl} census tools missing: {exc}")
+
+
+@pytest.mark.parametrize("compiler", ["nvrtc", "nvcc"])
+def test_build_census_cuda(tmp_path: Path, compiler: str) -> None:
+    from harness.build import CENSUS_COLUMNS
+
+    rows = _census_or_skip("cuda", [(4096, 768), (8192, 768), (64, 771)], tmp_path,
+                           cuda_compiler=compiler)
+    assert [tuple(r) for r in rows] == [CENSUS_COLUMNS] * 2
+    vec4, scalar = rows
+    assert vec4["kernel"] == "layernorm_fwd_vec4<128, 2>" and vec4["shapes"] == "4096x768;8192x768"
+    assert vec4["compiler"].lower().startswith(compiler)
+    assert "-ftz=true" in vec4["options"] and "-arch=sm_90" in vec4["options"]
+    assert (vec4["ld_global_128"], vec4["ld_global_32"], vec4["st_global_128"]) == (6, 1, 2)
+    assert (vec4["sass_ldg_128"], vec4["sass_stg_128"], vec4["sass_bar"]) == (6, 2, 1)
+    assert (scalar["ld_global_128"], scalar["ld_global_32"], scalar["sass_ldg_128"]) == (0, 22, 0)
+    for row in rows:
+        assert row["registers"] > 0 and row["block"] in (128, 256, 512, 1024)
+        assert (row["spill_stores"], row["spill_loads"], row["stack_bytes"], row["sass_local"]) == (0, 0, 0, 0)
+        assert row["source_sha256"] == hashlib.sha256(
+            (cuda_module.KERNELS_DIR / "layernorm.cu").read_bytes()).hexdigest()
+    written = {p.name for p in tmp_path.iterdir()}
+    for suffix in ("ptx", "sass", "ptxas.log", "res-usage.txt", "cubin"):
+        assert f"cuda_layernorm_fwd_vec4_128_2.{suffix}" in written
+
+
+def test_build_census_triton(tmp_path: Path) -> None:
+    pytest.importorskip("triton", reason="triton is not installed")
+    from harness.build import CENSUS_COLUMNS
+
+    rows = _census_or_skip("triton", [(4096, 768), (64, 771)], tmp_path)
+    assert [tuple(r) for r in rows] == [CENSUS_COLUMNS] * 2
+    aligned, odd = rows
+    assert aligned["kernel"] == "layernorm_fwd" and aligned["block"] == 128
+    assert aligned["arch"].startswith("sm_90")
+    assert aligned["compiler"].startswith("triton ")
+    assert aligned["ld_global_128"] == 6 and aligned["sass_ldg_128"] == 6
+    assert odd["ld_global_128"] == 0 and odd["ld_global_32"] > 0
+    for row in rows:
+        assert row["registers"] > 0 and row["spill_stores"] == 0 and row["sass_local"] == 0
+    assert any(p.suffix == ".ptx" for p in tmp_path.iterdir())
+
+
+def test_build_census_refuses_unknown_op_and_impl() -> None:
+    from harness.build import build_census
+
+    with pytest.raises(EvidenceError, match="operation"):
+        build_census("softmax", "cuda", [(8, 8)])
+    with pytest.raises(EvidenceError, match="implementations"):
+        build_census("layernorm", "torch", [(8, 8)])
+
+
+def test_compile_offline_falls_back_to_nvcc_without_nvrtc(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where libnvrtc cannot be loaded (as on a machine without the CUDA runtime libraries),
+    'auto' compiles with nvcc and says so; 'nvrtc' then refuses with ToolMissing."""
+    if cuda_module.find_tool("nvcc") is None:
+        pytest.skip("nvcc is not installed")
+    monkeypatch.setattr(cuda_module, "load_nvrtc", lambda: None)
+    build = cuda_module.compile_offline("layernorm.cu", ["layernorm_fwd_scalar<128, 1>"])
+    assert build.compiler.startswith("nvcc ")
+    assert "--device-as-default-execution-space" not in build.options
+    assert build.lowered["layernorm_fwd_scalar<128, 1>"] in build.ptx
+    assert census.parse_ptxas_log(build.ptxas_log)[build.lowered["layernorm_fwd_scalar<128, 1>"]].registers > 0
+    with pytest.raises(ToolMissing, match="NVRTC"):
+        cuda_module.compile_offline("layernorm.cu", ["layernorm_fwd_scalar<128, 1>"], compiler="nvrtc")

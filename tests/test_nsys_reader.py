@@ -1,0 +1,632 @@
+"""harness.nsys: the SQLite export reader must print what `nsys stats` prints.
+
+* The real H200 export must give, byte for byte, the CSVs that `nsys stats` printed for it.
+* Synthetic exports (tests/nsys_exports.py) cover the schema variants of nsys 2022.4 .. 2026.x;
+  their figures are checked against a plain-Python model of the nsys rules computed from the rows
+  the test inserted (no SQL, no expected numbers written down).
+* Bad input ends with one sentence on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness import nsys
+from harness.__main__ import main as harness_main
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from nsys_exports import Call, ExportBuilder, Kernel, Range, global_tid  # noqa: E402
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "nsys"
+REAL = FIXTURES / "h200-torch-layer-norm.sqlite"
+REAL_KERN_CSV = FIXTURES / "h200-torch-layer-norm.cuda_gpu_kern_sum.csv"
+REAL_NVTX_CSV = FIXTURES / "h200-torch-layer-norm.nvtx_kern_sum.csv"
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    rc = harness_main(["nsys", *map(str, args)])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+# ----------------------------------------------------------------------------------------------
+# The real export against the CSVs nsys printed
+
+
+def test_fixture_has_no_environment_rows() -> None:
+    conn = sqlite3.connect(f"file:{REAL}?mode=ro", uri=True)
+    try:
+        rows = conn.execute("SELECT count(*) FROM META_DATA_CAPTURE WHERE name LIKE '%ENV%'").fetchone()
+    finally:
+        conn.close()
+    assert rows[0] == 0
+
+
+def test_real_kern_sum_csv_is_byte_identical(capsys: pytest.CaptureFixture[str]) -> None:
+    expected = REAL_KERN_CSV.read_text()
+    assert nsys.format_csv(nsys.kern_sum(REAL), nsys.KERN_SUM_COLUMNS) == expected
+    rc, out, err = run_cli(capsys, "kern-sum", REAL, "--format", "csv")
+    assert (rc, out, err) == (0, expected, "")
+
+
+def test_real_nvtx_kern_sum_csv_is_byte_identical(capsys: pytest.CaptureFixture[str]) -> None:
+    expected = REAL_NVTX_CSV.read_text()
+    assert nsys.format_csv(nsys.nvtx_kern_sum(REAL), nsys.NVTX_KERN_SUM_COLUMNS) == expected
+    rc, out, err = run_cli(capsys, "nvtx-kern-sum", REAL, "--format=csv")
+    assert (rc, out, err) == (0, expected, "")
+
+
+def test_real_cli_as_a_subprocess() -> None:
+    proc = subprocess.run([sys.executable, "-m", "harness", "nsys", "kern-sum", str(REAL), "--format", "csv"],
+                          capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == REAL_KERN_CSV.read_text()
+
+
+def test_real_range_kernels_is_the_nvtx_kern_sum_row() -> None:
+    with open(REAL_NVTX_CSV, newline="") as fh:
+        iters = [r for r in csv.DictReader(fh) if r["NVTX Range"] == ":iters"]
+    got = nsys.range_kernels(REAL, "iters")
+    assert len(got) == len(iters) >= 1
+    for row, k in zip(iters, got):
+        assert k["kernel"] == row["Kernel Name"]
+        assert k["instances"] == int(row["Kern Inst"])
+        assert k["range_instances"] == int(row["NVTX Inst"])
+        assert k["total_ns"] == int(row["Total Time (ns)"])
+        assert k["mean_ns"] == float(row["Avg (ns)"])
+        assert k["median_ns"] == float(row["Med (ns)"])
+        assert k["min_ns"] == int(row["Min (ns)"])
+        assert k["max_ns"] == int(row["Max (ns)"])
+        assert k["stddev_ns"] == float(row["StdDev (ns)"])
+    # launch geometry, read straight from the kernel table
+    conn = sqlite3.connect(f"file:{REAL}?mode=ro", uri=True)
+    try:
+        geo = conn.execute("""
+            SELECT DISTINCT gridX || 'x' || gridY || 'x' || gridZ, blockX || 'x' || blockY || 'x' || blockZ,
+                   registersPerThread, staticSharedMemory, dynamicSharedMemory, s.value
+            FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds d ON d.id = k.demangledName
+            JOIN StringIds s ON s.id = k.shortName WHERE d.value = ?""", [got[0]["kernel"]]).fetchall()
+    finally:
+        conn.close()
+    assert len(geo) == 1
+    assert (got[0]["grid"], got[0]["block"], got[0]["registers"], got[0]["static_smem"],
+            got[0]["dynamic_smem"], got[0]["short_name"]) == geo[0]
+
+
+def test_real_export_info() -> None:
+    conn = sqlite3.connect(f"file:{REAL}?mode=ro", uri=True)
+    try:
+        version = conn.execute("SELECT value FROM META_DATA_EXPORT WHERE name = 'EXPORT_PRODUCT_VERSION'").fetchone()[0]
+        gpu = conn.execute("SELECT name, uuid FROM TARGET_INFO_GPU").fetchone()
+    finally:
+        conn.close()
+    info = nsys.export_info(REAL)
+    assert info["nsys_version"] == version
+    assert (info["gpu_name"], info["gpu_uuid"]) == gpu
+    assert [(g["name"], g["uuid"]) for g in info["gpus"]] == [gpu]
+
+
+def test_table_format_is_aligned(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, err = run_cli(capsys, "nvtx-kern-sum", REAL)  # table is the default
+    assert rc == 0 and err == ""
+    lines = out.splitlines()
+    assert lines[0].split("  ")[0] == "NVTX Range"
+    assert set(lines[1].replace(" ", "")) == {"-"}
+    rows = nsys.nvtx_kern_sum(REAL)
+    assert len(lines) == 2 + len(rows)
+    # every column starts at the same offset on every line: the rule's dashes mark the columns
+    starts = [i for i, ch in enumerate(lines[1]) if ch == "-" and (i == 0 or lines[1][i - 1] == " ")]
+    assert len(starts) == len(nsys.NVTX_KERN_SUM_COLUMNS)
+    for row, line in zip(rows, lines[2:]):
+        assert line.endswith(row["Kernel Name"])
+        assert line[starts[-1]:] == row["Kernel Name"]
+        assert f"{row['Total Time (ns)']:,}" in line
+
+
+# ----------------------------------------------------------------------------------------------
+# A plain-Python model of the nsys rules, for the synthetic exports
+
+
+def _stats(durs: list[int]) -> dict[str, Any]:
+    return {
+        "total": sum(durs), "n": len(durs), "avg": statistics.fmean(durs),
+        "med": float(statistics.median(durs)), "min": min(durs), "max": max(durs),
+        "std": statistics.stdev(durs) if len(durs) > 1 else 0.0,
+    }
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def model_kern_sum(b: ExportBuilder) -> list[dict[str, Any]]:
+    by_name: dict[str, list[int]] = defaultdict(list)
+    for k in b.kernels:
+        by_name[_text(k.name)].append(k.dur)
+    grand = sum(k.dur for k in b.kernels)
+    rows = []
+    for name, durs in by_name.items():
+        s = _stats(durs)
+        rows.append({"Time (%)": 100.0 * s["total"] / grand, "Total Time (ns)": s["total"],
+                     "Instances": s["n"], "Avg (ns)": s["avg"], "Med (ns)": s["med"],
+                     "Min (ns)": s["min"], "Max (ns)": s["max"], "StdDev (ns)": s["std"], "Name": name})
+    rows.sort(key=lambda r: (-r["Total Time (ns)"], r["Instances"], r["Name"].encode()))
+    return rows
+
+
+def _range_name(b: ExportBuilder, r: Range) -> str:
+    domain = ""
+    if r.domain is not None:
+        created = [d for d in b.domains if d.domain == r.domain and d.pid == r.pid]
+        if created:
+            domain = _text(min(created, key=lambda d: d.start).name)
+    return f"{domain}:{_text(r.text)}"
+
+
+def _pairs(b: ExportBuilder) -> list[tuple[Kernel, Call | None, Range | None]]:
+    """(kernel, its launch call, one containing range) for every containing range; range None
+    when none contains it (and call None when it has no runtime record)."""
+    stamps = [t for r in b.ranges for t in (r.start, r.end) if t is not None]
+    last = max(stamps) if stamps else None
+    ranges = b.ranges if b.with_nvtx else []
+    out = []
+    for k in b.kernels:
+        calls = [c for c in b.calls if c.pid == k.pid and c.corr == k.corr] if b.with_runtime else []
+        assert len(calls) <= 1
+        call = calls[0] if calls else None
+        inside = [r for r in ranges if call is not None and r.end_tid is None
+                  and (r.pid, r.tid) == (call.pid, call.tid)
+                  and r.start <= call.start and call.end <= (r.end if r.end is not None else last)]
+        out += [(k, call, r) for r in inside] or [(k, call, None)]
+    return out
+
+
+def model_nvtx_kern_sum(b: ExportBuilder) -> list[dict[str, Any]]:
+    groups: dict[tuple[Any, ...], list[tuple[Kernel, Range | None]]] = defaultdict(list)
+    for k, call, r in _pairs(b):
+        name = _range_name(b, r) if r else None
+        style = {"pushpop": "PushPop", "startend": "StartEnd"}[r.kind] if r else None
+        key = (call.pid if call else None, call.tid if call else None, name, style, _text(k.name))
+        groups[key].append((k, r))
+    rows = []
+    for (pid, tid, name, style, kname), members in groups.items():
+        s = _stats([k.dur for k, _ in members])
+        rows.append({"NVTX Range": name, "Style": style, "PID": pid, "TID": tid,
+                     "NVTX Inst": len({id(r) for _, r in members if r is not None}),
+                     "Kern Inst": len({id(k) for k, _ in members}), "Total Time (ns)": s["total"],
+                     "Avg (ns)": s["avg"], "Med (ns)": s["med"], "Min (ns)": s["min"], "Max (ns)": s["max"],
+                     "StdDev (ns)": s["std"], "Kernel Name": kname})
+
+    def none_first(v: Any) -> tuple[int, Any]:
+        return (0, 0) if v is None else (1, v.encode() if isinstance(v, str) else v)
+    rows.sort(key=lambda r: (none_first(r["NVTX Range"]), none_first(r["PID"]), none_first(r["TID"]),
+                             -r["Total Time (ns)"], none_first(r["Style"]), r["Kernel Name"].encode()))
+    return rows
+
+
+ROUNDED = {"Time (%)", "Avg (ns)", "Med (ns)", "StdDev (ns)"}
+
+
+def assert_rows(got: list[dict[str, Any]], want: list[dict[str, Any]]) -> None:
+    """Exact equality, except the figures nsys rounds to one decimal: those must be the model's
+    exact value rounded (within half a unit of the last place)."""
+    assert [list(r) for r in got] == [list(r) for r in want]
+    for g, w in zip(got, want):
+        for col, value in w.items():
+            if col in ROUNDED:
+                assert g[col] == pytest.approx(w[col], abs=0.05 + 1e-9), (col, g, w)
+                assert round(g[col], 1) == g[col]
+            else:
+                assert g[col] == value, (col, g, w)
+
+
+def assert_reports_match_model(path: Path, b: ExportBuilder) -> None:
+    assert_rows(nsys.kern_sum(path), model_kern_sum(b))
+    assert_rows(nsys.nvtx_kern_sum(path), model_nvtx_kern_sum(b))
+
+
+def basic_export(**switches: Any) -> ExportBuilder:
+    """One process, two threads, a push/pop range with a nested one, a start/end range, kernels
+    inside and outside, a single-instance kernel, two GPUs."""
+    b = ExportBuilder(**switches)
+    b.gpus = [{"id": 0, "name": "NVIDIA H200", "uuid": "uuid-0"}, {"id": 1, "name": "NVIDIA H200", "uuid": "uuid-1"}]
+    pid, main, worker = 4242, 4242, 4250
+    b.launch(pid, main, 1_000, 1_500, 700, "warmup_kernel(float *)")
+    b.add_range(10_000, 90_000, "iters", pid, main)
+    b.add_range(20_000, 40_000, "inner", pid, main)
+    for i, dur in enumerate([1200, 1250, 1190, 1400, 1211, 1305]):
+        b.launch(pid, main, 11_000 + i * 12_000, 12_000 + i * 12_000, dur, "void gemm<float, 128>(const float *, float *, int)",
+                 short="gemm", device=i % 2)
+    for i, dur in enumerate([333, 350, 333]):
+        b.launch(pid, main, 14_000 + i * 20_000, 15_000 + i * 20_000, dur, "reduce_kernel", grid=(64 + i, 1, 1))
+    b.launch(pid, main, 95_000, 95_500, 999, "tail_kernel")  # after every range: outside
+    b.add_range(50_000, 70_000, "async", pid, worker, kind="startend")
+    b.launch(pid, worker, 51_000, 52_000, 4321, "worker_kernel")  # single instance: StdDev 0.0
+    b.launch(pid, worker, 69_500, 71_000, 100, "worker_kernel")  # call ends after the range: outside
+    return b
+
+
+# ----------------------------------------------------------------------------------------------
+# Schema variants
+
+
+@pytest.mark.parametrize("meta_table", ["META_DATA_EXPORT", "EXPORT_META_DATA"])
+def test_metadata_table_names(tmp_path: Path, meta_table: str) -> None:
+    b = basic_export(meta_table=meta_table, version="2022.4.2.1")
+    path = b.write(tmp_path / "e.sqlite")
+    info = nsys.export_info(path)
+    assert info["nsys_version"] == "2022.4.2.1"
+    assert info["metadata_table"] == meta_table
+    assert [g["uuid"] for g in info["gpus"]] == [g["uuid"] for g in b.gpus]
+    assert_reports_match_model(path, b)
+
+
+@pytest.mark.parametrize("variant", [
+    {},
+    {"omit_kernel_columns": ("greenContextId",)},
+    {"omit_kernel_columns": ("greenContextId", "mangledName", "sharedMemoryLimitConfig", "graphNodeId")},
+    {"reverse_kernel_columns": True},
+    {"omit_kernel_columns": ("globalPid",)},
+    {"omit_kernel_columns": ("shortName", "gridX", "registersPerThread", "dynamicSharedMemory")},
+    {"nvtx_text": "textid"},
+    {"nvtx_text": "textid", "omit_nvtx_columns": ("jsonText", "jsonTextId", "binaryData")},
+    {"omit_nvtx_columns": ("textId", "endGlobalTid")},
+    {"with_enum": False},
+    {"with_gpus": False},
+], ids=lambda v: ",".join(f"{k}={v[k]}" for k in v) or "default")
+def test_schema_variants_give_the_model_figures(tmp_path: Path, variant: dict[str, Any]) -> None:
+    b = basic_export(**variant)
+    path = b.write(tmp_path / "e.sqlite")
+    assert_reports_match_model(path, b)
+    rows = nsys.nvtx_kern_sum(path)
+    assert {r["NVTX Range"] for r in rows} == {None, ":iters", ":inner", ":async"}
+    assert {r["Style"] for r in rows if r["NVTX Range"] == ":async"} == {"StartEnd"}
+    if not variant.get("with_gpus", True):
+        assert nsys.export_info(path)["gpus"] == []
+
+
+def test_reports_differ_when_the_rules_are_broken(tmp_path: Path) -> None:
+    """The model comparison can fail: a kernel moved out of its range changes the figures."""
+    b = basic_export()
+    path = b.write(tmp_path / "e.sqlite")
+    b.calls[1].start -= 5_000  # the model now thinks the first gemm launch started before `iters`
+    with pytest.raises(AssertionError):
+        assert_rows(nsys.nvtx_kern_sum(path), model_nvtx_kern_sum(b))
+
+
+def test_missing_optional_kernel_columns_leave_range_kernels_fields_empty(tmp_path: Path) -> None:
+    b = basic_export(omit_kernel_columns=("shortName", "gridX", "registersPerThread"))
+    path = b.write(tmp_path / "e.sqlite")
+    got = nsys.range_kernels(path, "iters")
+    assert [k["short_name"] for k in got] == [k["kernel"] for k in got]  # falls back to the full name
+    assert {k["grid"] for k in got} == {None} and {k["registers"] for k in got} == {None}
+    assert {k["block"] for k in got} == {"256x1x1"}
+
+
+def test_without_rtree_module_the_figures_are_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLite builds without the R*Tree module use an indexed table for the containment join."""
+    b = basic_export()
+    b.add_range(0, None, "outer_open", 4242, 4242)
+    path = b.write(tmp_path / "e.sqlite")
+    with_rtree = nsys.nvtx_kern_sum(path), nsys.range_kernels(path, "iters")
+    monkeypatch.setattr(nsys._Export, "_rtree_available", lambda self: False)
+    assert_reports_match_model(path, b)
+    assert (nsys.nvtx_kern_sum(path), nsys.range_kernels(path, "iters")) == with_rtree
+
+
+def test_range_boundaries_are_exact_at_large_timestamps(tmp_path: Path) -> None:
+    """Containment is inclusive and exact to the nanosecond even where the R*Tree's 32-bit float
+    boxes cannot tell the timestamps apart (ranges hours apart, timestamps near 1e15 ns)."""
+    t0 = 10**15
+    b = ExportBuilder()
+    b.add_range(t0 - 3_600 * 10**9, t0 - 3_600 * 10**9 + 10, "early", 1, 1)  # an hour earlier
+    b.add_range(t0, t0 + 10_000, "r", 1, 1)
+    b.launch(1, 1, t0, t0 + 50, 5, "on_both_edges", call_dur=10_000)      # [t0, t0+10000]: inside
+    b.launch(1, 1, t0 - 1, t0 + 60, 6, "starts_1ns_early", call_dur=500)   # outside
+    b.launch(1, 1, t0 + 9_500, t0 + 70, 7, "ends_1ns_late", call_dur=501)  # outside
+    path = b.write(tmp_path / "e.sqlite")
+    assert_reports_match_model(path, b)
+    assert [k["kernel"] for k in nsys.range_kernels(path, "r")] == ["on_both_edges"]
+
+
+def test_kern_sum_ties_sort_by_instances_then_name(tmp_path: Path) -> None:
+    b = ExportBuilder()
+    b.launch(1, 1, 0, 10, 1000, "z_one_launch")      # total 1000 in 1 instance
+    b.launch(1, 1, 2000, 2010, 500, "b_two_launches")  # total 1000 in 2 instances
+    b.launch(1, 1, 4000, 4010, 500, "b_two_launches")
+    b.launch(1, 1, 6000, 6010, 700, "m1")
+    b.launch(1, 1, 8000, 8010, 700, "m0")
+    path = b.write(tmp_path / "e.sqlite")
+    assert_reports_match_model(path, b)
+    assert [r["Name"] for r in nsys.kern_sum(path)] == ["z_one_launch", "b_two_launches", "m0", "m1"]
+
+
+def test_event_type_ids_come_from_the_enum_table(tmp_path: Path) -> None:
+    """Ids are looked up by name in ENUM_NSYS_EVENT_TYPE; an export numbering them differently
+    (push/pop as 34 here, start/end as 33) is read by name, not by the usual numbers."""
+    ids = {"NvtxMark": 20, "NvtxPushPopRange": 34, "NvtxStartEndRange": 33, "NvtxtPushPopRange": 70,
+           "NvtxtStartEndRange": 71, "NvtxDomainCreate": 75}
+    b = basic_export(event_types=ids)
+    path = b.write(tmp_path / "e.sqlite")
+    assert_reports_match_model(path, b)
+
+
+def test_domains_name_ranges_per_process(tmp_path: Path) -> None:
+    b = ExportBuilder(nvtx_text="textid")
+    b.add_domain(7, "Torch", pid=100, tid=100, start=5)
+    b.add_domain(7, "Other", pid=200, tid=201, start=5)  # same domain id, another process
+    b.add_domain(8, "Late", pid=100, tid=100, start=50)
+    b.add_domain(8, "Later", pid=100, tid=101, start=60)  # created twice: the first name counts
+    b.add_range(1_000, 9_000, "step", 100, 100, domain=7)
+    b.add_range(1_000, 9_000, "step", 200, 201, domain=7)
+    b.add_range(1_000, 9_000, "step", 100, 100, domain=8)
+    b.add_range(1_000, 9_000, "step", 100, 100)  # default domain
+    b.launch(100, 100, 2_000, 2_500, 500, "k")
+    b.launch(200, 201, 2_000, 2_600, 600, "k")
+    path = b.write(tmp_path / "e.sqlite")
+    assert_reports_match_model(path, b)
+    names = {(r["PID"], r["NVTX Range"]) for r in nsys.nvtx_kern_sum(path)}
+    assert names == {(100, "Torch:step"), (100, "Late:step"), (100, ":step"), (200, "Other:step")}
+    # range_kernels matches the text without the domain, across processes and domains
+    got = nsys.range_kernels(path, "step")
+    assert [(k["kernel"], k["instances"], k["range_instances"]) for k in got] == [("k", 2, 4)]
+
+
+def test_several_processes_reuse_correlation_ids(tmp_path: Path) -> None:
+    """Correlation ids restart in every process: each kernel must join its own process's call."""
+    b = ExportBuilder()
+    b.add_range(0, 10_000, "a", pid=1, tid=1)
+    b.add_range(20_000, 30_000, "b", pid=2, tid=2)
+    k1 = b.launch(1, 1, 1_000, 50_000, 800, "kern", device=0)   # corr 1 in pid 1, inside `a`
+    k2 = b.launch(2, 2, 21_000, 60_000, 900, "kern", device=1)  # corr 1 in pid 2, inside `b`
+    assert k1.corr == k2.corr
+    path = b.write(tmp_path / "e.sqlite")
+    assert_reports_match_model(path, b)
+    rows = nsys.nvtx_kern_sum(path)
+    assert [(r["NVTX Range"], r["PID"], r["TID"], r["Total Time (ns)"]) for r in rows] == [
+        (":a", 1, 1, 800), (":b", 2, 2, 900)]
+
+
+def test_kernels_without_runtime_record(tmp_path: Path) -> None:
+    b = basic_export()
+    b.kernels.append(Kernel(5_000, 5_300, "orphan_kernel", pid=4242, corr=None))
+    b.kernels.append(Kernel(6_000, 6_100, "orphan_kernel", pid=4242, corr=999))  # no such call
+    path = b.write(tmp_path / "e.sqlite")
+    assert_reports_match_model(path, b)
+    orphan = [r for r in nsys.nvtx_kern_sum(path) if r["Kernel Name"] == "orphan_kernel"]
+    assert [(r["NVTX Range"], r["PID"], r["TID"], r["Kern Inst"]) for r in orphan] == [(None, None, None, 2)]
+    text = nsys.format_csv(orphan, nsys.NVTX_KERN_SUM_COLUMNS)
+    assert text.splitlines()[1].startswith(",,,,0,2,")
+
+
+def test_cuda_graph_kernels_follow_their_graph_launch(tmp_path: Path) -> None:
+    b = ExportBuilder()
+    b.add_range(1_000, 5_000, "graph_step", 9, 9)
+    b.graph_launch(9, 9, 2_000, [(10_000, 300, "node_a"), (10_400, 310, "node_b"), (10_800, 305, "node_a")])
+    b.graph_launch(9, 9, 6_000, [(20_000, 299, "node_a"), (20_400, 320, "node_b"), (20_800, 301, "node_a")])
+    path = b.write(tmp_path / "e.sqlite")
+    assert_reports_match_model(path, b)
+    got = {k["kernel"]: k["instances"] for k in nsys.range_kernels(path, "graph_step")}
+    assert got == {"node_a": 2, "node_b": 1}
+
+
+def test_open_ranges_last_until_the_last_range_timestamp(tmp_path: Path) -> None:
+    b = ExportBuilder()
+    b.add_range(1_000, None, "never_popped", 3, 3)
+    b.add_range(2_000, 50_000, "other", 3, 4)
+    b.launch(3, 3, 40_000, 41_000, 111, "before_last")   # inside: call ends before 50_000
+    b.launch(3, 3, 60_000, 61_000, 222, "after_last")    # after the last range timestamp
+    path = b.write(tmp_path / "e.sqlite")
+    assert_reports_match_model(path, b)
+    assert [k["kernel"] for k in nsys.range_kernels(path, "never_popped")] == ["before_last"]
+
+
+def test_ranges_ending_on_another_thread_are_ignored(tmp_path: Path) -> None:
+    b = ExportBuilder()
+    b.add_range(1_000, 9_000, "handoff", 5, 5, kind="startend", end_tid=6)
+    b.add_range(1_000, 9_000, "kept", 5, 5, kind="startend")
+    b.launch(5, 5, 2_000, 2_100, 50, "k")
+    path = b.write(tmp_path / "e.sqlite")
+    assert_reports_match_model(path, b)
+    assert {r["NVTX Range"] for r in nsys.nvtx_kern_sum(path)} == {":kept"}
+    with pytest.raises(nsys.NsysExportError, match="end on another thread"):
+        nsys.range_kernels(path, "handoff")
+
+
+def test_nested_ranges_of_the_same_name_count_as_nsys_counts(tmp_path: Path) -> None:
+    """nsys sums durations over (range, kernel) pairs but counts distinct kernels."""
+    b = ExportBuilder()
+    b.add_range(0, 10_000, "loop", 1, 1)
+    b.add_range(1_000, 9_000, "loop", 1, 1)
+    b.launch(1, 1, 2_000, 2_000, 100, "k")
+    b.launch(1, 1, 9_200, 9_600, 300, "k", call_dur=500)  # only in the outer one
+    path = b.write(tmp_path / "e.sqlite")
+    assert_reports_match_model(path, b)
+    (row,) = nsys.nvtx_kern_sum(path)
+    assert (row["NVTX Inst"], row["Kern Inst"], row["Total Time (ns)"]) == (2, 2, 100 + 100 + 300)
+
+
+def test_without_nvtx_table(tmp_path: Path) -> None:
+    b = basic_export(with_nvtx=False)
+    path = b.write(tmp_path / "e.sqlite")
+    assert_reports_match_model(path, b)
+    assert {r["NVTX Range"] for r in nsys.nvtx_kern_sum(path)} == {None}
+    with pytest.raises(nsys.NsysExportError, match="-t nvtx"):
+        nsys.range_kernels(path, "iters")
+
+
+def test_without_runtime_table(tmp_path: Path) -> None:
+    b = basic_export(with_runtime=False)
+    path = b.write(tmp_path / "e.sqlite")
+    assert_reports_match_model(path, b)
+    assert {(r["NVTX Range"], r["PID"], r["TID"]) for r in nsys.nvtx_kern_sum(path)} == {(None, None, None)}
+
+
+def test_range_kernels_figures_and_geometry(tmp_path: Path) -> None:
+    b = basic_export()
+    path = b.write(tmp_path / "e.sqlite")
+    got = nsys.range_kernels(path, "iters")
+    assert [k["kernel"] for k in got] == ["void gemm<float, 128>(const float *, float *, int)", "reduce_kernel"]
+    for k in got:
+        mine = [x for x in b.kernels if x.name == k["kernel"] and 10_000 <= x.start - 1_000 and x.start < 90_000]
+        s = _stats([x.dur for x in mine])
+        assert (k["instances"], k["total_ns"], k["min_ns"], k["max_ns"]) == (s["n"], s["total"], s["min"], s["max"])
+        for key, ref in (("mean_ns", "avg"), ("median_ns", "med"), ("stddev_ns", "std")):
+            assert k[key] == pytest.approx(s[ref], abs=0.05 + 1e-9)
+        assert k["grid"] == ";".join(sorted({"x".join(map(str, x.grid)) for x in mine}))
+        assert k["block"] == "256x1x1" and k["registers"] == 32 and k["range_instances"] == 1
+    assert got[1]["grid"] == "64x1x1;65x1x1;66x1x1"
+    assert got[0]["short_name"] == "gemm"
+    assert set(got[0]) == set(nsys.RANGE_KERNEL_KEYS)
+    with pytest.raises(nsys.NsysExportError, match="no NVTX push/pop or start/end range named 'nope'"):
+        nsys.range_kernels(path, "nope")
+
+
+def test_text_that_is_not_utf8(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    b = ExportBuilder()
+    b.add_range(0, 10_000, b"caf\xe9 \xff range", 1, 1)
+    b.launch(1, 1, 1_000, 1_000, 10, b"kern\xc3\x28el")
+    b.launch(1, 1, 2_000, 2_000, 12, "fine_kernel")
+    path = b.write(tmp_path / "e.sqlite")
+    assert_reports_match_model(path, b)
+    rc, out, err = run_cli(capsys, "nvtx-kern-sum", path, "--format", "csv")
+    assert rc == 0 and err == ""
+    assert ":caf\ufffd \ufffd range" in out and "kern\ufffd(el" in out
+
+
+# ----------------------------------------------------------------------------------------------
+# Bad input: one sentence on stderr, exit status 2, no traceback
+
+
+def assert_one_sentence(rc: int, out: str, err: str, *fragments: str) -> None:
+    assert rc == 2
+    assert out == ""
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].endswith("."), err
+    for fragment in fragments:
+        assert fragment in lines[0], err
+
+
+@pytest.mark.parametrize("command", ["kern-sum", "nvtx-kern-sum"])
+def test_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str) -> None:
+    missing = tmp_path / "nope.sqlite"
+    assert_one_sentence(*run_cli(capsys, command, missing), str(missing), "does not exist")
+
+
+def test_not_sqlite(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "report.nsys-rep"
+    path.write_bytes(b"QDSTRM\x00\x01 not a database at all" * 10)
+    assert_one_sentence(*run_cli(capsys, "kern-sum", path), "is not an SQLite file", "nsys export --type sqlite")
+
+
+def test_empty_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "empty.sqlite"
+    path.write_bytes(b"")
+    assert_one_sentence(*run_cli(capsys, "kern-sum", path), "is empty")
+
+
+def test_sqlite_but_not_nsys(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "other.sqlite"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE customers (id INTEGER, name TEXT)")
+    conn.execute("INSERT INTO customers VALUES (1, 'x')")
+    conn.commit()
+    conn.close()
+    assert_one_sentence(*run_cli(capsys, "nvtx-kern-sum", path), "not an nsys export")
+
+
+@pytest.mark.parametrize("command", ["kern-sum", "nvtx-kern-sum"])
+def test_export_without_kernel_table(tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str) -> None:
+    b = basic_export(with_kernels=False)
+    path = b.write(tmp_path / "nokernels.sqlite")
+    assert_one_sentence(*run_cli(capsys, command, path), "CUPTI_ACTIVITY_KIND_KERNEL", "-t cuda")
+    with pytest.raises(nsys.NsysExportError, match="-t cuda"):
+        nsys.range_kernels(path, "iters")
+
+
+def test_truncated_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "truncated.sqlite"
+    data = REAL.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    assert_one_sentence(*run_cli(capsys, "kern-sum", path), "is truncated")
+    path.write_bytes(data[:60])
+    assert_one_sentence(*run_cli(capsys, "kern-sum", path), "is truncated")
+
+
+def test_corrupt_pages(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Header intact, size right, table pages overwritten: a read error becomes one sentence."""
+    path = tmp_path / "corrupt.sqlite"
+    shutil.copyfile(REAL, path)
+    conn = sqlite3.connect(path)
+    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'CUPTI_ACTIVITY_KIND_KERNEL'").fetchone()[0]
+    conn.close()
+    with open(path, "r+b") as fh:
+        fh.seek((root - 1) * page_size)
+        fh.write(b"\xa5" * page_size)
+    assert_one_sentence(*run_cli(capsys, "kern-sum", path), "could not be read", "truncated or corrupt")
+
+
+def test_a_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert_one_sentence(*run_cli(capsys, "kern-sum", tmp_path), "is not a file")
+
+
+@pytest.mark.parametrize("args, fragment", [
+    ([], "a command and an export file are required"),
+    (["frobnicate", "x.sqlite"], "unknown nsys command"),
+    (["kern-sum"], "exactly one export file"),
+    (["kern-sum", "a.sqlite", "b.sqlite"], "exactly one export file"),
+    (["kern-sum", "a.sqlite", "--format", "json"], "unknown format 'json'"),
+    (["kern-sum", "a.sqlite", "--format"], "--format needs a value"),
+    (["kern-sum", "a.sqlite", "--bogus"], "unknown option '--bogus'"),
+])
+def test_bad_arguments(capsys: pytest.CaptureFixture[str], args: list[str], fragment: str) -> None:
+    assert_one_sentence(*run_cli(capsys, *args), fragment)
+
+
+def test_open_export_is_read_only(tmp_path: Path) -> None:
+    path = basic_export().write(tmp_path / "e.sqlite")
+    before = path.read_bytes()
+    db = nsys.open_export(path)
+    with pytest.raises(sqlite3.OperationalError, match="readonly"):
+        db.execute("CREATE TABLE main.x (a)")
+    db.close()
+    nsys.kern_sum(path)
+    nsys.nvtx_kern_sum(path)
+    nsys.range_kernels(path, "iters")
+    assert path.read_bytes() == before
+
+
+def test_global_tid_packing_matches_the_real_export() -> None:
+    """The synthetic exports pack ids the way the real one does."""
+    conn = sqlite3.connect(f"file:{REAL}?mode=ro", uri=True)
+    try:
+        gtid, gpid = conn.execute("""
+            SELECT r.globalTid, k.globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL k
+            JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId LIMIT 1""").fetchone()
+    finally:
+        conn.close()
+    with open(REAL_NVTX_CSV, newline="") as fh:
+        row = next(csv.DictReader(fh))
+    assert gtid == global_tid(int(row["PID"]), int(row["TID"]))
+    assert gpid == gtid - int(row["TID"])
+
+
+def test_csv_quoting_and_nulls() -> None:
+    rows = [{"a": None, "b": 'say "hi", twice', "c": 1.0, "d": 12}]
+    text = nsys.format_csv(rows, ["a", "b", "c", "d"])
+    assert text == 'a,b,c,d\n,"say ""hi"", twice",1.0,12\n'
+    assert list(csv.reader(io.StringIO(text)))[1] == ["", 'say "hi", twice', "1.0", "12"]

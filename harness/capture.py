@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -57,16 +58,39 @@ def minimal_env() -> dict[str, str]:
     return env
 
 
+ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def _stringid_references(conn: sqlite3.Connection) -> list[tuple[str, str]]:
+    """(table, column) pairs the export's schema declares as `REFERENCES StringIds(id)`."""
+    refs = []
+    for table, sql in conn.execute("SELECT name, sql FROM sqlite_master WHERE type='table'"):
+        for line in (sql or "").splitlines():
+            m = re.match(r"\s*(\w+)\s+INTEGER.*REFERENCES StringIds\(id\)", line)
+            if m:
+                refs.append((table, m.group(1)))
+    return refs
+
+
 def scrub_export(sqlite_path: Path) -> int:
-    """Delete the captured process environment from an export and vacuum the file so the deleted
-    pages are gone too. Returns the number of rows removed."""
+    """Remove the captured processes' environment from an export, then vacuum the file so no
+    deleted page keeps it. nsys stores it twice: rows of META_DATA_CAPTURE named *ENV*, and whole
+    NUL-separated environment blocks in StringIds that no event references. The first are
+    deleted, the second blanked (ids stay valid). Returns the number of rows removed or blanked."""
     conn = sqlite3.connect(sqlite_path)
     try:
         removed = 0
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if "META_DATA_CAPTURE" in tables:
-            cur = conn.execute("DELETE FROM META_DATA_CAPTURE WHERE name LIKE '%ENV%'")
-            removed += cur.rowcount
+            removed += conn.execute("DELETE FROM META_DATA_CAPTURE WHERE name LIKE '%ENV%'").rowcount
+        if "StringIds" in tables:
+            used: set[int] = set()
+            for table, column in _stringid_references(conn):
+                used.update(r[0] for r in conn.execute(f'SELECT DISTINCT "{column}" FROM "{table}"') if r[0] is not None)
+            doomed = [i for i, v in conn.execute("SELECT id, value FROM StringIds")
+                      if isinstance(v, str) and ENV_ASSIGNMENT.match(v) and i not in used]
+            conn.executemany("UPDATE StringIds SET value = '' WHERE id = ?", [(i,) for i in doomed])
+            removed += len(doomed)
         conn.commit()
         conn.execute("VACUUM")
     finally:

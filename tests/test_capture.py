@@ -68,11 +68,17 @@ def test_scrub_removes_environment_rows_and_their_pages(tmp_path: Path) -> None:
     with sqlite3.connect(export) as conn:
         conn.execute("INSERT INTO META_DATA_CAPTURE VALUES ('PROCESS_0:ENVIRONMENT_VARIABLE_7', ?)", (f"GITHUB_TOKEN={secret}",))
         conn.execute("INSERT INTO META_DATA_CAPTURE VALUES ('PROCESS_0:ENV_COUNT', '8')")
+        conn.execute("INSERT INTO StringIds (id, value) VALUES (999999, ?)", (f"OLDPWD=/x\0GITHUB_TOKEN={secret}2\0HOME=/root",))
+        kernel_names = conn.execute("SELECT count(DISTINCT value) FROM StringIds s JOIN CUPTI_ACTIVITY_KIND_KERNEL k ON k.demangledName = s.id").fetchone()[0]
         rows_before = conn.execute("SELECT count(*) FROM META_DATA_CAPTURE").fetchone()[0]
     assert secret.encode() in export.read_bytes()
     removed = capture.scrub_export(export)
-    assert removed == 2
-    assert secret.encode() not in export.read_bytes()  # vacuumed: not even in free pages
+    assert removed >= 3
+    data = export.read_bytes()
+    assert secret.encode() not in data  # vacuumed: not even in free pages
+    assert b"HOME=/root" not in data and b"PATH=/" not in data  # nor any real environment block
     with sqlite3.connect(export) as conn:
         assert conn.execute("SELECT count(*) FROM META_DATA_CAPTURE").fetchone()[0] == rows_before - 2
         assert conn.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0] > 0
+        kept = conn.execute("SELECT count(DISTINCT value) FROM StringIds s JOIN CUPTI_ACTIVITY_KIND_KERNEL k ON k.demangledName = s.id").fetchone()[0]
+        assert kept == kernel_names and kept > 0  # kernel names untouched

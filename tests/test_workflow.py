@@ -33,7 +33,7 @@ def job_counts(output: str) -> dict[str, int]:
 
 def test_dry_run_lists_every_job() -> None:
     cfg = config.load()
-    proc = run_snakemake("-n", "report")
+    proc = run_snakemake("-n", "--forceall", "report")
     assert proc.returncode == 0, proc.stderr
     counts = job_counts(proc.stdout)
     n_jobs = len(list(config.jobs(cfg)))
@@ -50,13 +50,13 @@ def test_dry_run_lists_every_job() -> None:
 
 def test_sweep_and_shape_targets() -> None:
     cfg = config.load()
-    proc = run_snakemake("-n", "sweep_layernorm")
+    proc = run_snakemake("-n", "--forceall", "sweep_layernorm")
     assert proc.returncode == 0, proc.stderr
     counts = job_counts(proc.stdout)
     assert counts["capture"] == len(config.shapes(cfg, "layernorm")) * len(cfg["implementations"])
     assert "span" not in counts  # the sweep is kernel time only
     shape = cfg["operations"]["layernorm"]["default"]
-    proc = run_snakemake("-n", f"artifacts/{cfg['namespace']}/tables/shape/layernorm/{shape}.csv")
+    proc = run_snakemake("-n", "--forceall", f"artifacts/{cfg['namespace']}/tables/shape/layernorm/{shape}.csv")
     assert proc.returncode == 0, proc.stderr
     counts = job_counts(proc.stdout)
     assert counts["capture"] == len(cfg["implementations"]) and counts["span"] == 1

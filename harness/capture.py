@@ -74,15 +74,19 @@ def _stringid_references(conn: sqlite3.Connection) -> list[tuple[str, str]]:
 
 def scrub_export(sqlite_path: Path) -> int:
     """Remove the captured processes' environment from an export, then vacuum the file so no
-    deleted page keeps it. nsys stores it twice: rows of META_DATA_CAPTURE named *ENV*, and whole
-    NUL-separated environment blocks in StringIds that no event references. The first are
-    deleted, the second blanked (ids stay valid). Returns the number of rows removed or blanked."""
+    deleted page keeps it. nsys stores it in three places: rows of META_DATA_CAPTURE named *ENV*
+    (deleted), the 'DeviceEnvironment' row of TARGET_INFO_SYSTEM_ENV (blanked), and whole
+    NUL-separated environment blocks in StringIds that no event references (blanked; ids stay
+    valid). Returns the number of rows removed or blanked."""
     conn = sqlite3.connect(sqlite_path)
     try:
         removed = 0
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if "META_DATA_CAPTURE" in tables:
             removed += conn.execute("DELETE FROM META_DATA_CAPTURE WHERE name LIKE '%ENV%'").rowcount
+        if "TARGET_INFO_SYSTEM_ENV" in tables:  # 'DeviceEnvironment': the launch environment, ';'-joined
+            removed += conn.execute("UPDATE TARGET_INFO_SYSTEM_ENV SET value = '' "
+                                    "WHERE name LIKE '%Environment%' AND value != ''").rowcount
         if "StringIds" in tables:
             used: set[int] = set()
             for table, column in _stringid_references(conn):

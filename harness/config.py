@@ -6,6 +6,7 @@ offending key, so a bad key or value stops a run before any work starts.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -102,9 +103,12 @@ def load(path: str | Path = ROOT / "config.yaml") -> dict[str, Any]:
     """Read and validate a config file."""
     try:
         with open(path) as fh:
-            raw = yaml.safe_load(fh)
+            # JSON is read as JSON: YAML 1.1 reads JSON's 1e-05 as a string
+            raw = json.load(fh) if str(path).endswith(".json") else yaml.safe_load(fh)
     except FileNotFoundError:
         raise ConfigError(f"config: no configuration file at {path}.") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"config: {path} is not valid JSON ({exc.msg} at line {exc.lineno}).") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"config: {path} is not valid YAML ({str(exc).splitlines()[0]}).") from None
     if not isinstance(raw, Mapping):

@@ -16,7 +16,8 @@ def run_step(log_path: str | Path | None, step: Callable[[], Any]) -> Any:
     log = Path(log_path) if log_path else None
     if log:
         log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "w") if log else contextlib.nullcontext(sys.stderr) as fh:
+        log.write_text("")  # a fresh log per run; every writer below appends to it
+    with open(log, "a") if log else contextlib.nullcontext(sys.stderr) as fh:
         with contextlib.redirect_stdout(fh):
             try:
                 return step()

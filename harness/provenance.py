@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -24,13 +25,26 @@ def config_hash(cfg: dict[str, Any]) -> str:
 
 
 def git_state() -> dict[str, Any]:
-    def git(*args: str) -> str:
-        out = subprocess.run(["git", *args], capture_output=True, text=True, cwd=ROOT, timeout=30)
-        return out.stdout.strip() if out.returncode == 0 else ""
+    """The commit the run used and whether tracked files differed from it. From git where the
+    checkout has it; else from EVIDENCE_GIT_COMMIT / EVIDENCE_GIT_DIRTY, set by whoever copied the
+    tree to a machine without .git (the H200 run does); else unknown."""
+
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(["git", *args], capture_output=True, text=True, cwd=ROOT, timeout=30)
+        except OSError:
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
 
     commit = git("rev-parse", "HEAD")
-    status = git("status", "--porcelain", "--untracked-files=no")
-    return {"commit": commit or "unknown (not a git checkout)", "dirty": bool(status)}
+    if commit:
+        return {"commit": commit, "dirty": bool(git("status", "--porcelain", "--untracked-files=no")), "source": "git"}
+    env_commit = os.environ.get("EVIDENCE_GIT_COMMIT")
+    if env_commit:
+        dirty = os.environ.get("EVIDENCE_GIT_DIRTY")
+        return {"commit": env_commit, "dirty": None if dirty is None else dirty not in ("0", "false", ""),
+                "source": "EVIDENCE_GIT_COMMIT"}
+    return {"commit": "unknown", "dirty": None, "source": "none (no git checkout, EVIDENCE_GIT_COMMIT unset)"}
 
 
 def versions() -> dict[str, str]:

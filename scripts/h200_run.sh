@@ -18,6 +18,14 @@ rc=${PIPESTATUS[0]}
 t2=$(date +%s)
 echo "gpu tests: $((t1 - t0)) s; snakemake: $((t2 - t1)) s; snakemake rc=$rc" | tee -a "$OUT/snakemake.txt"
 ns=$(python3 -c "from harness import config; print(config.load()['namespace'])")
-tar czf "$OUT/evidence.tgz" --exclude='*.nsys-rep' "artifacts/$ns" "report/$ns" 2>/dev/null
+# nsys stats' own figures for every capture, to test the reader against
+mkdir -p /tmp/stats
+for f in artifacts/"$ns"/capture/*/*/*.sqlite; do
+  [ -f "$f" ] || continue
+  tag=$(echo "${f#artifacts/$ns/capture/}" | sed 's#/#-#g; s#\.sqlite$##')
+  nsys stats -r cuda_gpu_kern_sum,nvtx_kern_sum --format csv --force-export false -o "/tmp/stats/$tag" "$f" >/dev/null 2>&1 \
+    || echo "nsys stats failed on $f"
+done
+tar czf "$OUT/evidence.tgz" --exclude='*.nsys-rep' "artifacts/$ns" "report/$ns" -C /tmp stats 2>/dev/null
 ls -la "$OUT"
 exit "$rc"

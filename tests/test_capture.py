@@ -69,11 +69,13 @@ def test_scrub_removes_environment_rows_and_their_pages(tmp_path: Path) -> None:
         conn.execute("INSERT INTO META_DATA_CAPTURE VALUES ('PROCESS_0:ENVIRONMENT_VARIABLE_7', ?)", (f"GITHUB_TOKEN={secret}",))
         conn.execute("INSERT INTO META_DATA_CAPTURE VALUES ('PROCESS_0:ENV_COUNT', '8')")
         conn.execute("INSERT INTO StringIds (id, value) VALUES (999999, ?)", (f"OLDPWD=/x\0GITHUB_TOKEN={secret}2\0HOME=/root",))
+        conn.execute("UPDATE TARGET_INFO_SYSTEM_ENV SET value = ? WHERE name = 'DeviceEnvironment'",
+                     (f"LANG=C.UTF-8;GITHUB_TOKEN={secret}3;HOME=/root",))
         kernel_names = conn.execute("SELECT count(DISTINCT value) FROM StringIds s JOIN CUPTI_ACTIVITY_KIND_KERNEL k ON k.demangledName = s.id").fetchone()[0]
         rows_before = conn.execute("SELECT count(*) FROM META_DATA_CAPTURE").fetchone()[0]
     assert secret.encode() in export.read_bytes()
     removed = capture.scrub_export(export)
-    assert removed >= 3
+    assert removed >= 4
     data = export.read_bytes()
     assert secret.encode() not in data  # vacuumed: not even in free pages
     assert b"HOME=/root" not in data and b"PATH=/" not in data  # nor any real environment block

@@ -86,3 +86,13 @@ def test_jobs_cover_every_shape_and_implementation(raw: dict) -> None:
     n_shapes = len(dict.fromkeys([spec["default"], *spec["sweep"]]))
     assert len(jobs) == n_shapes * len(cfg["implementations"])
     assert len(set(jobs)) == len(jobs)
+
+
+def test_resolved_config_round_trips_through_json(tmp_path, raw: dict) -> None:
+    """The capture target reads the job's resolved config back from JSON; small floats survive."""
+    import json
+
+    cfg = config.validate(raw)
+    path = tmp_path / "resolved.json"
+    path.write_text(json.dumps(cfg))
+    assert config.load(path) == cfg

@@ -1,0 +1,31 @@
+"""Provenance: the commit comes from git, or from EVIDENCE_GIT_COMMIT where the tree has no .git."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from harness import provenance
+
+
+def test_git_checkout_gives_its_commit() -> None:
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=provenance.ROOT)
+    if head.returncode != 0:
+        pytest.skip("not a git checkout")
+    state = provenance.git_state()
+    assert state["commit"] == head.stdout.strip() and state["source"] == "git"
+
+
+def test_without_git_the_environment_names_the_commit(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_git(*args, **kwargs):  # type: ignore[no-untyped-def]
+        return subprocess.CompletedProcess(args, 128, "", "fatal: not a git repository")
+
+    monkeypatch.setattr(provenance.subprocess, "run", no_git)
+    monkeypatch.delenv("EVIDENCE_GIT_COMMIT", raising=False)
+    assert provenance.git_state()["commit"] == "unknown"
+    monkeypatch.setenv("EVIDENCE_GIT_COMMIT", "0123abc")
+    monkeypatch.setenv("EVIDENCE_GIT_DIRTY", "0")
+    assert provenance.git_state() == {"commit": "0123abc", "dirty": False, "source": "EVIDENCE_GIT_COMMIT"}
+    monkeypatch.setenv("EVIDENCE_GIT_DIRTY", "1")
+    assert provenance.git_state()["dirty"] is True

@@ -14,7 +14,7 @@ Rules taken from nsys's own report scripts (and checked against a real export an
 
 * a kernel's duration is `end - start` of its CUPTI_ACTIVITY_KIND_KERNEL row; kernels are named by
   their demangled name (StringIds);
-* Avg, Med and StdDev are rounded with SQLite's round(x, 1); StdDev is the sample standard
+* Avg, Med and StdDev are rounded with Python's round(x, 1) (not SQLite's, which differs at ties); StdDev is the sample standard
   deviation (0.0 for a single instance); Time (%) is round(100 * total / sum of totals, 1);
 * cuda_gpu_kern_sum is sorted by Total Time descending, then Instances, then Name;
 * a kernel belongs to every NVTX push/pop or start/end range that is open, on the thread that made
@@ -155,6 +155,13 @@ def _reading(label: str) -> Iterator[None]:
         raise NsysExportError(f"{label} could not be read ({msg}); the file may be truncated or corrupt.") from None
 
 
+def _nsys_round(value: float | None, digits: int) -> float | None:
+    """Round as nsys prints: Python's round() of the binary value (7653.45 -> 7653.4), not
+    SQLite's round(), which rounds the decimal text half away from zero (7653.45 -> 7653.5).
+    Seen on the H200: two of 24 pipeline captures differed from `nsys stats` with SQLite's."""
+    return None if value is None else round(float(value), int(digits))
+
+
 def open_export(path: str | Path) -> sqlite_utils.Database:
     """Validate an nsys SQLite export and open it read-only.
 
@@ -171,6 +178,7 @@ def open_export(path: str | Path) -> sqlite_utils.Database:
     except sqlite3.Error as exc:
         raise NsysExportError(f"{label} cannot be opened as SQLite ({str(exc).rstrip('.')}).") from None
     conn.text_factory = _decode_text
+    conn.create_function("nsys_round", 2, _nsys_round, deterministic=True)
     try:
         with _reading(label):
             names = {r[0] for r in conn.execute(
@@ -523,14 +531,14 @@ def kern_sum(path: str | Path) -> list[dict[str, Any]]:
         summary = _summarize(ex, ex.kernels_sql(), ["name_id"])
         return ex.query(f"""
             SELECT
-                round(s.total * 100.0 / (SELECT sum(total) FROM {summary}), 1) AS "Time (%)",
+                nsys_round(s.total * 100.0 / (SELECT sum(total) FROM {summary}), 1) AS "Time (%)",
                 s.total AS "Total Time (ns)",
                 s.n AS "Instances",
-                round(s.mean, 1) AS "Avg (ns)",
-                round(s.med, 1) AS "Med (ns)",
+                nsys_round(s.mean, 1) AS "Avg (ns)",
+                nsys_round(s.med, 1) AS "Med (ns)",
                 s.min AS "Min (ns)",
                 s.max AS "Max (ns)",
-                round(s.stddev, 1) AS "StdDev (ns)",
+                nsys_round(s.stddev, 1) AS "StdDev (ns)",
                 name.value AS "Name"
             FROM {summary} AS s
             LEFT JOIN main.StringIds AS name ON name.id = s.name_id
@@ -564,11 +572,11 @@ def nvtx_kern_sum(path: str | Path) -> list[dict[str, Any]]:
                 s.nvtx_inst AS "NVTX Inst",
                 s.kern_inst AS "Kern Inst",
                 s.total AS "Total Time (ns)",
-                round(s.mean, 1) AS "Avg (ns)",
-                round(s.med, 1) AS "Med (ns)",
+                nsys_round(s.mean, 1) AS "Avg (ns)",
+                nsys_round(s.med, 1) AS "Med (ns)",
                 s.min AS "Min (ns)",
                 s.max AS "Max (ns)",
-                round(s.stddev, 1) AS "StdDev (ns)",
+                nsys_round(s.stddev, 1) AS "StdDev (ns)",
                 name.value AS "Kernel Name"
             FROM {summary} AS s
             LEFT JOIN temp.nsys_range_names AS rn ON rn.key = s.range_key
@@ -611,11 +619,11 @@ def range_kernels(path: str | Path, range_name: str) -> list[dict[str, Any]]:
                 short.value AS short_name,
                 s.kern_inst AS instances,
                 s.total AS total_ns,
-                round(s.mean, 1) AS mean_ns,
-                round(s.med, 1) AS median_ns,
+                nsys_round(s.mean, 1) AS mean_ns,
+                nsys_round(s.med, 1) AS median_ns,
                 s.min AS min_ns,
                 s.max AS max_ns,
-                round(s.stddev, 1) AS stddev_ns,
+                nsys_round(s.stddev, 1) AS stddev_ns,
                 s.grid AS grid,
                 s.block AS block,
                 s.registers AS registers,

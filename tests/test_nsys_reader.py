@@ -630,3 +630,31 @@ def test_csv_quoting_and_nulls() -> None:
     text = nsys.format_csv(rows, ["a", "b", "c", "d"])
     assert text == 'a,b,c,d\n,"say ""hi"", twice",1.0,12\n'
     assert list(csv.reader(io.StringIO(text)))[1] == ["", 'say "hi", twice', "1.0", "12"]
+
+
+# Every real export in tests/fixtures/nsys/ with what `nsys stats` printed for it beside it: the
+# shared fixture and captures the pipeline itself made on the H200 (nsys 2025.3; two of them have
+# averages at exact .x5 ties, where SQLite's round() and nsys's disagree).
+REAL_EXPORTS = sorted(p for p in FIXTURES.glob("*.sqlite") if p.with_suffix(".cuda_gpu_kern_sum.csv").exists())
+
+
+@pytest.mark.parametrize("export", REAL_EXPORTS, ids=lambda p: p.stem)
+@pytest.mark.parametrize(("command", "report"), [("kern-sum", "cuda_gpu_kern_sum"), ("nvtx-kern-sum", "nvtx_kern_sum")])
+def test_every_real_export_matches_nsys_stats(export: Path, command: str, report: str, capsys: pytest.CaptureFixture[str]) -> None:
+    expected = export.with_suffix(f".{report}.csv").read_text()
+    rc, out, err = run_cli(capsys, command, export, "--format", "csv")
+    assert (rc, err) == (0, "")
+    assert out == expected
+
+
+@pytest.mark.parametrize("export", [p for p in REAL_EXPORTS if "pipeline" in p.name], ids=lambda p: p.stem)
+def test_pipeline_range_kernels_are_the_capture_row_of_nsys_stats(export: Path) -> None:
+    import csv
+
+    rows = [r for r in csv.DictReader(export.with_suffix(".nvtx_kern_sum.csv").open()) if r["NVTX Range"] == ":capture"]
+    got = nsys.range_kernels(export, "capture")
+    assert len(got) == len(rows) == 1
+    assert got[0]["kernel"] == rows[0]["Kernel Name"]
+    assert got[0]["instances"] == int(rows[0]["Kern Inst"]) == 100
+    assert got[0]["total_ns"] == int(rows[0]["Total Time (ns)"])
+    assert got[0]["median_ns"] == float(rows[0]["Med (ns)"])

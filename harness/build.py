@@ -2,7 +2,7 @@
 need, without a GPU, and describe each compiled kernel function by its resource report and static
 instruction counts (see harness/census.py: counts are of instructions in the code, not executed).
 
-CUDA: kernels/layernorm.cu through NVRTC (the compiler CuPy uses at run time, same options) or,
+CUDA: a kernels/*.cu file through NVRTC (the compiler CuPy uses at run time, same options) or,
 where libnvrtc is missing, `nvcc -ptx` + `ptxas -v`; PTX, cubin, ptxas log; SASS by cuobjdump.
 Triton: `triton.compile` of an `ASTSource` with the signature, constexprs and alignment
 specialization the JIT uses at run time, for `GPUTarget('cuda', <cc>, 32)`; its PTX, cubin and
@@ -22,8 +22,7 @@ from typing import Any
 
 from harness import census, cuda_module
 from harness.errors import EvidenceError, ToolMissing
-from harness.layernorm_kernels import (CUDA_SOURCE, TRITON_SOURCE, CudaVariant, TritonVariant,
-                                       VariantShapes, variants_for)
+from harness.kernel_specs import CudaSpec, TritonSpec, VariantShapes
 
 CENSUS_COLUMNS: tuple[str, ...] = (
     "op", "impl", "kernel", "specialization", "shapes", "arch", "symbol", "block",
@@ -37,8 +36,19 @@ CENSUS_COLUMNS: tuple[str, ...] = (
 )
 """Keys of every census row, in order (the same for every op and implementation)."""
 
-OPS = ("layernorm",)
 IMPLS = ("cuda", "triton")
+
+
+def kernels_module(op: str) -> Any:
+    """The module that describes an operation's kernels (harness/<op>_kernels.py)."""
+    import importlib
+
+    from harness import ops
+
+    try:
+        return importlib.import_module(ops.get(op).kernels)
+    except EvidenceError:
+        raise EvidenceError(f"The census knows operation(s) {', '.join(ops.KNOWN)}, not {op!r}.") from None
 
 
 def build_census(op: str, impl: str, shapes: Sequence[Sequence[int]], arch: str = "sm_90",
@@ -51,8 +61,7 @@ def build_census(op: str, impl: str, shapes: Sequence[Sequence[int]], arch: str 
     the one CuPy uses at run time. Raises ToolMissing (one sentence) if no compiler or
     disassembler is available.
     """
-    if op not in OPS:
-        raise EvidenceError(f"The census knows operation(s) {', '.join(OPS)}, not {op!r}.")
+    module = kernels_module(op)
     if impl not in IMPLS:
         raise EvidenceError(f"The census builds our implementations {', '.join(IMPLS)}, "
                             f"not {impl!r}.")
@@ -61,7 +70,7 @@ def build_census(op: str, impl: str, shapes: Sequence[Sequence[int]], arch: str 
     if outdir is not None:
         outdir = Path(outdir)
         outdir.mkdir(parents=True, exist_ok=True)
-    plan = variants_for(impl, shapes)
+    plan = module.variants_for(impl, shapes)
     rows: list[dict[str, Any]] = []
     for item in plan:
         if impl == "cuda":
@@ -133,9 +142,8 @@ def _pick(table: dict[str, Any], symbol: str, what: str) -> Any:
 def _cuda_rows(op: str, item: VariantShapes, arch: str, outdir: Path | None,
                compiler: str) -> list[dict[str, Any]]:
     """Compile one CUDA specialization as CuPy would (one name expression) and census it."""
-    v = item.variant
-    assert isinstance(v, CudaVariant)
-    build = cuda_module.compile_offline(CUDA_SOURCE, [v.kernel], arch=arch, compiler=compiler)
+    v: CudaSpec = item.variant
+    build = cuda_module.compile_offline(v.source, [v.kernel], arch=arch, compiler=compiler)
     symbol = build.lowered[v.kernel]
     sass_text = cuda_module.disassemble(build.cubin)
     res_text = cuda_module.resource_usage(build.cubin)
@@ -149,22 +157,12 @@ def _cuda_rows(op: str, item: VariantShapes, arch: str, outdir: Path | None,
         res=_pick(census.parse_res_usage(res_text), symbol, "cubin resource table"),
         ptx=_pick(census.parse_ptx(build.ptx), symbol, "PTX"),
         sass=_pick(census.parse_sass(sass_text), symbol, "SASS"),
-        dynamic_smem=0, source_sha256=cuda_module.source_sha256(CUDA_SOURCE),
+        dynamic_smem=v.dynamic_smem, source_sha256=cuda_module.source_sha256(v.source),
         compiler=build.compiler, options=" ".join(build.options))
     return [row]
 
 
 # ----------------------------------------------------------------------------- Triton
-
-
-TRITON_SIGNATURE: dict[str, str] = {
-    "X": "*fp32", "W": "*fp32", "B": "*fp32", "Y": "*fp32", "eps": "fp32",
-    "N": "constexpr", "BLOCK_N": "constexpr",
-}
-"""The signature the JIT derives for `layernorm_fwd(x, w, b, out, float(eps), N=, BLOCK_N=)`."""
-
-TRITON_ALIGNED_ARGS: tuple[int, ...] = (0, 1, 2, 3)
-"""Arguments the JIT specializes as 16-byte aligned (torch allocations; the launcher checks)."""
 
 
 def triton_target(arch: str) -> tuple[str, int, int]:
@@ -196,7 +194,7 @@ def triton_ptxas(capability: int) -> Path | None:
         return cuda_module.find_tool("ptxas")
 
 
-def compile_triton(v: TritonVariant, arch: str) -> tuple[Any, str]:
+def compile_triton(v: TritonSpec, arch: str) -> tuple[Any, str]:
     """Compile one Triton specialization offline; return (compiled kernel, ptxas log).
 
     The log is the one Triton's own ptxas run printed (`dump_ptxas_log`, with the cache bypassed
@@ -205,11 +203,8 @@ def compile_triton(v: TritonVariant, arch: str) -> tuple[Any, str]:
     triton, ASTSource, GPUTarget = _triton_modules()
     from triton import knobs
 
-    from kernels.layernorm_triton import layernorm_fwd
-
-    source = ASTSource(fn=layernorm_fwd, signature=dict(TRITON_SIGNATURE),
-                       constexprs={"N": v.n, "BLOCK_N": v.block_n},
-                       attrs={(i,): [["tt.divisibility", 16]] for i in TRITON_ALIGNED_ARGS})
+    source = ASTSource(fn=v.jit_function(), signature=v.signature(), constexprs=v.constexprs(),
+                       attrs={(i,): [["tt.divisibility", 16]] for i in v.aligned_args()})
     target = GPUTarget(*triton_target(arch))
     printed = io.StringIO()
     with knobs.compilation.scope(), knobs.nvidia.scope(), warnings.catch_warnings():
@@ -217,7 +212,7 @@ def compile_triton(v: TritonVariant, arch: str) -> tuple[Any, str]:
         knobs.compilation.always_compile = True
         knobs.nvidia.dump_ptxas_log = True
         with contextlib.redirect_stdout(printed):
-            kernel = triton.compile(source, target=target, options={"num_warps": v.num_warps})
+            kernel = triton.compile(source, target=target, options=v.compile_options())
     log = printed.getvalue()
     if "registers" not in log:
         log = _rerun_ptxas(kernel.asm["ptx"], target.arch)
@@ -241,8 +236,7 @@ def _rerun_ptxas(ptx: str, capability: int) -> str:
 def _triton_rows(op: str, item: VariantShapes, arch: str,
                  outdir: Path | None) -> list[dict[str, Any]]:
     """Compile one Triton specialization and census it."""
-    v = item.variant
-    assert isinstance(v, TritonVariant)
+    v: TritonSpec = item.variant
     triton, _, _ = _triton_modules()
     kernel, log = compile_triton(v, arch)
     symbol = kernel.metadata.name
@@ -264,7 +258,7 @@ def _triton_rows(op: str, item: VariantShapes, arch: str,
         ptx=_pick(census.parse_ptx(ptx), symbol, "PTX"),
         sass=_pick(census.parse_sass(sass_text), symbol, "SASS"),
         dynamic_smem=int(kernel.metadata.shared),
-        source_sha256=cuda_module.source_sha256(TRITON_SOURCE),
+        source_sha256=cuda_module.source_sha256(v.source),
         compiler=f"triton {triton.__version__} / ptxas {ptxas_version}",
         options=f"num_warps={v.num_warps} num_stages={kernel.metadata.num_stages} "
                 f"target=cuda:{triton_target(arch)[1]}")

@@ -22,6 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import EvidenceError
+from harness.kernel_specs import VariantShapes, group_by_variant
+
+__all__ = ["VariantShapes", "cuda_variant", "triton_variant", "variants_for", "launch_cuda", "launch_triton"]
 
 CUDA_SOURCE = "layernorm.cu"
 """Kernel source under kernels/ for the CUDA implementation."""
@@ -51,6 +54,9 @@ class CudaVariant:
     """Threads per block (one block per row)."""
     slots: int
     """Vectors each thread holds in registers."""
+
+    source: str = CUDA_SOURCE
+    dynamic_smem: int = 0
 
     @property
     def kernel(self) -> str:
@@ -82,6 +88,29 @@ class TritonVariant:
     def specialization(self) -> str:
         """Short description for tables, e.g. 'N=768 BLOCK_N=1024 num_warps=4'."""
         return f"N={self.n} BLOCK_N={self.block_n} num_warps={self.num_warps}"
+
+    # The TritonSpec interface (harness.kernel_specs) the offline build compiles from.
+    source: str = TRITON_SOURCE
+
+    def jit_function(self) -> Any:
+        from kernels.layernorm_triton import layernorm_fwd
+
+        return layernorm_fwd
+
+    def signature(self) -> dict[str, str]:
+        """The signature the JIT derives for `layernorm_fwd(x, w, b, out, float(eps), N=, BLOCK_N=)`."""
+        return {"X": "*fp32", "W": "*fp32", "B": "*fp32", "Y": "*fp32", "eps": "fp32",
+                "N": "constexpr", "BLOCK_N": "constexpr"}
+
+    def constexprs(self) -> dict[str, Any]:
+        return {"N": self.n, "BLOCK_N": self.block_n}
+
+    def aligned_args(self) -> tuple[int, ...]:
+        """Arguments the JIT specializes as 16-byte aligned (torch allocations; the launcher checks)."""
+        return (0, 1, 2, 3)
+
+    def compile_options(self) -> dict[str, Any]:
+        return {"num_warps": self.num_warps}
 
 
 Variant = CudaVariant | TritonVariant
@@ -120,19 +149,6 @@ def variant(impl: str, n: int) -> Variant:
     raise EvidenceError(f"Layer-norm implementation {impl!r} is not ours; ours are cuda, triton.")
 
 
-@dataclass(frozen=True)
-class VariantShapes:
-    """A compiled specialization and the shapes (rows, n) it serves."""
-
-    variant: Variant
-    shapes: tuple[tuple[int, int], ...]
-
-    @property
-    def shapes_text(self) -> str:
-        """The shapes ';'-joined as 'RxN', e.g. '4096x768;8192x768'."""
-        return ";".join(f"{r}x{n}" for r, n in self.shapes)
-
-
 def rows_and_width(shape: Sequence[int]) -> tuple[int, int]:
     """(rows, n) of a shape whose last dimension is normalised: (4096, 768) -> (4096, 768)."""
     if len(shape) < 1:
@@ -142,13 +158,7 @@ def rows_and_width(shape: Sequence[int]) -> tuple[int, int]:
 
 def variants_for(impl: str, shapes: Iterable[Sequence[int]]) -> list[VariantShapes]:
     """Each distinct specialization the shapes need, in order of first use, with its shapes."""
-    found: dict[Variant, list[tuple[int, int]]] = {}
-    for shape in shapes:
-        rows, n = rows_and_width(shape)
-        served = found.setdefault(variant(impl, n), [])
-        if (rows, n) not in served:
-            served.append((rows, n))
-    return [VariantShapes(v, tuple(s)) for v, s in found.items()]
+    return group_by_variant((rows_and_width(s) for s in shapes), lambda rn: variant(impl, rn[1]))
 
 
 # ----------------------------------------------------------------------------- launchers

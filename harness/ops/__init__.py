@@ -36,6 +36,8 @@ class Operation:
     flops: Callable[[tuple[int, ...]], int]
     sources: Mapping[str, list[str]] = field(default_factory=dict)
     """impl -> kernel source files under kernels/ (for source hashes)."""
+    kernels: str = ""
+    """Module describing our kernels' specializations (variants_for), e.g. 'harness.layernorm_kernels'."""
 
 
 KNOWN = ("layernorm",)

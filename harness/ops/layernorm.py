@@ -76,4 +76,5 @@ OP = Operation(
     bytes_moved=_bytes,
     flops=_flops,
     sources={"cuda": ["layernorm.cu"], "triton": ["layernorm_triton.py"], "torch": []},
+    kernels="harness.layernorm_kernels",
 )

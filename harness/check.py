@@ -12,7 +12,6 @@ import zlib
 from typing import Any
 
 from harness import ops
-from harness.config import parse_shape
 from harness.errors import CheckFailed
 from harness.gpu import require_gpu
 
@@ -27,10 +26,9 @@ def run_check(op_name: str, shape: str, impl: str, params: dict[str, Any], seed:
     import torch
 
     op = ops.get(op_name)
-    dims = parse_shape(shape)
     launch = ops.launcher(op, impl)
-    inputs = op.make_inputs(dims, check_seed(seed, op_name, shape, impl))
-    out = op.make_output(inputs, dims)
+    inputs = op.make_inputs(shape, check_seed(seed, op_name, shape, impl), params)
+    out = op.make_output(inputs, shape)
     out.fill_(float("nan"))
     result = launch(inputs, out, params)
     torch.cuda.synchronize()

@@ -19,8 +19,8 @@ from harness.errors import ConfigError
 
 SCHEMA_PATH = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 
-# Largest tensor a shape may describe (bytes of one FP32 operand); larger is a typo, not a shape.
-MAX_TENSOR_BYTES = 16 * 2**30
+# Most bytes one call of an operation may move; more is a typo, not a shape.
+MAX_CALL_BYTES = 64 * 2**30
 
 
 def _schema() -> dict[str, Any]:
@@ -87,16 +87,22 @@ def validate(raw: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _semantic_checks(cfg: dict[str, Any]) -> None:
-    for op, spec in cfg["operations"].items():
+    from harness import ops
+
+    for op_name, spec in cfg["operations"].items():
+        op = ops.get(op_name)
         for shape in [spec["default"], *spec["sweep"]]:
-            dims = parse_shape(shape)
-            elems = 1
-            for d in dims:
-                elems *= d
-            if elems * 4 > MAX_TENSOR_BYTES:
+            try:
+                op.validate_shape(shape)
+            except ConfigError:
+                raise
+            except Exception as exc:  # the op's own one-sentence reason
+                raise ConfigError(f"config: shape {shape!r} of operation '{op_name}': {exc}") from None
+            moved = op.bytes_moved(shape)
+            if moved > MAX_CALL_BYTES:
                 raise ConfigError(
-                    f"config: shape {shape!r} of operation '{op}' describes a "
-                    f"{elems * 4 / 2**30:.1f} GiB tensor, over the {MAX_TENSOR_BYTES // 2**30} GiB limit.")
+                    f"config: shape {shape!r} of operation '{op_name}' moves {moved / 2**30:.1f} GiB "
+                    f"per call, over the {MAX_CALL_BYTES // 2**30} GiB limit.")
 
 
 def load(path: str | Path = ROOT / "config.yaml") -> dict[str, Any]:
@@ -117,14 +123,19 @@ def load(path: str | Path = ROOT / "config.yaml") -> dict[str, Any]:
 
 
 def parse_shape(shape: str) -> tuple[int, ...]:
-    """'4096x768' -> (4096, 768)."""
+    """'4096x768' -> (4096, 768); a tag after '-' is not a dimension ('64x8x2-powerlaw' -> (64, 8, 2))."""
     try:
-        dims = tuple(int(d) for d in shape.split("x"))
+        dims = tuple(int(d) for d in shape.split("-", 1)[0].split("x"))
     except ValueError:
         raise ConfigError(f"config: shape {shape!r} is not of the form AxB.") from None
     if not dims or any(d <= 0 for d in dims):
         raise ConfigError(f"config: shape {shape!r} has a dimension that is not positive.")
     return dims
+
+
+def shape_tag(shape: str) -> str | None:
+    """The tag after '-' in a shape ('65536x1048576x64-powerlaw' -> 'powerlaw'), or None."""
+    return shape.split("-", 1)[1] if "-" in shape else None
 
 
 def shapes(cfg: Mapping[str, Any], op: str) -> list[str]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from harness import config, ops
+from harness import ops
 from harness.gpu import require_gpu
 
 
@@ -29,9 +29,8 @@ def measure(cfg: dict[str, Any], op_name: str, shape: str, impls: list[str]) -> 
     import torch
 
     sp = cfg["span"]
-    dims = config.parse_shape(shape)
     params = cfg["operations"][op_name]
-    calls = {impl: ops.bind(op_name, impl, dims, params, cfg["seed"]) for impl in impls}
+    calls = {impl: ops.bind(op_name, impl, shape, params, cfg["seed"]) for impl in impls}
     for call in calls.values():
         for _ in range(sp["warmup"]):
             call()

@@ -19,7 +19,7 @@ def run(cfg: dict, op_name: str, shape: str, impl: str) -> None:
     import torch
 
     cap = cfg["capture"]
-    call = ops.bind(op_name, impl, config.parse_shape(shape), cfg["operations"][op_name], cfg["seed"])
+    call = ops.bind(op_name, impl, shape, cfg["operations"][op_name], cfg["seed"])
     for _ in range(cap["warmup"]):
         call()
     torch.cuda.synchronize()

@@ -405,7 +405,7 @@ def test_build_census_refuses_unknown_op_and_impl() -> None:
     from harness.build import build_census
 
     with pytest.raises(EvidenceError, match="operation"):
-        build_census("softmax", "cuda", [(8, 8)])
+        build_census("nonsense", "cuda", [(8, 8)])
     with pytest.raises(EvidenceError, match="implementations"):
         build_census("layernorm", "torch", [(8, 8)])
 

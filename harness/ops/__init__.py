@@ -24,23 +24,27 @@ Launch = Callable[[Tensors, Any, Params], Any]
 class Operation:
     name: str
     description: str
-    make_inputs: Callable[[tuple[int, ...], int], Tensors]
-    """(shape, seed) -> fresh random inputs on the GPU, never zeros."""
-    make_output: Callable[[Tensors, tuple[int, ...]], Any]
+    make_inputs: Callable[[str, int, Params], Tensors]
+    """(shape, seed, params) -> fresh random inputs on the GPU, never zeros. Shapes are the config's
+    strings ('4096x768', '65536x1048576x64-powerlaw'); harness.config.parse_shape/shape_tag read them."""
+    make_output: Callable[[Tensors, str], Any]
     """(inputs, shape) -> an uninitialised output tensor (the check poisons it)."""
     reference: Callable[[Tensors, Params], Any]
     """(inputs, params) -> float64 reference output."""
     implementations: Mapping[str, Launch]
-    bytes_moved: Callable[[tuple[int, ...]], int]
+    bytes_moved: Callable[[str], int]
     """Fewest bytes a kernel must move through device memory (each input read, output written once)."""
-    flops: Callable[[tuple[int, ...]], int]
+    flops: Callable[[str], int]
+    """Floating-point operations of one call (the arithmetic the operation needs, not what a kernel does)."""
+    validate_shape: Callable[[str], None]
+    """Raise an exception with a one-sentence reason if the shape is not one this operation takes."""
     sources: Mapping[str, list[str]] = field(default_factory=dict)
     """impl -> kernel source files under kernels/ (for source hashes)."""
     kernels: str = ""
     """Module describing our kernels' specializations (variants_for), e.g. 'harness.layernorm_kernels'."""
 
 
-KNOWN = ("layernorm",)
+KNOWN = ("layernorm", "matmul", "softmax", "neighbor_aggregation", "transpose")
 
 
 def get(name: str) -> Operation:
@@ -60,13 +64,13 @@ def launcher(op: Operation, impl: str) -> Launch:
             f"{', '.join(op.implementations)}.") from None
 
 
-def bind(op_name: str, impl: str, dims: tuple[int, ...], params: Params, seed: int) -> Callable[[], Any]:
+def bind(op_name: str, impl: str, shape: str, params: Params, seed: int) -> Callable[[], Any]:
     """Fresh inputs and an output for one (operation, shape, implementation), and a zero-argument
     call that launches it once on them (the form the capture target and the span timer use)."""
     op = get(op_name)
     launch = launcher(op, impl)
-    inputs = op.make_inputs(dims, seed)
-    out = op.make_output(inputs, dims)
+    inputs = op.make_inputs(shape, seed, params)
+    out = op.make_output(inputs, shape)
     out.fill_(float("nan"))
 
     def call() -> Any:

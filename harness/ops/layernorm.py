@@ -4,13 +4,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.config import parse_shape, shape_tag
 from harness.ops import Operation, Params, Tensors
 
 
-def make_inputs(shape: tuple[int, ...], seed: int) -> Tensors:
+def validate_shape(shape: str) -> None:
+    dims = parse_shape(shape)
+    if len(dims) != 2 or shape_tag(shape) is not None:
+        raise ValueError("a layer-norm shape is ROWSxWIDTH")
+    if dims[1] > 8192:
+        raise ValueError("rows wider than 8192 are not supported (the row is held in registers)")
+
+
+def make_inputs(shape: str, seed: int, params: Params) -> Tensors:
     import torch
 
-    rows, n = shape
+    rows, n = parse_shape(shape)
     gen = torch.Generator(device="cuda").manual_seed(seed)
     # Shifted and scaled so that the mean is not ~0 and the variance not ~1: an implementation
     # that forgets to subtract the mean or divide by the deviation fails the check.
@@ -20,10 +29,10 @@ def make_inputs(shape: tuple[int, ...], seed: int) -> Tensors:
     return {"x": x, "w": w, "b": b}
 
 
-def make_output(inputs: Tensors, shape: tuple[int, ...]) -> Any:
+def make_output(inputs: Tensors, shape: str) -> Any:
     import torch
 
-    return torch.empty(shape, device="cuda", dtype=torch.float32)
+    return torch.empty_like(inputs["x"])
 
 
 def reference(inputs: Tensors, params: Params) -> Any:
@@ -56,13 +65,13 @@ def _torch(inputs: Tensors, out: Any, params: Params) -> Any:
     return torch.nn.functional.layer_norm(x, (x.shape[-1],), inputs["w"], inputs["b"], float(params["eps"]))
 
 
-def _bytes(shape: tuple[int, ...]) -> int:
-    rows, n = shape
+def _bytes(shape: str) -> int:
+    rows, n = parse_shape(shape)
     return 4 * (2 * rows * n + 2 * n)  # read x, write y, read w and b
 
 
-def _flops(shape: tuple[int, ...]) -> int:
-    rows, n = shape
+def _flops(shape: str) -> int:
+    rows, n = parse_shape(shape)
     return 8 * rows * n  # mean, deviation, square, sum, scale, shift: ~8 per element
 
 
@@ -75,6 +84,7 @@ OP = Operation(
     implementations={"cuda": _cuda, "triton": _triton, "torch": _torch},
     bytes_moved=_bytes,
     flops=_flops,
+    validate_shape=validate_shape,
     sources={"cuda": ["layernorm.cu"], "triton": ["layernorm_triton.py"], "torch": []},
     kernels="harness.layernorm_kernels",
 )

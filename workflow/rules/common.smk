@@ -31,7 +31,7 @@ BUILT_IMPLS = [i for i in IMPLS if i != "torch"]  # the library call has nothing
 wildcard_constraints:
     op="|".join(OPS),
     impl="|".join(IMPLS),
-    shape=r"[0-9]+(x[0-9]+)+",
+    shape=r"[0-9]+(x[0-9]+)+(-[a-z]+)?",
 
 
 def shapes_of(op):

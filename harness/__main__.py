@@ -3,7 +3,7 @@
 Commands:
   nsys kern-sum|nvtx-kern-sum FILE.sqlite [--format csv|table]   read an nsys SQLite export
   target --op OP --shape SHAPE --impl IMPL ...                     the process nsys captures
-  config [FILE]                                                    validate a config file
+  config [FILE [OVERRIDE ...]]                                    validate a config file (overrides merged over it)
 
 Every failure the user can act on ends with one sentence on stderr and exit status 2.
 """
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         if command == "config":
             from harness import config
 
-            config.load(*rest[:1]) if rest else config.load()
+            config.load(*rest) if rest else config.load()
             print("config: valid.")
             return 0
     except EvidenceError as exc:

@@ -26,7 +26,7 @@ def run_check(op_name: str, shape: str, impl: str, params: dict[str, Any], seed:
     import torch
 
     op = ops.get(op_name)
-    launch = ops.launcher(op, impl)
+    launch = ops.launcher(op, impl, params, shape)
     inputs = op.make_inputs(shape, check_seed(seed, op_name, shape, impl), params)
     out = op.make_output(inputs, shape)
     out.fill_(float("nan"))

@@ -76,7 +76,7 @@ def _sentence(error: jsonschema.ValidationError) -> str:
 
 def validate(raw: Mapping[str, Any]) -> dict[str, Any]:
     """Validate a configuration mapping, fill in defaults and return a new dict."""
-    cfg: dict[str, Any] = yaml.safe_load(yaml.safe_dump(dict(raw)))  # deep copy, plain types
+    cfg: dict[str, Any] = yaml.safe_load(yaml.safe_dump(dict(raw), sort_keys=False))  # deep copy, plain types, order kept
     validator_class = _with_defaults(jsonschema.Draft202012Validator)
     validator = validator_class(_schema())
     errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(list(e.absolute_path)), str(e.message)))
@@ -91,6 +91,17 @@ def _semantic_checks(cfg: dict[str, Any]) -> None:
 
     for op_name, spec in cfg["operations"].items():
         op = ops.get(op_name)
+        if "external" in implementations(cfg, op_name) and "external" not in spec:
+            raise ConfigError(f"config: operation '{op_name}' lists the implementation 'external' but has no "
+                              f"'operations.{op_name}.external' block saying which PTX or cubin to load.")
+        if "external" in spec:
+            from harness.errors import EvidenceError
+            from harness.external import validate_external
+
+            try:
+                validate_external(spec["external"], op.dim_names, None, spec.keys())
+            except EvidenceError as exc:
+                raise ConfigError(f"config: 'operations.{op_name}.external': {exc}") from None
         for shape in [spec["default"], *spec["sweep"]]:
             try:
                 op.validate_shape(shape)
@@ -105,8 +116,25 @@ def _semantic_checks(cfg: dict[str, Any]) -> None:
                     f"per call, over the {MAX_CALL_BYTES // 2**30} GiB limit.")
 
 
-def load(path: str | Path = ROOT / "config.yaml") -> dict[str, Any]:
-    """Read and validate a config file."""
+def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """Nested update, as snakemake merges --configfile files over the configfile."""
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = value
+    return base
+
+
+def load(path: str | Path = ROOT / "config.yaml", *overrides: str | Path) -> dict[str, Any]:
+    """Read and validate a config file, with override files merged over it in order."""
+    raw = _read(path)
+    for extra in overrides:
+        raw = _merge(raw, _read(extra))
+    return validate(raw)
+
+
+def _read(path: str | Path) -> dict[str, Any]:
     try:
         with open(path) as fh:
             # JSON is read as JSON: YAML 1.1 reads JSON's 1e-05 as a string
@@ -119,7 +147,7 @@ def load(path: str | Path = ROOT / "config.yaml") -> dict[str, Any]:
         raise ConfigError(f"config: {path} is not valid YAML ({str(exc).splitlines()[0]}).") from None
     if not isinstance(raw, Mapping):
         raise ConfigError(f"config: {path} must hold a mapping of keys, not {type(raw).__name__}.")
-    return validate(raw)
+    return dict(raw)
 
 
 def parse_shape(shape: str) -> tuple[int, ...]:
@@ -148,9 +176,14 @@ def shapes(cfg: Mapping[str, Any], op: str) -> list[str]:
     return out
 
 
+def implementations(cfg: Mapping[str, Any], op: str) -> list[str]:
+    """The implementations compared for one operation: its own list, else the top-level one."""
+    return list(cfg["operations"][op].get("implementations") or cfg["implementations"])
+
+
 def jobs(cfg: Mapping[str, Any]) -> Iterator[tuple[str, str, str]]:
     """Every (operation, shape, implementation) the configuration asks for."""
     for op in cfg["operations"]:
         for shape in shapes(cfg, op):
-            for impl in cfg["implementations"]:
+            for impl in implementations(cfg, op):
                 yield op, shape, impl

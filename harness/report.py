@@ -19,8 +19,9 @@ import pandas as pd
 from harness import ROOT
 
 TEMPLATES = ROOT / "report" / "templates"
-IMPL_ORDER = ["cuda", "triton", "torch"]
-IMPL_LABEL = {"cuda": "cuda (ours, CUDA C++)", "triton": "triton (ours, Triton)", "torch": "torch (library)"}
+IMPL_ORDER = ["cuda", "triton", "torch", "external"]
+IMPL_LABEL = {"cuda": "cuda (ours, CUDA C++)", "triton": "triton (ours, Triton)", "torch": "torch (library)",
+              "external": "external (PTX/cubin from another toolchain)"}
 
 
 def md(value: Any) -> str:
@@ -55,10 +56,15 @@ def _impl_sorted(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.assign(_o=frame["impl"].map(order)).sort_values(["_o"], kind="stable").drop(columns="_o")
 
 
-def build_context(cfg: Mapping[str, Any], tables: Mapping[str, pd.DataFrame], provenance: Mapping[str, Any]) -> dict[str, Any]:
+def build_context(cfg: Mapping[str, Any], tables: Mapping[str, pd.DataFrame], provenance: Mapping[str, Any],
+                  figures: Mapping[str, str] | None = None) -> dict[str, Any]:
+    from harness.config import implementations
+
     kt, span, check, sweep, census, detail = (tables[k] for k in ("kernel_time", "span", "check", "sweep", "census", "kernel_time_detail"))
+    ceilings = tables.get("ceilings", pd.DataFrame())
     operations = []
     for op, spec in cfg["operations"].items():
+        impls = [i for i in IMPL_ORDER if i in implementations(cfg, op)]
         shapes = [s for s in [spec["default"], *spec["sweep"]]]
         shapes = list(dict.fromkeys(shapes))
         op_kt = kt[kt["op"] == op]
@@ -92,8 +98,12 @@ def build_context(cfg: Mapping[str, Any], tables: Mapping[str, pd.DataFrame], pr
         op_span = op_span.assign(_s=op_span["shape"].map({s: i for i, s in enumerate(shapes)})).sort_values(["_s"], kind="stable")
         op_check = _impl_sorted(check[check["op"] == op])
         op_check = op_check.assign(_s=op_check["shape"].map({s: i for i, s in enumerate(shapes)})).sort_values(["_s"], kind="stable")
+        op_kt = _impl_sorted(op_kt)
+        op_kt = op_kt.assign(_s=op_kt["shape"].map({s: i for i, s in enumerate(shapes)})).sort_values(["_s"], kind="stable")
         operations.append({
             "name": op, "default": default, "shapes": shapes, "headline": headline, "claim": claim,
+            "impls": impls, "rates": _records(op_kt), "figure": (figures or {}).get(op),
+            "memory_bound": bool((op_sweep["flops"].fillna(0) == 0).all()) if "flops" in op_sweep else False,
             "sweep": _records(op_sweep), "kernel_detail": _records(op_detail), "span": _records(op_span),
             "check": _records(op_check), "census": _records(census[census["op"] == op]) if "op" in census else [],
             "all_checks_passed": bool(op_check["passed"].all()) if len(op_check) else False,
@@ -103,13 +113,13 @@ def build_context(cfg: Mapping[str, Any], tables: Mapping[str, pd.DataFrame], pr
         "namespace": cfg["namespace"], "cache_mode": cfg["cache_mode"], "capture": cfg["capture"],
         "span_cfg": cfg["span"], "operations": operations, "provenance": provenance,
         "gpu_name": ", ".join(g["name"] for g in gpus) or "unknown GPU",
-        "impl_label": IMPL_LABEL,
+        "impl_label": IMPL_LABEL, "ceilings": _records(ceilings),
     }
 
 
 def load_tables(inputs: Mapping[str, str]) -> dict[str, pd.DataFrame]:
-    names = ("kernel_time", "kernel_time_detail", "span", "check", "sweep", "census")
-    return {n: pd.read_csv(inputs[n]) for n in names}
+    names = ("kernel_time", "kernel_time_detail", "span", "check", "sweep", "census", "ceilings")
+    return {n: pd.read_csv(inputs[n]) for n in names if n in inputs}
 
 
 def _write(text: str, path: str | Path) -> None:
@@ -120,9 +130,20 @@ def _write(text: str, path: str | Path) -> None:
     os.replace(tmp, path)
 
 
-def render_reports(cfg: Mapping[str, Any], inputs: Mapping[str, str], field_note: str | Path, issue_comment: str | Path) -> None:
+def render_reports(cfg: Mapping[str, Any], inputs: Mapping[str, str], field_note: str | Path, issue_comment: str | Path,
+                   figures: list[str] | None = None) -> None:
+    """Render both reports; with `figures` (one SVG path per operation, named '<op>_sweep.svg'),
+    draw each operation's sweep figure from the sweep table and link it from the field note."""
     provenance = json.loads(Path(inputs["provenance"]).read_text())
-    ctx = build_context(cfg, load_tables(inputs), provenance)
+    loaded = load_tables(inputs)
+    links: dict[str, str] = {}
+    for path in figures or []:
+        from harness.figures import sweep_figure
+
+        op = Path(path).name.removesuffix("_sweep.svg")
+        sweep_figure(loaded["sweep"][loaded["sweep"]["op"] == op], op, Path(path), cache_mode=str(cfg["cache_mode"]))
+        links[op] = os.path.relpath(path, Path(field_note).parent)
+    ctx = build_context(cfg, loaded, provenance, links)
     env = _env()
     _write(env.get_template("field_note.md.j2").render(**ctx), field_note)
     _write(env.get_template("issue_comment.md.j2").render(**ctx), issue_comment)

@@ -21,11 +21,17 @@ def _write_json(obj: Any, path: str | Path) -> None:
     os.replace(tmp, path)
 
 
-def build(op: str, impl: str, shapes: list[str], arch: str, census_out: str) -> None:
+def build(op: str, impl: str, shapes: list[str], arch: str, census_out: str, external_cfg: dict[str, Any] | None = None) -> None:
     from harness.build import build_census
 
     outdir = Path(census_out).parent
-    rows = build_census(op, impl, [parse_shape(s) for s in shapes], arch=arch, outdir=outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    if impl == "external":
+        from harness import external
+
+        rows = external.census_rows(op, external_cfg or {}, arch, outdir, shapes=[parse_shape(s) for s in shapes])
+    else:
+        rows = build_census(op, impl, [parse_shape(s) for s in shapes], arch=arch, outdir=outdir)
     for row in rows:
         print(f"census: {row['kernel']} [{row['specialization']}] registers={row['registers']} "
               f"spills={row['spill_stores']}/{row['spill_loads']} ld128={row['ld_global_128']} ld32={row['ld_global_32']}")
@@ -48,7 +54,8 @@ def capture(cfg: dict[str, Any], op: str, shape: str, impl: str, rep: str, sqlit
 
     before = gpu_state()
     info = run_capture(cfg, op, shape, impl, Path(rep), Path(sqlite), Path(log))
-    info.update({"op": op, "shape": shape, "impl": impl, "export": nsys.export_info(sqlite),
+    export = nsys.export_info(sqlite)
+    info.update({"op": op, "shape": shape, "impl": impl, "export": export, "nsys_version": export.get("nsys_version"),
                  "gpu": {"before": before, "after": gpu_state()}})
     _write_json(info, meta)
 
@@ -84,11 +91,21 @@ def sweep(cfg: dict[str, Any], details: list[str], out: str) -> None:
     tables.write_csv(tables.sweep_rows(kt, cfg["namespace"], cfg["cache_mode"]), tables.SWEEP_COLUMNS, out)
 
 
-def all_tables(cfg: dict[str, Any], details: list[str], spans: list[str], checks: list[str], outputs: dict[str, str]) -> None:
+def ceilings(out: str) -> None:
+    from harness import ceilings as ceil
+
+    rows = ceil.measure()
+    for row in rows:
+        print(f"ceiling: {row['ceiling']} = {row['value']:.1f} {row['unit']}")
+    tables.write_csv(rows, tables.CEILING_COLUMNS, out)
+
+
+def all_tables(cfg: dict[str, Any], details: list[str], spans: list[str], checks: list[str], ceilings_csv: str,
+               outputs: dict[str, str]) -> None:
     ns, mode, iters = cfg["namespace"], cfg["cache_mode"], cfg["capture"]["iterations"]
     detail = tables.read_csvs(details)
     tables.write_csv(detail.to_dict("records"), tables.KERNEL_TIME_DETAIL_COLUMNS, outputs["kernel_time_detail"])
-    kt = pd.DataFrame(tables.kernel_time_summary(detail, iters, ns, mode))
+    kt = pd.DataFrame(tables.kernel_time_summary(detail, iters, ns, mode, pd.read_csv(ceilings_csv)))
     tables.write_csv(kt.to_dict("records"), tables.KERNEL_TIME_COLUMNS, outputs["kernel_time"])
     tables.write_csv(tables.read_csvs(spans).to_dict("records"), tables.SPAN_COLUMNS, outputs["span"])
     tables.write_csv(tables.check_rows(checks, ns), tables.CHECK_COLUMNS, outputs["check"])
@@ -109,7 +126,7 @@ def provenance(cfg: dict[str, Any], capture_metas: list[str], commands_file: str
     _write_json(collect(cfg, [json.loads(Path(p).read_text()) for p in capture_metas], commands_file), out)
 
 
-def render(cfg: dict[str, Any], inputs: dict[str, str], field_note: str, issue_comment: str) -> None:
+def render(cfg: dict[str, Any], inputs: dict[str, str], field_note: str, issue_comment: str, figures: list[str]) -> None:
     from harness.report import render_reports
 
-    render_reports(cfg, inputs, field_note, issue_comment)
+    render_reports(cfg, inputs, field_note, issue_comment, figures)

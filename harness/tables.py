@@ -25,7 +25,9 @@ KERNEL_TIME_DETAIL_COLUMNS = [
 KERNEL_TIME_COLUMNS = [
     "namespace", "op", "shape", "impl", "cache_mode", "iterations", "launches_per_iteration",
     "kernel_time_us", "main_kernel", "main_median_us", "main_min_us", "main_max_us", "kernels",
+    "bytes_moved", "flops", "achieved_gbps", "achieved_tflops", "copy_bw_fraction", "fp32_peak_fraction",
 ]
+CEILING_COLUMNS = ["ceiling", "value", "unit", "median_ms", "min_ms", "max_ms", "repeats", "method"]
 SPAN_COLUMNS = [
     "namespace", "op", "shape", "impl", "cache_mode", "samples", "rounds", "span_mean_us",
     "span_median_us", "span_std_us", "span_min_us", "span_max_us",
@@ -34,9 +36,10 @@ CHECK_COLUMNS = [
     "namespace", "op", "shape", "impl", "passed", "max_abs_err", "max_rel_err", "rel_l2_err",
     "atol", "rtol", "nonfinite_outputs", "unwritten_outputs", "elements",
 ]
+SWEEP_IMPLS = ("cuda", "triton", "torch", "external")
 SWEEP_COLUMNS = [
-    "namespace", "op", "shape", "cache_mode", "cuda_us", "triton_us", "torch_us", "cuda_over_triton",
-    "cuda_over_torch",
+    "namespace", "op", "shape", "cache_mode", "bytes_moved", "flops", "cuda_us", "triton_us", "torch_us",
+    "external_us", "cuda_over_triton", "cuda_over_torch", "external_over_triton",
 ]
 
 
@@ -70,21 +73,41 @@ def kernel_time_detail(export: str | Path, range_name: str, iterations: int, op:
     return rows
 
 
-def kernel_time_summary(detail: pd.DataFrame, iterations: int, namespace: str, cache_mode: str) -> list[dict[str, Any]]:
-    """Kernel time per iteration = summed kernel durations inside the range / iterations."""
+def ceiling_values(ceilings: pd.DataFrame | None) -> dict[str, float]:
+    """{'copy_bandwidth': GB/s, 'fp32_matmul': TFLOP/s} from a ceilings table (empty without one)."""
+    if ceilings is None or ceilings.empty:
+        return {}
+    return {str(r["ceiling"]): float(r["value"]) for _, r in ceilings.iterrows()}
+
+
+def kernel_time_summary(detail: pd.DataFrame, iterations: int, namespace: str, cache_mode: str,
+                        ceilings: pd.DataFrame | None = None) -> list[dict[str, Any]]:
+    """Kernel time per iteration = summed kernel durations inside the range / iterations; with the
+    operation's bytes and flops, the rates they imply and their fractions of the session's ceilings."""
+    from harness import ops
+
+    ceil = ceiling_values(ceilings)
     out = []
     for (op, shape, impl), grp in detail.groupby(["op", "shape", "impl"], sort=False):
         main = grp.sort_values("total_ns", ascending=False).iloc[0]
+        kernel_us = float(grp["total_ns"].sum()) / iterations / 1000.0
+        operation = ops.get(str(op))
+        moved, flops = operation.bytes_moved(str(shape)), operation.flops(str(shape))
+        gbps = moved / (kernel_us * 1e3) if kernel_us > 0 else None  # bytes per ns = GB/s
+        tflops = flops / (kernel_us * 1e6) if kernel_us > 0 and flops else None
         out.append({
             "namespace": namespace, "op": op, "shape": shape, "impl": impl, "cache_mode": cache_mode,
             "iterations": iterations,
             "launches_per_iteration": float(grp["instances"].sum()) / iterations,
-            "kernel_time_us": float(grp["total_ns"].sum()) / iterations / 1000.0,
+            "kernel_time_us": kernel_us,
             "main_kernel": main["short_name"],
             "main_median_us": float(main["median_ns"]) / 1000.0,
             "main_min_us": float(main["min_ns"]) / 1000.0,
             "main_max_us": float(main["max_ns"]) / 1000.0,
             "kernels": ";".join(str(s) for s in grp["short_name"]),
+            "bytes_moved": moved, "flops": flops, "achieved_gbps": gbps, "achieved_tflops": tflops,
+            "copy_bw_fraction": gbps / ceil["copy_bandwidth"] if gbps and "copy_bandwidth" in ceil else None,
+            "fp32_peak_fraction": tflops / ceil["fp32_matmul"] if tflops and "fp32_matmul" in ceil else None,
         })
     return out
 
@@ -97,15 +120,23 @@ def check_rows(paths: Iterable[str | Path], namespace: str) -> list[dict[str, An
     return rows
 
 
+def _ratio(t: dict[str, float], a: str, b: str) -> float | None:
+    return t[a] / t[b] if t.get(a) and t.get(b) else None
+
+
 def sweep_rows(kernel_time: pd.DataFrame, namespace: str, cache_mode: str) -> list[dict[str, Any]]:
-    """Per (op, shape): each implementation's kernel time and the ratios cuda/triton, cuda/torch."""
+    """Per (op, shape): each implementation's kernel time and the ratios to the control (triton)
+    and to the library (torch)."""
     out = []
     for (op, shape), grp in kernel_time.groupby(["op", "shape"], sort=False):
         t = dict(zip(grp["impl"], grp["kernel_time_us"]))
-        row: dict[str, Any] = {"namespace": namespace, "op": op, "shape": shape, "cache_mode": cache_mode}
-        for impl in ("cuda", "triton", "torch"):
+        row: dict[str, Any] = {"namespace": namespace, "op": op, "shape": shape, "cache_mode": cache_mode,
+                               "bytes_moved": grp["bytes_moved"].iloc[0] if "bytes_moved" in grp else None,
+                               "flops": grp["flops"].iloc[0] if "flops" in grp else None}
+        for impl in SWEEP_IMPLS:
             row[f"{impl}_us"] = t.get(impl)
-        row["cuda_over_triton"] = t["cuda"] / t["triton"] if t.get("cuda") and t.get("triton") else None
-        row["cuda_over_torch"] = t["cuda"] / t["torch"] if t.get("cuda") and t.get("torch") else None
+        row["cuda_over_triton"] = _ratio(t, "cuda", "triton")
+        row["cuda_over_torch"] = _ratio(t, "cuda", "torch")
+        row["external_over_triton"] = _ratio(t, "external", "triton")
         out.append(row)
     return out

@@ -36,7 +36,6 @@ def test_nsys_lookup_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     on_path = fake_tool(bindir / "nsys")
     monkeypatch.setenv("PATH", str(bindir))
     assert capture.find_nsys(None) == str(on_path)
-    assert capture.nsys_version(str(on_path)).endswith("2099.1")
 
 
 def test_missing_nsys_names_where_it_looked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

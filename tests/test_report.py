@@ -41,9 +41,14 @@ def make_tables(tmp: Path, seed: int = 7, kernel_name: str = "layernorm_row128")
                    "spill_stores": 0, "spill_loads": 0, "stack_bytes": 0, "static_smem": 64, "dynamic_smem": 0,
                    "ld_global_128": 2, "ld_global_64": 0, "ld_global_32": 0, "st_global_128": 2, "st_global_64": 0,
                    "st_global_32": 0, "barriers": 1})
-    paths = {k: str(tmp / f"{k}.csv") for k in ("kernel_time", "kernel_time_detail", "span", "check", "sweep", "census")}
+    paths = {k: str(tmp / f"{k}.csv") for k in ("kernel_time", "kernel_time_detail", "span", "check", "sweep", "census", "ceilings")}
+    ceilings = [{"ceiling": "copy_bandwidth", "value": rnd.uniform(3000, 4500), "unit": "GB/s", "median_ms": 1.0,
+                 "min_ms": 0.9, "max_ms": 1.1, "repeats": 20, "method": "copy_ of 2 GiB"},
+                {"ceiling": "fp32_matmul", "value": rnd.uniform(40, 60), "unit": "TFLOP/s", "median_ms": 20.0,
+                 "min_ms": 19.0, "max_ms": 21.0, "repeats": 20, "method": "8192^3 FP32 matmul, TF32 off"}]
+    ceil = tables.write_csv(ceilings, tables.CEILING_COLUMNS, paths["ceilings"])
     det = tables.write_csv(detail, tables.KERNEL_TIME_DETAIL_COLUMNS, paths["kernel_time_detail"])
-    kt = pd.DataFrame(tables.kernel_time_summary(det, 100, "test-ns", "hot"))
+    kt = pd.DataFrame(tables.kernel_time_summary(det, 100, "test-ns", "hot", ceil))
     tables.write_csv(kt.to_dict("records"), tables.KERNEL_TIME_COLUMNS, paths["kernel_time"])
     summary = [dict(r, namespace="test-ns", cache_mode="hot", rounds=3) for r in summarise(spans)]
     tables.write_csv(summary, tables.SPAN_COLUMNS, paths["span"])
@@ -63,7 +68,7 @@ def make_tables(tmp: Path, seed: int = 7, kernel_name: str = "layernorm_row128")
 def render(tmp: Path, **kw) -> tuple[str, str, dict]:
     paths = make_tables(tmp, **kw)
     cfg = paths.pop("cfg")
-    report.render_reports(cfg, paths, tmp / "fn.md", tmp / "ic.md")
+    report.render_reports(cfg, paths, tmp / "fn.md", tmp / "ic.md", [str(tmp / "figures" / "layernorm_sweep.svg")])
     return (tmp / "fn.md").read_text(), (tmp / "ic.md").read_text(), paths
 
 
@@ -80,6 +85,11 @@ def test_every_sweep_figure_comes_from_the_tables(tmp_path: Path) -> None:
     for v in default["span_median_us"]:
         assert report.num(v) in comment
     assert "Kernel time" in field_note and "Event span" in field_note
+    kt = pd.read_csv(paths["kernel_time"])
+    for _, row in kt.iterrows():  # the distance from the ceilings, from the kernel-time table
+        assert report.num(row["achieved_gbps"], 0) in field_note
+        assert report.num(row["copy_bw_fraction"] * 100, 1) + "%" in field_note
+    assert "](figures/layernorm_sweep.svg)" in field_note
     assert "What these numbers do not establish" in field_note
 
 

@@ -42,6 +42,8 @@ class Operation:
     """impl -> kernel source files under kernels/ (for source hashes)."""
     kernels: str = ""
     """Module describing our kernels' specializations (variants_for), e.g. 'harness.layernorm_kernels'."""
+    dim_names: tuple[str, ...] = ()
+    """Names of the shape's dimensions, for the external kind's launch expressions ('rows', 'width')."""
 
 
 KNOWN = ("layernorm", "matmul", "softmax", "neighbor_aggregation", "transpose")
@@ -55,7 +57,17 @@ def get(name: str) -> Operation:
     return op
 
 
-def launcher(op: Operation, impl: str) -> Launch:
+def launcher(op: Operation, impl: str, params: Params | None = None, shape: str | None = None) -> Launch:
+    """The launch function of one implementation; 'external' is built from the op's config block,
+    its launch geometry evaluated on the dimensions of `shape`."""
+    if impl == "external":
+        from harness import external
+
+        if not params or "external" not in params:
+            raise EvidenceError(f"operation {op.name!r} has no 'external' block in the config, so it has no external implementation.")
+        ext = external.make_launcher(op, params["external"])
+        dims = external.dims_from_shape(shape, op.dim_names) if shape else None
+        return lambda inputs, out, p: ext(inputs, out, p, dims=dims)
     try:
         return op.implementations[impl]
     except KeyError:
@@ -68,7 +80,7 @@ def bind(op_name: str, impl: str, shape: str, params: Params, seed: int) -> Call
     """Fresh inputs and an output for one (operation, shape, implementation), and a zero-argument
     call that launches it once on them (the form the capture target and the span timer use)."""
     op = get(op_name)
-    launch = launcher(op, impl)
+    launch = launcher(op, impl, params, shape)
     inputs = op.make_inputs(shape, seed, params)
     out = op.make_output(inputs, shape)
     out.fill_(float("nan"))

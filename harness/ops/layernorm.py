@@ -87,4 +87,5 @@ OP = Operation(
     validate_shape=validate_shape,
     sources={"cuda": ["layernorm.cu"], "triton": ["layernorm_triton.py"], "torch": []},
     kernels="harness.layernorm_kernels",
+    dim_names=("rows", "width"),
 )

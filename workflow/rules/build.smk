@@ -9,7 +9,8 @@ rule build:
     params:
         shapes=lambda wc: shapes_of(wc.op),
         arch=CFG["arch"],
+        external=lambda wc: CFG["operations"][wc.op].get("external"),
     wildcard_constraints:
-        impl="|".join(BUILT_IMPLS) or "none",
+        impl="cuda|triton|external",
     script:
         "../scripts/build.py"

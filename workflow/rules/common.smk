@@ -24,13 +24,24 @@ if "gpu" not in workflow.global_resources:
 NS = CFG["namespace"]
 A = f"artifacts/{NS}"
 OPS = list(CFG["operations"])
-IMPLS = CFG["implementations"]
-BUILT_IMPLS = [i for i in IMPLS if i != "torch"]  # the library call has nothing for us to build
+
+
+def impls_of(op):
+    """The implementations compared for an operation (its own list, else the top-level one)."""
+    return hconfig.implementations(CFG, op)
+
+
+def built_impls_of(op):
+    """Those with a build and census: ours and external ones; the library call has none."""
+    return [i for i in impls_of(op) if i != "torch"]
+
+
+ALL_IMPLS = sorted({i for op in OPS for i in impls_of(op)})
 
 
 wildcard_constraints:
     op="|".join(OPS),
-    impl="|".join(IMPLS),
+    impl="|".join(ALL_IMPLS),
     shape=r"[0-9]+(x[0-9]+)+(-[a-z]+)?",
 
 
@@ -40,7 +51,7 @@ def shapes_of(op):
 
 def census_of(wildcards):
     """The check of one of our kernels waits for its build (and census)."""
-    if wildcards.impl in BUILT_IMPLS:
+    if wildcards.impl in built_impls_of(wildcards.op):
         return [f"{A}/build/{wildcards.op}/{wildcards.impl}/census.json"]
     return []
 

@@ -36,7 +36,7 @@ rule capture:
 
 rule span:
     input:
-        checks=expand(f"{A}/check/{{{{op}}}}/{{{{shape}}}}/{{impl}}.json", impl=IMPLS),
+        checks=lambda wc: [f"{A}/check/{wc.op}/{wc.shape}/{impl}.json" for impl in impls_of(wc.op)],
     output:
         samples=f"{A}/span/{{op}}/{{shape}}.samples.csv",
         summary=f"{A}/span/{{op}}/{{shape}}.csv",
@@ -44,8 +44,19 @@ rule span:
         f"{A}/logs/span/{{op}}/{{shape}}.log",
     params:
         cfg=CFG,
-        impls=IMPLS,
+        impls=lambda wc: impls_of(wc.op),
     resources:
         gpu=1,
     script:
         "../scripts/span.py"
+
+
+rule ceilings:
+    output:
+        table=f"{A}/tables/ceilings.csv",
+    log:
+        f"{A}/logs/ceilings.log",
+    resources:
+        gpu=1,
+    script:
+        "../scripts/ceilings.py"

@@ -7,7 +7,7 @@ rule provenance:
             f"{A}/capture/{op}/{shape}/{impl}.json"
             for op in OPS
             for shape in shapes_of(op)
-            for impl in IMPLS
+            for impl in impls_of(op)
         ],
     output:
         provenance=f"{A}/provenance.json",
@@ -27,12 +27,14 @@ rule render:
         check=f"{A}/tables/check.csv",
         sweep=f"{A}/tables/sweep.csv",
         census=f"{A}/tables/census.csv",
+        ceilings=f"{A}/tables/ceilings.csv",
         provenance=f"{A}/provenance.json",
         field_note_template="report/templates/field_note.md.j2",
         issue_comment_template="report/templates/issue_comment.md.j2",
     output:
         field_note=f"report/{NS}/field_note.md",
         issue_comment=f"report/{NS}/issue_comment.md",
+        figures=[f"report/{NS}/figures/{op}_sweep.svg" for op in OPS],
     log:
         f"{A}/logs/render.log",
     params:

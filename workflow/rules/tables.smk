@@ -18,7 +18,7 @@ rule kernel_time:
 
 rule shape_table:
     input:
-        details=expand(f"{A}/kernel_time/{{{{op}}}}/{{{{shape}}}}/{{impl}}.csv", impl=IMPLS),
+        details=lambda wc: [f"{A}/kernel_time/{wc.op}/{wc.shape}/{impl}.csv" for impl in impls_of(wc.op)],
         span=f"{A}/span/{{op}}/{{shape}}.csv",
     output:
         table=f"{A}/tables/shape/{{op}}/{{shape}}.csv",
@@ -32,9 +32,11 @@ rule shape_table:
 
 rule sweep:
     input:
-        details=lambda wc: expand(
-            f"{A}/kernel_time/{wc.op}/{{shape}}/{{impl}}.csv", shape=shapes_of(wc.op), impl=IMPLS
-        ),
+        details=lambda wc: [
+            f"{A}/kernel_time/{wc.op}/{shape}/{impl}.csv"
+            for shape in shapes_of(wc.op)
+            for impl in impls_of(wc.op)
+        ],
     output:
         table=f"{A}/tables/sweep_{{op}}.csv",
     log:
@@ -60,16 +62,17 @@ rule tables:
             f"{A}/kernel_time/{op}/{shape}/{impl}.csv"
             for op in OPS
             for shape in shapes_of(op)
-            for impl in IMPLS
+            for impl in impls_of(op)
         ],
         spans=[f"{A}/span/{op}/{shape}.csv" for op in OPS for shape in shapes_of(op)],
         checks=[
             f"{A}/check/{op}/{shape}/{impl}.json"
             for op in OPS
             for shape in shapes_of(op)
-            for impl in IMPLS
+            for impl in impls_of(op)
         ],
         census=f"{A}/tables/census.csv",
+        ceilings=f"{A}/tables/ceilings.csv",
     output:
         kernel_time=f"{A}/tables/kernel_time.csv",
         kernel_time_detail=f"{A}/tables/kernel_time_detail.csv",
@@ -86,7 +89,7 @@ rule tables:
 
 rule census_table:
     input:
-        census=[f"{A}/build/{op}/{impl}/census.json" for op in OPS for impl in BUILT_IMPLS],
+        census=[f"{A}/build/{op}/{impl}/census.json" for op in OPS for impl in built_impls_of(op)],
     output:
         table=f"{A}/tables/census.csv",
     log:

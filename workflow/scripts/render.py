@@ -3,4 +3,4 @@ from harness.jobs import run_step
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 o = sm.output
-run_step(sm.log[0], lambda: steps.render(sm.params.cfg, dict(sm.input.items()), o.field_note, o.issue_comment))
+run_step(sm.log[0], lambda: steps.render(sm.params.cfg, dict(sm.input.items()), o.field_note, o.issue_comment, list(o.figures)))

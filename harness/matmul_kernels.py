@@ -1,0 +1,276 @@
+"""Launchers for our two FP32 matrix-product kernels, and the one dispatch on shape they share with
+the census.
+
+`cuda_variant(m, n, k)` and `triton_variant(m, n, k)` decide which compiled specialization serves
+an M x N x K product (A [M, K] @ B [K, N]); `launch_cuda` / `launch_triton` launch exactly that
+one, and `harness.build` compiles exactly the ones `variants_for` lists, so the census describes
+the code that runs.
+
+CUDA (kernels/matmul.cu), 64 x 64 x 32 tiles, 256 threads, 4 x 4 outputs per thread, cp.async
+double buffering, grid = ceil(M / 64) * ceil(N / 64) blocks:
+    N % 4 == 0     matmul_f32<4>   B copied in 16-byte cp.async.cg, C stored as float4
+    N % 4 != 0     matmul_f32<1>   B copied in 4-byte cp.async.ca, C stored as floats
+    (A is always copied in 4-byte cp.async.ca, transposed into shared memory; any M, K.)
+Triton (kernels/matmul_triton.py), M, N, K compile-time constants (one specialization per
+shape), grid = ceil(M / 64) * ceil(N / 64) programs:
+    any shape      BLOCK 64 x 64 x 32, GROUP_M = 8, 4 warps, 3 stages (`config_for`: measured
+                   fastest or within 1.5 % of nine configurations on the H200)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from harness.errors import EvidenceError
+from harness.kernel_specs import VariantShapes, group_by_variant
+
+__all__ = ["VariantShapes", "cuda_variant", "triton_variant", "variants_for", "launch_cuda",
+           "launch_triton", "cuda_grid"]
+
+CUDA_SOURCE = "matmul.cu"
+"""Kernel source under kernels/ for the CUDA implementation."""
+
+TRITON_SOURCE = "matmul_triton.py"
+"""Kernel source under kernels/ for the Triton implementation."""
+
+CUDA_TILE = (64, 64, 32)
+"""(BLOCK_M, BLOCK_N, BLOCK_K) of the CUDA kernel (fixed in kernels/matmul.cu)."""
+
+CUDA_THREADS = 256
+"""Threads per block of the CUDA kernel."""
+
+MAX_DIM = 2**31 - 1
+"""Largest M, N or K (the kernels take them as 32-bit integers)."""
+
+ALIGNMENT = 16
+"""Byte alignment every tensor must have (16-byte copies and stores; Triton's aligned specialization)."""
+
+
+# ----------------------------------------------------------------------------- dispatch
+
+
+@dataclass(frozen=True)
+class CudaVariant:
+    """One compiled specialization of kernels/matmul.cu."""
+
+    vec_b: int
+    """Floats per copy of B and per store of C: 4 (N % 4 == 0) or 1."""
+
+    source: str = CUDA_SOURCE
+    block: int = CUDA_THREADS
+    dynamic_smem: int = 0
+
+    @property
+    def kernel(self) -> str:
+        """The name expression that instantiates it, e.g. 'matmul_f32<4>'."""
+        return f"matmul_f32<{self.vec_b}>"
+
+    @property
+    def specialization(self) -> str:
+        """Short description for tables, e.g. 'tile=64x64x32 vec_b=4 block=256'."""
+        return f"tile={'x'.join(map(str, CUDA_TILE))} vec_b={self.vec_b} block={self.block}"
+
+
+@dataclass(frozen=True)
+class TritonVariant:
+    """One compiled specialization of kernels/matmul_triton.py's `matmul_fwd`."""
+
+    m: int
+    n: int
+    k: int
+    block_m: int
+    block_n: int
+    block_k: int
+    group_m: int
+    num_warps: int
+    num_stages: int
+    kernel: str = "matmul_fwd"
+    source: str = TRITON_SOURCE
+
+    @property
+    def block(self) -> int:
+        """Threads per program."""
+        return 32 * self.num_warps
+
+    @property
+    def specialization(self) -> str:
+        """Short description for tables, e.g. 'M=1024 N=1024 K=1024 BLOCK=64x64x32 ...'."""
+        return (f"M={self.m} N={self.n} K={self.k} BLOCK={self.block_m}x{self.block_n}x"
+                f"{self.block_k} GROUP_M={self.group_m} num_warps={self.num_warps} "
+                f"num_stages={self.num_stages}")
+
+    @property
+    def programs(self) -> int:
+        """Programs in the launch grid (one per tile of C)."""
+        return math.ceil(self.m / self.block_m) * math.ceil(self.n / self.block_n)
+
+    # The TritonSpec interface (harness.kernel_specs) the offline build compiles from.
+
+    def jit_function(self) -> Any:
+        from kernels.matmul_triton import matmul_fwd
+
+        return matmul_fwd
+
+    def signature(self) -> dict[str, str]:
+        """The signature the JIT derives for `matmul_fwd(a, b, c, M=, N=, K=, BLOCK_M=, ...)`."""
+        return {"A": "*fp32", "B": "*fp32", "C": "*fp32", **{name: "constexpr" for name in
+                self.constexprs()}}
+
+    def constexprs(self) -> dict[str, Any]:
+        return {"M": self.m, "N": self.n, "K": self.k, "BLOCK_M": self.block_m,
+                "BLOCK_N": self.block_n, "BLOCK_K": self.block_k, "GROUP_M": self.group_m}
+
+    def aligned_args(self) -> tuple[int, ...]:
+        """Arguments the JIT specializes as 16-byte aligned (torch allocations; the launcher checks)."""
+        return (0, 1, 2)
+
+    def compile_options(self) -> dict[str, Any]:
+        return {"num_warps": self.num_warps, "num_stages": self.num_stages}
+
+
+Variant = CudaVariant | TritonVariant
+
+
+def _check_dims(m: int, n: int, k: int) -> None:
+    for name, d in (("M", m), ("N", n), ("K", k)):
+        if not 1 <= d <= MAX_DIM:
+            raise EvidenceError(f"Matrix-product size {name} = {d} is outside the supported "
+                                f"range 1..{MAX_DIM}.")
+
+
+def cuda_variant(m: int, n: int, k: int) -> CudaVariant:
+    """The CUDA specialization that serves an M x N x K product (see the module docstring)."""
+    _check_dims(m, n, k)
+    return CudaVariant(vec_b=4 if n % 4 == 0 else 1)
+
+
+def cuda_grid(m: int, n: int) -> int:
+    """Blocks of the CUDA launch: one per 64 x 64 tile of C."""
+    return math.ceil(m / CUDA_TILE[0]) * math.ceil(n / CUDA_TILE[1])
+
+
+def triton_variant(m: int, n: int, k: int) -> TritonVariant:
+    """The Triton specialization that serves an M x N x K product."""
+    from kernels.matmul_triton import config_for
+
+    _check_dims(m, n, k)
+    block_m, block_n, block_k, group_m, warps, stages = config_for(m, n, k)
+    return TritonVariant(m=m, n=n, k=k, block_m=block_m, block_n=block_n, block_k=block_k,
+                         group_m=group_m, num_warps=warps, num_stages=stages)
+
+
+def variant(impl: str, m: int, n: int, k: int) -> Variant:
+    """`cuda_variant` or `triton_variant` by implementation name."""
+    if impl == "cuda":
+        return cuda_variant(m, n, k)
+    if impl == "triton":
+        return triton_variant(m, n, k)
+    raise EvidenceError(f"Matrix-product implementation {impl!r} is not ours; ours are cuda, triton.")
+
+
+def mnk(shape: Sequence[int]) -> tuple[int, int, int]:
+    """(M, N, K) of a shape (M, N, K), as parsed from 'MxNxK'."""
+    if len(shape) != 3:
+        raise EvidenceError(f"A matrix-product shape is MxNxK, not {'x'.join(map(str, shape))}.")
+    m, n, k = (int(d) for d in shape)
+    return m, n, k
+
+
+def variants_for(impl: str, shapes: Iterable[Sequence[int]]) -> list[VariantShapes]:
+    """Each distinct specialization the shapes need, in order of first use, with its shapes."""
+    return group_by_variant((mnk(s) for s in shapes), lambda s: variant(impl, *s))
+
+
+# ----------------------------------------------------------------------------- launchers
+
+
+def validate(a: Any, b: Any, out: Any) -> tuple[int, int, int]:
+    """Check the tensors of a launch and return (M, N, K); EvidenceError with one sentence if not
+    a [M, K], b [K, N], out [M, N], all float32, contiguous, 16-byte aligned, on one CUDA device,
+    out apart from the inputs (the kernels declare them __restrict__)."""
+    import torch
+
+    named = {"a": a, "b": b, "out": out}
+    for name, t in named.items():
+        if not isinstance(t, torch.Tensor):
+            raise EvidenceError(f"Matrix-product argument {name} is a {type(t).__name__}, not a tensor.")
+        if t.dtype != torch.float32:
+            raise EvidenceError(f"Matrix-product argument {name} is {t.dtype}, but must be float32.")
+        if t.device.type != "cuda" or t.device != a.device:
+            raise EvidenceError(f"Matrix-product argument {name} is on {t.device}, but all tensors "
+                                f"must be on one CUDA device (a is on {a.device}).")
+        if t.dim() != 2:
+            raise EvidenceError(f"Matrix-product argument {name} has shape {tuple(t.shape)}, but "
+                                f"must be a matrix.")
+        if not t.is_contiguous():
+            raise EvidenceError(f"Matrix-product argument {name} is not contiguous.")
+        if t.data_ptr() % ALIGNMENT:
+            raise EvidenceError(f"Matrix-product argument {name} does not start at a "
+                                f"{ALIGNMENT}-byte aligned address.")
+    m, k = a.shape
+    if b.shape[0] != k:
+        raise EvidenceError(f"Matrix-product shapes {tuple(a.shape)} and {tuple(b.shape)} do not "
+                            f"chain: a has {k} columns, b has {b.shape[0]} rows.")
+    n = b.shape[1]
+    if tuple(out.shape) != (m, n):
+        raise EvidenceError(f"Matrix-product output has shape {tuple(out.shape)}, but must be "
+                            f"({m}, {n}).")
+    for name, t in (("a", a), ("b", b)):
+        if _overlaps(out, t):
+            raise EvidenceError(f"Matrix-product output overlaps input {name} in memory; it must "
+                                f"be a separate tensor.")
+    if max(m, n, k) > MAX_DIM or cuda_grid(m, n) > MAX_DIM:
+        raise EvidenceError(f"Matrix-product sizes {m}x{n}x{k} are too large for one launch.")
+    return m, n, k
+
+
+def _overlaps(x: Any, y: Any) -> bool:
+    """Whether two contiguous tensors' bytes overlap."""
+    x0, y0 = x.data_ptr(), y.data_ptr()
+    x1, y1 = x0 + x.numel() * x.element_size(), y0 + y.numel() * y.element_size()
+    return x.numel() > 0 and y.numel() > 0 and x0 < y1 and y0 < x1
+
+
+def _degenerate(m: int, n: int, k: int, out: Any) -> bool:
+    """Handle empty products (nothing to write, or K = 0: zeros); True if handled."""
+    if m == 0 or n == 0:
+        return True
+    if k == 0:
+        out.zero_()
+        return True
+    return False
+
+
+def launch_cuda(a: Any, b: Any, out: Any) -> None:
+    """out = a @ b with our CUDA kernel (asynchronous, on torch's current stream of a's device)."""
+    import numpy
+
+    from harness import cuda_module
+
+    m, n, k = validate(a, b, out)
+    if _degenerate(m, n, k, out):
+        return
+    v = cuda_variant(m, n, k)
+    with cuda_module.on_device(a.device):
+        kernel = cuda_module.get_function(CUDA_SOURCE, v.kernel)
+    args = (*(cuda_module.pointer(t) for t in (a, b, out)), numpy.int32(m), numpy.int32(n),
+            numpy.int32(k))
+    cuda_module.launch(kernel, (cuda_grid(m, n), 1, 1), (v.block, 1, 1), args, device=a.device)
+
+
+def launch_triton(a: Any, b: Any, out: Any) -> None:
+    """out = a @ b with our Triton kernel (asynchronous, on torch's current stream of a's device)."""
+    import torch
+
+    from kernels.matmul_triton import matmul_fwd
+
+    m, n, k = validate(a, b, out)
+    if _degenerate(m, n, k, out):
+        return
+    v = triton_variant(m, n, k)
+    with torch.cuda.device(a.device):
+        matmul_fwd[(v.programs,)](a, b, out, num_warps=v.num_warps, num_stages=v.num_stages,
+                                  **v.constexprs())

@@ -1,0 +1,231 @@
+// FP32 matrix product C = A * B, FFMA only (no tensor cores, no TF32):
+//     A [M, K], B [K, N], C [M, N], all row-major and contiguous.
+//
+// Device code only: compiled at run time by NVRTC through CuPy (cupy.RawModule with name
+// expressions, which instantiate the template), or offline by the census (NVRTC, or nvcc as a
+// fallback). No headers are included: NVRTC has no host headers, so the cp.async instructions are
+// written as inline PTX.
+//
+// Tiling. One block of 256 threads computes a 64 x 64 tile of C; each thread holds a 4 x 4
+// sub-tile of accumulators in registers. K is walked in tiles of 32, double-buffered in shared
+// memory: while the block multiplies tile t out of one buffer, the copies of tile t + 1 into the
+// other are in flight (cp.async.commit_group after each tile's copies, cp.async.wait_group 1
+// before a tile is used, so exactly one group stays outstanding during the multiply-adds).
+//
+// Shared memory layouts (both operands are read as float4 in the inner loop):
+//   As[stage][k][m]  A's tile TRANSPOSED (k-major), rows padded from 64 to 68 floats. A is copied
+//                    with 4-byte cp.async.ca, one element each; lane l of a warp copies element
+//                    (m = m_base + l / 8, k = k_base + l % 8): in global memory that is 4 runs of
+//                    8 consecutive floats (32-byte sectors), and in shared memory the banks are
+//                    (68 k + m) mod 32 = (4 k + m) mod 32, all 32 distinct: no bank conflict.
+//   Bs[stage][k][n]  B's tile as in memory (n-major), 64 floats a row, no padding needed: a warp's
+//                    16-byte cp.async.cg copies cover two whole rows, and its float4 reads cover
+//                    128 contiguous bytes of one row.
+// Compute mapping: warp w covers rows 16 (w / 2) .. +15 and columns 32 (w % 2) .. +31 of the tile;
+// lane l covers rows 4 (l / 8) .. +3 and columns 4 (l % 8) .. +3 of that. For each k a warp reads
+// 4 distinct float4 of As (64 bytes) and 8 distinct float4 of Bs (128 bytes): one shared-memory
+// wavefront each, for 16 FFMA per thread.
+//
+// Tails: copies of elements outside A or B use the cp.async src-size operand 0, which fills the
+// shared-memory destination with zeros without reading global memory (the source address is then
+// the matrix's base, a valid address); the epilogue stores only elements inside C. So any M, N,
+// K >= 1 is correct; K = 0 writes zeros.
+//
+// Block order: tiles are numbered group-major (GROUP_M tile rows at a time, column by column
+// inside a group), so that blocks running at the same time share A rows and B columns in L2.
+//
+// Entry points (name expressions; the host picks VEC_B from N):
+//     matmul_f32<4>   N % 4 == 0: 16-byte cp.async.cg copies of B and float4 stores of C; needs
+//                     B and C 16-byte aligned (then every B row and C row is).
+//     matmul_f32<1>   any N: 4-byte cp.async.ca copies of B and 4-byte stores of C.
+// Both take (A, B, C, M, N, K) and must be launched with blockDim.x == 256 and
+// gridDim.x == ceil(M / 64) * ceil(N / 64).
+
+#define MM_BLOCK_M 64
+#define MM_BLOCK_N 64
+#define MM_BLOCK_K 32
+#define MM_THREADS 256
+#define MM_PAD_A 4  // floats of padding per As row: keeps float4 alignment, spreads the banks
+#define MM_GROUP_M 8
+
+// ----------------------------------------------------------------------------- cp.async (PTX)
+
+// Shared-memory address (32-bit, .shared window) of a generic pointer into shared memory.
+__device__ __forceinline__ unsigned mm_smem_addr(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte asynchronous copy global -> shared, bypassing L1 (.cg); src_bytes (0 or 16) bytes are
+// read and the rest of the 16 filled with zeros.
+__device__ __forceinline__ void mm_cp_async16(unsigned dst, const float* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(src_bytes)
+                 : "memory");
+}
+
+// 4-byte asynchronous copy global -> shared (.ca: only .ca allows 4 bytes); src_bytes is 0 or 4.
+__device__ __forceinline__ void mm_cp_async4(unsigned dst, const float* src, int src_bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(src_bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ void mm_cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+// Wait until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void mm_cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// ----------------------------------------------------------------------------- the kernel
+
+struct MmSmem {
+    float a[2][MM_BLOCK_K][MM_BLOCK_M + MM_PAD_A];  // A^T tiles: [stage][k][m]
+    float b[2][MM_BLOCK_K][MM_BLOCK_N];             // B tiles:   [stage][k][n]
+};
+
+// Issue the copies of K-tile `kt` into stage `s`: A transposed (8 elements per thread), B as is
+// (2 x 16 bytes per thread for VEC_B = 4, 8 x 4 bytes for VEC_B = 1). Out-of-range elements are
+// zero-filled (src-size 0).
+template <int VEC_B>
+__device__ __forceinline__ void mm_load_tile(MmSmem& sm, const int s, const int kt,
+                                             const float* __restrict__ A,
+                                             const float* __restrict__ B, const int M,
+                                             const int N, const int K, const int m0, const int n0) {
+    const int tid = threadIdx.x;
+    const int lane = tid & 31;
+    const int warp = tid >> 5;
+    const int k0 = kt * MM_BLOCK_K;
+
+    // A: this thread copies column a_k of the tile, rows a_m + 8 c (c = 0..7).
+    const int a_k = (lane & 7) + 8 * (warp & 3);
+    const int a_m = (lane >> 3) + 4 * (warp >> 2);
+    const int ka = k0 + a_k;
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+        const int m = a_m + 8 * c;
+        const int row = m0 + m;
+        const bool ok = row < M && ka < K;
+        const float* src = ok ? A + (static_cast<long long>(row) * K + ka) : A;
+        mm_cp_async4(mm_smem_addr(&sm.a[s][a_k][m]), src, ok ? 4 : 0);
+    }
+
+    if (VEC_B == 4) {
+        // B: 32 rows x 16 float4; this thread copies float4 b_n4 of rows b_k and b_k + 16.
+        const int b_k = tid >> 4;
+        const int b_n = 4 * (tid & 15);
+        const int col = n0 + b_n;  // N % 4 == 0: the float4 is wholly inside or wholly outside
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+            const int k = b_k + 16 * c;
+            const int kb = k0 + k;
+            const bool ok = kb < K && col < N;
+            const float* src = ok ? B + (static_cast<long long>(kb) * N + col) : B;
+            mm_cp_async16(mm_smem_addr(&sm.b[s][k][b_n]), src, ok ? 16 : 0);
+        }
+    } else {
+        // B: 32 rows x 64 floats; this thread copies element b_n of rows b_k + 4 c (c = 0..7).
+        const int b_k = tid >> 6;
+        const int b_n = tid & 63;
+        const int col = n0 + b_n;
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+            const int k = b_k + 4 * c;
+            const int kb = k0 + k;
+            const bool ok = kb < K && col < N;
+            const float* src = ok ? B + (static_cast<long long>(kb) * N + col) : B;
+            mm_cp_async4(mm_smem_addr(&sm.b[s][k][b_n]), src, ok ? 4 : 0);
+        }
+    }
+}
+
+// acc += As[s]^T * Bs[s] over the 32 k of one tile, for this thread's 4 x 4 outputs.
+__device__ __forceinline__ void mm_multiply_tile(const MmSmem& sm, const int s, const int tm,
+                                                 const int tn, float (&acc)[4][4]) {
+#pragma unroll
+    for (int k = 0; k < MM_BLOCK_K; ++k) {
+        const float4 a = *reinterpret_cast<const float4*>(&sm.a[s][k][tm]);
+        const float4 b = *reinterpret_cast<const float4*>(&sm.b[s][k][tn]);
+        const float av[4] = {a.x, a.y, a.z, a.w};
+        const float bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+        }
+    }
+}
+
+// Store this thread's 4 x 4 outputs (rows m, columns n .. n + 3), the ones inside C only.
+template <int VEC_B>
+__device__ __forceinline__ void mm_store(float* __restrict__ C, const int M, const int N,
+                                         const int m, const int n, const float (&acc)[4][4]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int row = m + i;
+        if (row >= M) break;
+        float* dst = C + static_cast<long long>(row) * N + n;
+        if (VEC_B == 4) {
+            if (n < N) {
+                *reinterpret_cast<float4*>(dst) =
+                    make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                if (n + j < N) dst[j] = acc[i][j];
+            }
+        }
+    }
+}
+
+template <int VEC_B>
+__global__ void __launch_bounds__(MM_THREADS)
+matmul_f32(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+           const int M, const int N, const int K) {
+    static_assert(VEC_B == 4 || VEC_B == 1, "VEC_B is 4 (N % 4 == 0) or 1");
+    __shared__ __align__(16) MmSmem sm;
+
+    // Grouped tile order (GROUP_M tile rows per group, column-major inside a group).
+    const int tiles_m = (M + MM_BLOCK_M - 1) / MM_BLOCK_M;
+    const int tiles_n = (N + MM_BLOCK_N - 1) / MM_BLOCK_N;
+    const int pid = blockIdx.x;
+    const int per_group = MM_GROUP_M * tiles_n;
+    const int first_m = (pid / per_group) * MM_GROUP_M;
+    const int group_rows = min(tiles_m - first_m, MM_GROUP_M);
+    const int tile_m = first_m + (pid % per_group) % group_rows;
+    const int tile_n = (pid % per_group) / group_rows;
+    const int m0 = tile_m * MM_BLOCK_M;
+    const int n0 = tile_n * MM_BLOCK_N;
+
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const int tm = 16 * (warp >> 1) + 4 * (lane >> 3);  // first of this thread's 4 rows
+    const int tn = 32 * (warp & 1) + 4 * (lane & 7);    // first of this thread's 4 columns
+
+    float acc[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
+    }
+
+    const int ktiles = (K + MM_BLOCK_K - 1) / MM_BLOCK_K;
+    if (ktiles > 0) mm_load_tile<VEC_B>(sm, 0, 0, A, B, M, N, K, m0, n0);
+    mm_cp_async_commit();
+    for (int kt = 0; kt < ktiles; ++kt) {
+        const int s = kt & 1;
+        // Copy tile kt + 1 into the other stage (freed by the barrier at the end of kt - 1).
+        if (kt + 1 < ktiles) mm_load_tile<VEC_B>(sm, s ^ 1, kt + 1, A, B, M, N, K, m0, n0);
+        mm_cp_async_commit();  // possibly empty: keeps "all but the newest group" = tile kt
+        mm_cp_async_wait<1>();
+        __syncthreads();  // every thread's copies of tile kt have landed
+        mm_multiply_tile(sm, s, tm, tn, acc);
+        __syncthreads();  // stage s is read by all before it is refilled with tile kt + 2
+    }
+
+    mm_store<VEC_B>(C, M, N, m0 + tm, n0 + tn, acc);
+}

@@ -1,0 +1,218 @@
+"""Matrix product without a GPU: the shape dispatch, the operation's bookkeeping (shapes, bytes,
+flops, float64 reference) and the offline build census of both kernels.
+
+Expected counts are derived from the kernels' structure, not copied from a compiler run: the CUDA
+kernel's thread copies 8 elements of A (4-byte cp.async) and 2 float4 of B (or 8 floats) per K
+tile at two call sites (prologue and loop), reads one float4 of A and one of B per k of a 32-k
+tile, does 4 x 4 FFMA per k, and stores 4 rows of 4 outputs; a Triton program does
+BLOCK_M * BLOCK_N * BLOCK_K / threads FMAs per K step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from harness import census, cuda_module
+from harness.errors import EvidenceError, ToolMissing
+from harness.matmul_kernels import (CUDA_THREADS, CUDA_TILE, cuda_grid, cuda_variant,
+                                    triton_variant, variants_for)
+
+SWEEP = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (4096, 4096, 1024)]
+
+
+# ----------------------------------------------------------------------------- dispatch
+
+
+def test_cuda_dispatch_follows_n_modulo_4() -> None:
+    assert cuda_variant(1024, 1024, 1024).kernel == "matmul_f32<4>"
+    assert cuda_variant(1001, 1024, 999).kernel == "matmul_f32<4>"  # M and K tails: same kernel
+    assert cuda_variant(1024, 1001, 1024).kernel == "matmul_f32<1>"
+    assert cuda_variant(7, 5, 3).kernel == "matmul_f32<1>"
+    for shape in [(1024, 1024, 1024), (7, 5, 3)]:
+        v = cuda_variant(*shape)
+        assert v.block == CUDA_THREADS == 256 and v.dynamic_smem == 0 and v.source == "matmul.cu"
+
+
+def test_cuda_grid_is_one_block_per_64x64_tile() -> None:
+    assert cuda_grid(1024, 1024) == (1024 // 64) ** 2
+    assert cuda_grid(65, 1) == 2
+    assert cuda_grid(1, 1) == 1
+    assert cuda_grid(4096, 4096) == 64 * 64
+
+
+@pytest.mark.parametrize("shape", [*SWEEP, (1000, 1001, 999), (7, 5, 3)])
+def test_triton_dispatch(shape: tuple[int, int, int]) -> None:
+    from kernels.matmul_triton import config_for
+
+    v = triton_variant(*shape)
+    bm, bn, bk, group, warps, stages = config_for(*shape)
+    assert (v.block_m, v.block_n, v.block_k, v.group_m, v.num_warps, v.num_stages) == (
+        bm, bn, bk, group, warps, stages)
+    assert (v.m, v.n, v.k) == shape and v.block == 32 * warps
+    assert v.programs == math.ceil(shape[0] / bm) * math.ceil(shape[1] / bn)
+    assert v.constexprs() == {"M": shape[0], "N": shape[1], "K": shape[2], "BLOCK_M": bm,
+                              "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group}
+    assert set(v.signature()) == {"A", "B", "C", *v.constexprs()}
+    assert v.compile_options() == {"num_warps": warps, "num_stages": stages}
+    assert bk % 16 == 0 and bm % 16 == 0 and bn % 16 == 0  # tl.dot needs blocks >= 16
+
+
+def test_variants_for_groups_shapes() -> None:
+    shapes = [*SWEEP, (1000, 1001, 999), (1024, 1024, 1024)]
+    cuda = variants_for("cuda", shapes)
+    assert [v.variant.kernel for v in cuda] == ["matmul_f32<4>", "matmul_f32<1>"]
+    assert cuda[0].shapes_text == "1024x1024x1024;2048x2048x2048;4096x4096x4096;4096x4096x1024"
+    assert cuda[1].shapes_text == "1000x1001x999"
+    triton = variants_for("triton", shapes)  # M, N, K are constexprs: one variant per shape
+    assert [v.shapes for v in triton] == [(s,) for s in [*SWEEP, (1000, 1001, 999)]]
+    with pytest.raises(EvidenceError, match="not ours"):
+        variants_for("torch", shapes)
+    with pytest.raises(EvidenceError, match="MxNxK"):
+        variants_for("cuda", [(1024, 1024)])
+    with pytest.raises(EvidenceError, match="outside the supported range"):
+        variants_for("cuda", [(0, 8, 8)])
+
+
+# ----------------------------------------------------------------------------- the operation
+
+
+def test_operation_shapes_bytes_flops() -> None:
+    from harness.ops import get
+
+    op = get("matmul")
+    for shape in ["1024x1024x1024", "4096x4096x1024", "7x5x3"]:
+        op.validate_shape(shape)
+    for bad in ["1024x1024", "64x64x64x64", "64x64x64-powerlaw"]:
+        with pytest.raises(ValueError):
+            op.validate_shape(bad)
+    m, n, k = 3, 5, 7
+    # one multiply and one add per term of every output: count the terms
+    assert op.flops(f"{m}x{n}x{k}") == 2 * sum(1 for _ in range(m) for _ in range(n) for _ in range(k))
+    floats = m * k + k * n + m * n  # A, B and C, each element once
+    assert op.bytes_moved(f"{m}x{n}x{k}") == 4 * floats
+    assert op.kernels == "harness.matmul_kernels"
+    assert set(op.implementations) == {"cuda", "triton", "torch"}
+    assert op.sources == {"cuda": ["matmul.cu"], "triton": ["matmul_triton.py"], "torch": []}
+
+
+def test_reference_against_plain_sums() -> None:
+    """The float64 reference against exact sums (math.fsum) of the products, on the CPU."""
+    torch = pytest.importorskip("torch")
+    from harness.ops import get
+
+    gen = torch.Generator().manual_seed(3)
+    a = torch.randn(5, 7, generator=gen)
+    b = torch.randn(7, 3, generator=gen)
+    ref = get("matmul").reference({"a": a, "b": b}, {})
+    assert ref.dtype == torch.float64 and tuple(ref.shape) == (5, 3)
+    for i in range(5):
+        for j in range(3):
+            exact = math.fsum(float(a[i, t]) * float(b[t, j]) for t in range(7))
+            assert abs(float(ref[i, j]) - exact) <= 1e-12 * (1 + abs(exact))
+
+
+def test_launchers_refuse_cpu_tensors() -> None:
+    torch = pytest.importorskip("torch")
+    from harness.matmul_kernels import launch_cuda, launch_triton
+
+    a, b, out = torch.randn(4, 8), torch.randn(8, 4), torch.empty(4, 4)
+    for launch in (launch_cuda, launch_triton):
+        with pytest.raises(EvidenceError, match="CUDA device"):
+            launch(a, b, out)
+
+
+# ----------------------------------------------------------------------------- offline build
+
+
+def _census_or_skip(impl: str, shapes: list[tuple[int, int, int]], outdir: Path) -> list[dict]:
+    from harness.build import build_census
+
+    try:
+        return build_census("matmul", impl, shapes, arch="sm_90", outdir=outdir)
+    except ToolMissing as exc:
+        pytest.skip(f"{impl} census tools missing: {exc}")
+
+
+def _sass_ops(path: Path) -> Counter[str]:
+    (ops,) = census.sass_opcodes(path.read_text()).values()
+    return Counter(ops)
+
+
+def _ptx_ops(path: Path) -> Counter[str]:
+    text = census._strip_ptx_comments(path.read_text())  # inline asm sits between comments
+    (entry,) = [body for _, is_entry, body in census._ptx_functions(text) if is_entry]
+    return Counter(census.ptx_opcodes(entry))
+
+
+def test_build_census_cuda(tmp_path: Path) -> None:
+    from harness.build import CENSUS_COLUMNS
+
+    rows = _census_or_skip("cuda", [(1024, 1024, 1024), (2048, 2048, 2048), (1000, 1001, 999)],
+                           tmp_path)
+    assert [tuple(r) for r in rows] == [CENSUS_COLUMNS] * 2
+    vec4, vec1 = rows
+    assert vec4["kernel"] == "matmul_f32<4>" and vec4["shapes"] == "1024x1024x1024;2048x2048x2048"
+    assert vec1["kernel"] == "matmul_f32<1>" and vec1["shapes"] == "1000x1001x999"
+    bm, bn, bk = CUDA_TILE
+    smem = 4 * (2 * bk * (bm + 4) + 2 * bk * bn)  # two stages of A^T (rows padded by 4) and B
+    for row in rows:
+        assert row["registers"] > 0 and row["block"] == 256
+        assert (row["spill_stores"], row["spill_loads"]) == (0, 0)
+        assert row["stack_bytes"] == row["sass_local"] == 0
+        assert row["static_smem"] == smem and row["dynamic_smem"] == 0
+        # every global read is a cp.async (not ld.global); two __syncthreads per K tile
+        assert (row["ld_global_32"], row["ld_global_64"], row["ld_global_128"]) == (0, 0, 0)
+        assert row["sass_ldg_32"] == row["sass_ldg_128"] == 0
+        assert row["barriers"] == 2 and row["sass_bar"] == 2
+        assert "-ftz=true" in row["options"] and "-arch=sm_90" in row["options"]
+        assert row["source_sha256"] == hashlib.sha256(
+            (cuda_module.KERNELS_DIR / "matmul.cu").read_bytes()).hexdigest()
+    assert (vec4["st_global_128"], vec4["st_global_32"], vec4["sass_stg_128"]) == (4, 0, 4)
+    assert (vec1["st_global_128"], vec1["st_global_32"], vec1["sass_stg_32"]) == (0, 16, 16)
+
+    for kernel, b_copies in (("matmul_f32_4", {"LDGSTS.E.BYPASS.128": 2 * 2}),
+                             ("matmul_f32_1", {"LDGSTS.E": 2 * 8})):
+        sass = _sass_ops(tmp_path / f"cuda_{kernel}.sass")
+        a_copies = 2 * 8  # A: 8 4-byte copies per thread per tile, at 2 call sites
+        expected = Counter({"LDGSTS.E": a_copies}) + Counter(b_copies)
+        assert {op: n for op, n in sass.items() if op.startswith("LDGSTS")} == dict(expected)
+        assert sass["LDS.128"] == 2 * bk  # one float4 of A^T and one of B per k
+        assert sum(n for op, n in sass.items() if op.startswith("FFMA")) == 16 * bk
+        assert not any(op.startswith(("HMMA", "HGMMA")) for op in sass)
+        ptx = _ptx_ops(tmp_path / f"cuda_{kernel}.ptx")
+        assert ptx["cp.async.ca.shared.global"] == a_copies + (b_copies.get("LDGSTS.E", 0))
+        assert ptx["cp.async.cg.shared.global"] == b_copies.get("LDGSTS.E.BYPASS.128", 0)
+        assert ptx["cp.async.wait_group"] == 1 and ptx["cp.async.commit_group"] == 2
+
+
+def test_build_census_triton(tmp_path: Path) -> None:
+    pytest.importorskip("triton", reason="triton is not installed")
+    from harness.build import CENSUS_COLUMNS
+
+    shapes = [(1024, 1024, 1024), (1000, 1001, 999)]
+    rows = _census_or_skip("triton", shapes, tmp_path)
+    assert [tuple(r) for r in rows] == [CENSUS_COLUMNS] * 2
+    for row, shape in zip(rows, shapes, strict=True):
+        v = triton_variant(*shape)
+        assert row["kernel"] == "matmul_fwd" and row["block"] == v.block
+        assert row["specialization"] == v.specialization
+        assert row["arch"].startswith("sm_90") and row["compiler"].startswith("triton ")
+        assert row["registers"] > 0
+        assert (row["spill_stores"], row["spill_loads"], row["sass_local"]) == (0, 0, 0)
+        (sass_path,) = tmp_path.glob(f"triton_matmul_fwd_M_{v.m}_N_{v.n}_K_{v.k}_*.sass")
+        sass = _sass_ops(sass_path)
+        ptx = sass_path.with_suffix(".ptx").read_text()
+        # IEEE FP32: FMAs, no tensor-core instruction (TF32 would be mma/wgmma)
+        assert "mma" not in ptx and "tf32" not in ptx
+        assert not any(op.startswith(("HMMA", "HGMMA")) for op in sass)
+        fma_per_step = v.block_m * v.block_n * v.block_k // v.block
+        assert sass["FFMA"] == ptx.count("fma.rn.f32") == fma_per_step
+        assert any(op.startswith("LDGSTS") for op in sass)  # pipelined through cp.async
+    aligned, odd = rows
+    assert aligned["st_global_128"] > 0 and aligned["st_global_32"] == 0
+    assert odd["st_global_128"] == 0 and odd["st_global_32"] > 0  # N = 1001: no 16-byte rows

@@ -1,0 +1,263 @@
+"""Our matrix-product kernels (and the library call) on a CUDA GPU: correct against a float64
+reference for aligned and tail shapes, every output element written, TF32 off, and the offline
+census describing the code that runs.
+
+GPU tests are marked `gpu` (conftest.py skips them without a GPU; they also skip when CUDA is not
+available); the reference's own check against exact sums runs on the CPU everywhere.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from harness.errors import EvidenceError  # noqa: E402
+from harness.matmul_kernels import (cuda_variant, launch_cuda, launch_triton,  # noqa: E402
+                                    triton_variant)
+
+gpu = pytest.mark.gpu
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU visible")
+
+# FP32 sums of K products: the rounding error grows like sqrt(K) * 2**-24 * |partial sums|; with
+# outputs of O(1) it stays near 1e-5 at K = 4096, while an indexing or tail mistake gives O(1)
+# errors, one dropped k term about 1/sqrt(K) (0.016 at K = 4096), and TF32 inputs about 1e-3.
+ATOL = 1e-4
+RTOL = 1e-4
+
+SHAPES = [
+    (1024, 1024, 1024),  # the default shape
+    (2048, 2048, 2048),
+    (4096, 4096, 1024),
+    (256, 256, 4096),    # long K
+    (64, 64, 32),        # exactly one tile
+    (1, 1, 1),
+    (7, 5, 3),           # everything smaller than a tile
+    (65, 68, 33),        # one past a tile in M and K; N % 4 == 0
+    (100, 132, 257),     # M, N, K tails with N % 4 == 0
+    (1000, 1001, 999),   # N % 4 != 0: the scalar CUDA path
+    (129, 130, 4096),    # tails with long K
+    (3, 4096, 5),
+    (4097, 3, 64),
+]
+LAUNCHERS = {"cuda": launch_cuda, "triton": launch_triton}
+
+
+def _inputs(m: int, n: int, k: int, seed: int) -> tuple:
+    """Fresh standard-normal A (scaled by 1/sqrt(K), so C is O(1)) and B on the GPU."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    a = torch.randn(m, k, device="cuda", generator=gen) / math.sqrt(k)
+    b = torch.randn(k, n, device="cuda", generator=gen)
+    return a, b
+
+
+def _reference(a, b):
+    return a.double() @ b.double()
+
+
+def _run(impl: str, a, b):
+    """Launch into a NaN-poisoned output and wait for it."""
+    out = torch.full((a.shape[0], b.shape[1]), float("nan"), device=a.device)
+    LAUNCHERS[impl](a, b, out)
+    torch.cuda.synchronize()
+    return out
+
+
+def _check(out, ref) -> None:
+    assert out.dtype == torch.float32 and out.shape == ref.shape
+    assert not torch.isnan(out).any(), f"{int(torch.isnan(out).sum())} output elements not written"
+    err = (out.double() - ref).abs()
+    worst = int(err.argmax())
+    assert bool((err <= ATOL + RTOL * ref.abs()).all()), (
+        f"max abs error {float(err.max()):.3g} at flat index {worst} (ref {float(ref.flatten()[worst]):.3g})")
+
+
+# ----------------------------------------------------------------------------- CPU
+
+
+def test_reference_matches_exact_sums_on_cpu() -> None:
+    """The operation's float64 reference against math.fsum of the products (exact rounding)."""
+    from harness.ops import get
+
+    gen = torch.Generator().manual_seed(5)
+    a = torch.randn(9, 13, generator=gen) / math.sqrt(13)
+    b = torch.randn(13, 6, generator=gen)
+    ref = get("matmul").reference({"a": a, "b": b}, {})
+    assert ref.dtype == torch.float64
+    exact = torch.tensor([[math.fsum(float(a[i, t]) * float(b[t, j]) for t in range(13))
+                           for j in range(6)] for i in range(9)], dtype=torch.float64)
+    assert torch.allclose(ref, exact, rtol=1e-13, atol=1e-13)
+
+
+# ----------------------------------------------------------------------------- GPU: correctness
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("impl", sorted(LAUNCHERS))
+@pytest.mark.parametrize("shape", SHAPES, ids=["x".join(map(str, s)) for s in SHAPES])
+def test_matches_float64_reference(impl: str, shape: tuple[int, int, int]) -> None:
+    a, b = _inputs(*shape, seed=sum(shape))
+    _check(_run(impl, a, b), _reference(a, b))
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("shape", ["1024x1024x1024", "4096x4096x1024", "1000x1001x999", "7x5x3"])
+@pytest.mark.parametrize("impl", ["cuda", "triton", "torch"])
+def test_operation_implementations(impl: str, shape: str) -> None:
+    """Through the operation's interface, as the pipeline's check calls it (torch included)."""
+    from harness.ops import get
+
+    op = get("matmul")
+    op.validate_shape(shape)
+    inputs = op.make_inputs(shape, 20261129, {})
+    assert all(t.dtype == torch.float32 and t.is_cuda for t in inputs.values())
+    assert all(bool((t != 0).any()) for t in inputs.values())
+    out = op.make_output(inputs, shape)
+    out.fill_(float("nan"))
+    result = op.implementations[impl](inputs, out, {})
+    torch.cuda.synchronize()
+    if impl != "torch":
+        assert result is out
+    _check(result, op.reference(inputs, {}))
+    if impl == "torch":
+        assert torch.backends.cuda.matmul.allow_tf32 is False
+        assert torch.get_float32_matmul_precision() == "highest"
+
+
+@gpu
+@needs_cuda
+def test_tolerance_rejects_tf32_inputs() -> None:
+    """The tolerance is tight enough to tell TF32 from FP32: inputs rounded to TF32's 10-bit
+    mantissa (round to nearest, in software) give a product outside it at K = 4096."""
+    a, b = _inputs(256, 256, 4096, seed=17)
+
+    def tf32(x):
+        bits = x.view(torch.int32)
+        return ((bits + 0x1000) & ~0x1FFF).view(torch.float32)
+
+    ref = _reference(a, b)
+    emulated = (tf32(a).double() @ tf32(b).double()).float()
+    err = (emulated.double() - ref).abs()
+    assert not bool((err <= ATOL + RTOL * ref.abs()).all())
+    assert float(err.max()) > 3 * ATOL
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("impl", sorted(LAUNCHERS))
+def test_repeated_runs_are_identical(impl: str) -> None:
+    """No race: the same inputs give bitwise the same output every time."""
+    a, b = _inputs(513, 516, 1000, seed=7)
+    first = _run(impl, a, b)
+    for _ in range(3):
+        assert torch.equal(_run(impl, a, b), first)
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("impl", sorted(LAUNCHERS))
+def test_runs_on_torchs_current_stream(impl: str) -> None:
+    a, b = _inputs(300, 260, 700, seed=3)
+    out = torch.full((300, 260), float("nan"), device="cuda")
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        LAUNCHERS[impl](a, b, out)
+    stream.synchronize()
+    _check(out, _reference(a, b))
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("impl", sorted(LAUNCHERS))
+def test_empty_products(impl: str) -> None:
+    """M = 0 writes nothing; K = 0 writes zeros."""
+    launch = LAUNCHERS[impl]
+    launch(torch.empty(0, 8, device="cuda"), torch.randn(8, 4, device="cuda"),
+           torch.empty(0, 4, device="cuda"))
+    out = torch.full((5, 4), float("nan"), device="cuda")
+    launch(torch.empty(5, 0, device="cuda"), torch.empty(0, 4, device="cuda"), out)
+    torch.cuda.synchronize()
+    assert bool((out == 0).all())
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("impl", sorted(LAUNCHERS))
+def test_bad_arguments_are_refused_in_one_sentence(impl: str) -> None:
+    a, b = _inputs(16, 8, 12, seed=5)
+    out = torch.empty(16, 8, device="cuda")
+    launch = LAUNCHERS[impl]
+    with pytest.raises(EvidenceError, match="float32"):
+        launch(a.double(), b, out)
+    with pytest.raises(EvidenceError, match="contiguous"):
+        launch(a, b.t().contiguous().t(), out)
+    with pytest.raises(EvidenceError, match="aligned"):
+        flat = torch.randn(16 * 12 + 1, device="cuda")
+        launch(flat[1:].view(16, 12), b, out)
+    with pytest.raises(EvidenceError, match="do not chain"):
+        launch(a, torch.randn(11, 8, device="cuda"), out)
+    with pytest.raises(EvidenceError, match="output"):
+        launch(a, b, out[:4])
+    with pytest.raises(EvidenceError, match="overlaps"):
+        square = torch.randn(12, 12, device="cuda")
+        launch(square, square.clone(), square)
+    with pytest.raises(EvidenceError, match="matrix"):
+        launch(a.reshape(-1), b, out)
+
+
+# ----------------------------------------------------------------------------- census vs run time
+
+
+def _device_arch() -> str:
+    major, minor = torch.cuda.get_device_capability()
+    return f"sm_{major}{minor}"
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("shape", [(1024, 1024, 1024), (1000, 1001, 999)])
+def test_cuda_census_matches_the_loaded_kernel(shape: tuple[int, int, int]) -> None:
+    """The offline census (same NVRTC options) reports what CuPy compiled and loaded."""
+    from harness import census, cuda_module
+    from harness.matmul_kernels import CUDA_SOURCE
+
+    v = cuda_variant(*shape)
+    a, b = _inputs(*shape, seed=1)
+    _run("cuda", a, b)  # compile and load at run time
+    with cuda_module.on_device(a.device):
+        kernel = cuda_module.get_function(CUDA_SOURCE, v.kernel)
+        runtime_regs, runtime_local = kernel.num_regs, kernel.local_size_bytes
+    build = cuda_module.compile_offline(CUDA_SOURCE, [v.kernel], arch=_device_arch(),
+                                        compiler="nvrtc")
+    info = census.parse_ptxas_log(build.ptxas_log)[build.lowered[v.kernel]]
+    assert runtime_regs == info.registers
+    assert runtime_local == 0 and info.spill_stores == 0
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("shape", [(1024, 1024, 1024), (4096, 4096, 1024), (1000, 1001, 999)])
+def test_triton_census_matches_the_jit_kernel(shape: tuple[int, int, int]) -> None:
+    """The offline Triton compile is the JIT's kernel: same PTX, registers and no spills."""
+    from harness import census, cuda_module
+    from harness.build import compile_triton
+    from kernels.matmul_triton import matmul_fwd
+
+    v = triton_variant(*shape)
+    a, b = _inputs(*shape, seed=2)
+    out = torch.empty(shape[0], shape[1], device="cuda")
+    jit = matmul_fwd[(v.programs,)](a, b, out, num_warps=v.num_warps, num_stages=v.num_stages,
+                                    **v.constexprs())
+    torch.cuda.synchronize()
+    offline, log = compile_triton(v, _device_arch())
+    jit._init_handles()  # done by the launch already (idempotent); it sets n_regs and n_spills
+    offline_regs = census.parse_res_usage(cuda_module.resource_usage(offline.asm["cubin"]))
+    assert jit.n_regs == offline_regs["matmul_fwd"].registers
+    assert jit.n_regs == census.parse_ptxas_log(log)["matmul_fwd"].registers
+    assert jit.asm["ptx"] == offline.asm["ptx"]
+    assert jit.n_spills == 0

@@ -1,0 +1,245 @@
+"""Our softmax kernels on a CUDA GPU: correct against a float64 reference at every dispatch path,
+every output element written, and the offline census describing the code that runs.
+
+GPU tests carry the `gpu` marker (conftest.py skips them without a GPU); the check of the
+operation's reference against plain Python runs anywhere.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from harness.errors import EvidenceError  # noqa: E402
+from harness.softmax_kernels import (cuda_variant, launch_cuda, launch_triton,  # noqa: E402
+                                     triton_variant)
+
+gpu = pytest.mark.gpu
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU visible")
+
+# Every CUDA path (warp vec4/scalar, block vec4 at 256/512/1024 threads, block scalar, online
+# vec4/scalar) and both Triton programs, with tails: widths not a multiple of the block's sweep.
+WIDTHS = [256, 1024, 4096, 5000, 32768, 40000, 1, 4, 33, 771, 1025, 8193, 12345]
+ROWS = [1, 7, 130]
+# FP32 has no cancellation here (ratios of positive sums): relative errors are about
+# (|x - max| + log2 n) * 2^-24 plus a few ulp, < 5e-6 for these inputs; outputs below ATOL are
+# negligible probability mass (and may flush to zero).
+ATOL = 1e-10
+RTOL = 2e-5
+LAUNCHERS = {"cuda": launch_cuda, "triton": launch_triton}
+
+
+def _inputs(rows: int, n: int, seed: int, scale: float = 3.0, shift: float = 0.0):
+    """randn * scale + shift on the GPU (never zeros)."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    return torch.randn(rows, n, device="cuda", generator=gen) * scale + shift
+
+
+def _reference(x):
+    return torch.softmax(x.double(), dim=-1)
+
+
+def _run(impl: str, x):
+    """Launch into a NaN-poisoned output and wait for it."""
+    if impl == "torch":
+        out = torch.softmax(x, dim=-1)
+    else:
+        out = torch.full_like(x, float("nan"))
+        LAUNCHERS[impl](x, out)
+    torch.cuda.synchronize()
+    return out
+
+
+def _check(out, ref) -> None:
+    assert not torch.isnan(out).any(), f"{int(torch.isnan(out).sum())} output elements not written"
+    err = (out.double() - ref).abs()
+    bad = err > ATOL + RTOL * ref.abs()
+    if bool(bad.any()):
+        i = int(bad.flatten().nonzero()[0])
+        raise AssertionError(f"{int(bad.sum())} elements off; first at flat index {i}: got "
+                             f"{float(out.flatten()[i])!r}, want {float(ref.flatten()[i])!r}")
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("impl", ["cuda", "triton", "torch"])
+@pytest.mark.parametrize("rows", ROWS)
+@pytest.mark.parametrize("n", WIDTHS)
+def test_matches_float64_reference(impl: str, rows: int, n: int) -> None:
+    x = _inputs(rows, n, seed=1000 * n + rows)
+    _check(_run(impl, x), _reference(x))
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("impl", ["cuda", "triton"])
+@pytest.mark.parametrize("n", [256, 4096, 771, 32768, 12345])
+def test_rows_sum_to_one(impl: str, n: int) -> None:
+    """Independent of the reference: each row is a probability distribution."""
+    out = _run(impl, _inputs(33, n, seed=n))
+    assert bool((out >= 0).all())
+    sums = out.double().sum(dim=-1)
+    assert float((sums - 1.0).abs().max()) < 1e-5
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("impl", ["cuda", "triton"])
+@pytest.mark.parametrize("n", [1024, 771, 40000])
+def test_large_offset_does_not_overflow(impl: str, n: int) -> None:
+    """x + 1000: exp(x) overflows in FP32, exp(x - max) does not (the max must be subtracted)."""
+    x = _inputs(16, n, seed=5, shift=1000.0)
+    _check(_run(impl, x), _reference(x))
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("impl", ["cuda", "triton"])
+@pytest.mark.parametrize("n", [256, 8192, 12345])
+def test_wide_spread_underflows_to_zero_only(impl: str, n: int) -> None:
+    """randn * 60: most exponentials underflow; what survives must still be accurate."""
+    x = _inputs(16, n, seed=6, scale=60.0)
+    _check(_run(impl, x), _reference(x))
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("impl", ["cuda", "triton"])
+@pytest.mark.parametrize("n", [4096, 32768])
+def test_repeated_runs_are_identical(impl: str, n: int) -> None:
+    """No race: the same inputs give bitwise the same output every time."""
+    x = _inputs(257, n, seed=7)
+    first = _run(impl, x)
+    for _ in range(3):
+        assert torch.equal(_run(impl, x), first)
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("impl", ["cuda", "triton"])
+def test_runs_on_torchs_current_stream(impl: str) -> None:
+    x = _inputs(257, 1024, seed=3)
+    out = torch.full_like(x, float("nan"))
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        LAUNCHERS[impl](x, out)
+    stream.synchronize()
+    _check(out, _reference(x))
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("impl", ["cuda", "triton"])
+def test_zero_rows_is_a_no_op(impl: str) -> None:
+    x = torch.empty(0, 1024, device="cuda")
+    LAUNCHERS[impl](x, torch.empty_like(x))
+    torch.cuda.synchronize()
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("impl", ["cuda", "triton"])
+def test_bad_arguments_are_refused_in_one_sentence(impl: str) -> None:
+    x = _inputs(8, 1024, seed=5)
+    out = torch.empty_like(x)
+    launch = LAUNCHERS[impl]
+    with pytest.raises(EvidenceError, match="float32"):
+        launch(x.double(), out)
+    with pytest.raises(EvidenceError, match="contiguous"):
+        launch(x.t(), out.t())
+    with pytest.raises(EvidenceError, match="aligned"):
+        flat = torch.randn(8 * 1024 + 1, device="cuda")
+        launch(flat[1:].view(8, 1024), out)
+    with pytest.raises(EvidenceError, match="output"):
+        launch(x, out[:4])
+    with pytest.raises(EvidenceError, match="overlaps"):
+        launch(x, x)
+    with pytest.raises(EvidenceError, match="width 0"):
+        launch(torch.empty(4, 0, device="cuda"), torch.empty(4, 0, device="cuda"))
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("impl", ["cuda", "triton", "torch"])
+def test_pipeline_check_passes(impl: str) -> None:
+    """The pipeline's own check (make_inputs, NaN-poisoned output, reference) at this tolerance."""
+    from harness.check import run_check
+
+    params = {"tolerance": {"atol": ATOL, "rtol": RTOL}}
+    for shape in ("300x1024", "64x32768", "70x771"):
+        record = run_check("softmax", shape, impl, params, seed=20261129)
+        assert record["passed"] and record["unwritten_outputs"] == 0, record
+
+
+# ----------------------------------------------------------------------------- reference (CPU)
+
+
+def test_reference_matches_plain_python_loops() -> None:
+    """The operation's float64 reference against exp / sum written out in Python (CPU tensors)."""
+    from harness.ops import get
+
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(5, 37, generator=gen) * 3.0
+    x[2] += 500.0  # far from zero: the reference must subtract the row max
+    ref = get("softmax").reference({"x": x}, {})
+    assert ref.dtype == torch.float64 and tuple(ref.shape) == (5, 37)
+    for r, row in enumerate(x.double().tolist()):
+        m = max(row)
+        total = math.fsum(math.exp(v - m) for v in row)
+        want = [math.exp(v - m) / total for v in row]
+        assert ref[r].tolist() == pytest.approx(want, rel=1e-13, abs=0.0)
+
+
+# ----------------------------------------------------------------------------- census vs run time
+
+
+def _device_arch() -> str:
+    major, minor = torch.cuda.get_device_capability()
+    return f"sm_{major}{minor}"
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("n", [256, 1024, 4096, 32768, 771, 40000])
+def test_cuda_census_matches_the_loaded_kernel(n: int) -> None:
+    """The offline census (same NVRTC options) reports what CuPy compiled and loaded."""
+    from harness import census, cuda_module
+    from harness.softmax_kernels import CUDA_SOURCE
+
+    v = cuda_variant(n)
+    x = _inputs(4, n, seed=n)
+    _run("cuda", x)  # compile and load at run time
+    with cuda_module.on_device(x.device):
+        kernel = cuda_module.get_function(CUDA_SOURCE, v.kernel)
+        runtime_regs, runtime_local = kernel.num_regs, kernel.local_size_bytes
+    build = cuda_module.compile_offline(CUDA_SOURCE, [v.kernel], arch=_device_arch(),
+                                        compiler="nvrtc")
+    info = census.parse_ptxas_log(build.ptxas_log)[build.lowered[v.kernel]]
+    assert runtime_regs == info.registers
+    assert runtime_local == 0 and info.spill_stores == 0
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("n", [1024, 771, 32768])
+def test_triton_census_matches_the_jit_kernel(n: int) -> None:
+    """The offline Triton compile has the registers and PTX of the JIT's kernel."""
+    from harness import census, cuda_module
+    from harness.build import compile_triton
+
+    v = triton_variant(n)
+    x = _inputs(4, n, seed=n)
+    out = torch.empty_like(x)
+    jit = v.jit_function()[(4,)](x, out, **v.constexprs(), **v.compile_options())
+    torch.cuda.synchronize()
+    offline, log = compile_triton(v, _device_arch())
+    jit._init_handles()  # done by the launch already (idempotent); it sets n_regs and n_spills
+    offline_regs = census.parse_res_usage(cuda_module.resource_usage(offline.asm["cubin"]))
+    assert jit.n_regs == offline_regs[v.kernel].registers
+    assert jit.n_regs == census.parse_ptxas_log(log)[v.kernel].registers
+    assert jit.asm["ptx"] == offline.asm["ptx"]
+    assert jit.n_spills == 0

@@ -21,7 +21,7 @@ if [ "${RUN_TESTS:-1}" = 1 ]; then
 fi
 if [ "${PIPELINE:-1}" = 1 ]; then
   t1=$(date +%s)
-  timeout -s INT "${SNAKE_TIMEOUT:-540}" snakemake --cores 4 --keep-going --rerun-incomplete ${CONFIGFILE:+--configfile "$CONFIGFILE"} "${@:-report}" >> "$OUT/snakemake.txt" 2>&1
+  timeout -s INT "${SNAKE_TIMEOUT:-540}" snakemake "${@:-report}" --cores 4 --keep-going --rerun-incomplete ${CONFIGFILE:+--configfile "$CONFIGFILE"} >> "$OUT/snakemake.txt" 2>&1
   rc=$?
   grep -E "Error in rule|steps \(|CheckFailed|check failed|no CUDA|not found" "$OUT/snakemake.txt" | tail -25
   echo "snakemake: $(( $(date +%s) - t1 )) s, rc=$rc" | tee -a "$OUT/snakemake.txt"

@@ -128,3 +128,26 @@ class SimpleTritonSpec:
         if self.num_stages is not None:
             opts["num_stages"] = self.num_stages
         return opts
+
+
+def pick_ours(impl: str, what: str, cuda: Callable[[], Any], triton: Callable[[], Any]) -> Any:
+    """Our specialization for `impl` (`cuda()` or `triton()`); an EvidenceError naming `what`
+    (e.g. 'Softmax') for any other implementation, which we do not build."""
+    from harness.errors import EvidenceError
+
+    if impl == "cuda":
+        return cuda()
+    if impl == "triton":
+        return triton()
+    raise EvidenceError(f"{what} implementation {impl!r} is not ours; ours are cuda, triton.")
+
+
+def rows_and_last(shape: Sequence[int], what: str) -> tuple[int, int]:
+    """(rows, n) of a shape normalised over its last dimension: (4096, 768) -> (4096, 768)."""
+    import math
+
+    from harness.errors import EvidenceError
+
+    if len(shape) < 1:
+        raise EvidenceError(f"A {what} shape needs at least one dimension.")
+    return math.prod(shape[:-1]), int(shape[-1])

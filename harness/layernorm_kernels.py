@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import EvidenceError
-from harness.kernel_specs import VariantShapes, group_by_variant
+from harness.kernel_specs import VariantShapes, group_by_variant, pick_ours, rows_and_last
 
 __all__ = ["VariantShapes", "cuda_variant", "triton_variant", "variants_for", "launch_cuda", "launch_triton"]
 
@@ -142,18 +142,12 @@ def triton_variant(n: int) -> TritonVariant:
 
 def variant(impl: str, n: int) -> Variant:
     """`cuda_variant` or `triton_variant` by implementation name."""
-    if impl == "cuda":
-        return cuda_variant(n)
-    if impl == "triton":
-        return triton_variant(n)
-    raise EvidenceError(f"Layer-norm implementation {impl!r} is not ours; ours are cuda, triton.")
+    return pick_ours(impl, "Layer-norm", lambda: cuda_variant(n), lambda: triton_variant(n))
 
 
 def rows_and_width(shape: Sequence[int]) -> tuple[int, int]:
-    """(rows, n) of a shape whose last dimension is normalised: (4096, 768) -> (4096, 768)."""
-    if len(shape) < 1:
-        raise EvidenceError("A layer-norm shape needs at least one dimension.")
-    return math.prod(shape[:-1]), int(shape[-1])
+    """(rows, n) of a shape normalised over its last dimension."""
+    return rows_and_last(shape, "layer-norm")
 
 
 def variants_for(impl: str, shapes: Iterable[Sequence[int]]) -> list[VariantShapes]:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import EvidenceError
-from harness.kernel_specs import VariantShapes, group_by_variant
+from harness.kernel_specs import VariantShapes, group_by_variant, pick_ours
 
 __all__ = ["VariantShapes", "cuda_variant", "triton_variant", "variants_for", "launch_cuda",
            "launch_triton", "cuda_grid"]
@@ -164,11 +164,7 @@ def triton_variant(m: int, n: int, k: int) -> TritonVariant:
 
 def variant(impl: str, m: int, n: int, k: int) -> Variant:
     """`cuda_variant` or `triton_variant` by implementation name."""
-    if impl == "cuda":
-        return cuda_variant(m, n, k)
-    if impl == "triton":
-        return triton_variant(m, n, k)
-    raise EvidenceError(f"Matrix-product implementation {impl!r} is not ours; ours are cuda, triton.")
+    return pick_ours(impl, "Matrix-product", lambda: cuda_variant(m, n, k), lambda: triton_variant(m, n, k))
 
 
 def mnk(shape: Sequence[int]) -> tuple[int, int, int]:

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import EvidenceError
-from harness.kernel_specs import SimpleTritonSpec, VariantShapes
+from harness.kernel_specs import SimpleTritonSpec, VariantShapes, pick_ours
 
 __all__ = ["VariantShapes", "CudaSumVariant", "CudaZeroVariant", "cuda_variants",
            "triton_variants", "variants_for", "needs_long_pass", "launch_cuda", "launch_triton"]
@@ -184,12 +184,7 @@ def triton_variants(features: int) -> tuple[SimpleTritonSpec, SimpleTritonSpec]:
 
 def variants(impl: str, features: int) -> tuple[Any, Any]:
     """`cuda_variants` or `triton_variants` by implementation name."""
-    if impl == "cuda":
-        return cuda_variants(features)
-    if impl == "triton":
-        return triton_variants(features)
-    raise EvidenceError(f"Neighbour-aggregation implementation {impl!r} is not ours; ours are "
-                        f"cuda, triton.")
+    return pick_ours(impl, "Neighbour-aggregation", lambda: cuda_variants(features), lambda: triton_variants(features))
 
 
 def features_of(shape: Sequence[int]) -> int:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import EvidenceError
-from harness.kernel_specs import SimpleTritonSpec, VariantShapes, group_by_variant
+from harness.kernel_specs import SimpleTritonSpec, VariantShapes, group_by_variant, pick_ours, rows_and_last
 
 __all__ = ["VariantShapes", "cuda_variant", "triton_variant", "variants_for", "launch_cuda",
            "launch_triton"]
@@ -151,18 +151,12 @@ def triton_variant(n: int) -> SimpleTritonSpec:
 
 def variant(impl: str, n: int) -> CudaVariant | SimpleTritonSpec:
     """`cuda_variant` or `triton_variant` by implementation name."""
-    if impl == "cuda":
-        return cuda_variant(n)
-    if impl == "triton":
-        return triton_variant(n)
-    raise EvidenceError(f"Softmax implementation {impl!r} is not ours; ours are cuda, triton.")
+    return pick_ours(impl, "Softmax", lambda: cuda_variant(n), lambda: triton_variant(n))
 
 
 def rows_and_width(shape: Sequence[int]) -> tuple[int, int]:
-    """(rows, n) of a shape whose last dimension is normalised: (4096, 1024) -> (4096, 1024)."""
-    if len(shape) < 1:
-        raise EvidenceError("A softmax shape needs at least one dimension.")
-    return math.prod(shape[:-1]), int(shape[-1])
+    """(rows, n) of a shape normalised over its last dimension."""
+    return rows_and_last(shape, "softmax")
 
 
 def variants_for(impl: str, shapes: Iterable[Sequence[int]]) -> list[VariantShapes]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import EvidenceError
-from harness.kernel_specs import SimpleTritonSpec, VariantShapes, group_by_variant
+from harness.kernel_specs import SimpleTritonSpec, VariantShapes, group_by_variant, pick_ours
 
 __all__ = ["VariantShapes", "cuda_variant", "triton_variant", "variants_for", "launch_cuda",
            "launch_triton"]
@@ -109,11 +109,7 @@ def triton_variant(r: int, c: int) -> SimpleTritonSpec:
 
 def variant(impl: str, r: int, c: int) -> CudaVariant | SimpleTritonSpec:
     """`cuda_variant` or `triton_variant` by implementation name."""
-    if impl == "cuda":
-        return cuda_variant(r, c)
-    if impl == "triton":
-        return triton_variant(r, c)
-    raise EvidenceError(f"Transpose implementation {impl!r} is not ours; ours are cuda, triton.")
+    return pick_ours(impl, "Transpose", lambda: cuda_variant(r, c), lambda: triton_variant(r, c))
 
 
 def rows_and_cols(shape: Sequence[int]) -> tuple[int, int]:

@@ -38,10 +38,19 @@ def build(op: str, impl: str, shapes: list[str], arch: str, census_out: str, ext
     _write_json(rows, census_out)
 
 
+def _lock(cfg: dict[str, Any], what: str) -> Any:
+    """The GPU lock every GPU step holds (harness.gpulock), with the configured timeout."""
+    from harness.gpulock import gpu_lock
+
+    return gpu_lock(what, timeout_s=float(cfg["gpu_lock_timeout_s"]))
+
+
 def check(cfg: dict[str, Any], op: str, shape: str, impl: str, out: str) -> None:
     from harness.check import require_pass, run_check
 
-    record = run_check(op, shape, impl, cfg["operations"][op], cfg["seed"])
+    with _lock(cfg, f"check {op} {shape} {impl}") as uuid:
+        record = run_check(op, shape, impl, cfg["operations"][op], cfg["seed"])
+    record["gpu_uuid"] = uuid
     print(json.dumps(record, indent=1))
     require_pass(record)  # raises before the output exists: a failed check leaves no file
     _write_json(record, out)
@@ -52,18 +61,21 @@ def capture(cfg: dict[str, Any], op: str, shape: str, impl: str, rep: str, sqlit
     from harness.capture import capture as run_capture
     from harness.gpu import gpu_state
 
-    before = gpu_state()
-    info = run_capture(cfg, op, shape, impl, Path(rep), Path(sqlite), Path(log))
+    with _lock(cfg, f"capture {op} {shape} {impl}") as uuid:
+        before = gpu_state()
+        info = run_capture(cfg, op, shape, impl, Path(rep), Path(sqlite), Path(log))
+        after = gpu_state()
     export = nsys.export_info(sqlite)
     info.update({"op": op, "shape": shape, "impl": impl, "export": export, "nsys_version": export.get("nsys_version"),
-                 "gpu": {"before": before, "after": gpu_state()}})
+                 "gpu": {"before": before, "after": after}, "gpu_uuid": uuid})
     _write_json(info, meta)
 
 
 def span(cfg: dict[str, Any], op: str, shape: str, impls: list[str], samples_out: str, summary_out: str) -> None:
     from harness import spans
 
-    rows = spans.measure(cfg, op, shape, impls)
+    with _lock(cfg, f"span {op} {shape}"):
+        rows = spans.measure(cfg, op, shape, impls)
     tables.write_csv(rows, ["op", "shape", "impl", "round", "sample", "span_us"], samples_out)
     summary = spans.summarise(rows)
     for row in summary:
@@ -91,10 +103,11 @@ def sweep(cfg: dict[str, Any], details: list[str], out: str) -> None:
     tables.write_csv(tables.sweep_rows(kt, cfg["namespace"], cfg["cache_mode"]), tables.SWEEP_COLUMNS, out)
 
 
-def ceilings(out: str) -> None:
+def ceilings(cfg: dict[str, Any], out: str) -> None:
     from harness import ceilings as ceil
 
-    rows = ceil.measure()
+    with _lock(cfg, "ceilings"):
+        rows = ceil.measure()
     for row in rows:
         print(f"ceiling: {row['ceiling']} = {row['value']:.1f} {row['unit']}")
     tables.write_csv(rows, tables.CEILING_COLUMNS, out)

@@ -14,3 +14,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _hold_the_gpu(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+    """GPU tests hold the GPU's lock, so a test never measures while a pipeline run does."""
+    if "gpu" not in request.keywords or not has_gpu():
+        yield
+        return
+    from harness.gpulock import gpu_lock
+
+    with gpu_lock(f"test {request.node.nodeid}"):
+        yield

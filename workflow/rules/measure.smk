@@ -56,6 +56,8 @@ rule ceilings:
         table=f"{A}/tables/ceilings.csv",
     log:
         f"{A}/logs/ceilings.log",
+    params:
+        cfg=CFG,
     resources:
         gpu=1,
     script:

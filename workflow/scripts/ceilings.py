@@ -2,4 +2,4 @@ from harness import steps
 from harness.jobs import run_step
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
-run_step(sm.log[0], lambda: steps.ceilings(sm.output.table))
+run_step(sm.log[0], lambda: steps.ceilings(sm.params.cfg, sm.output.table))

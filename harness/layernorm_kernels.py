@@ -23,6 +23,7 @@ from typing import Any
 
 from harness.errors import EvidenceError
 from harness.kernel_specs import VariantShapes, group_by_variant, pick_ours, rows_and_last
+from harness.tensor_checks import check_apart, check_tensors
 
 __all__ = ["VariantShapes", "cuda_variant", "triton_variant", "variants_for", "launch_cuda", "launch_triton"]
 
@@ -34,9 +35,6 @@ TRITON_SOURCE = "layernorm_triton.py"
 
 MAX_WIDTH = 8192
 """Widest row either implementation supports (the row lives in registers)."""
-
-ALIGNMENT = 16
-"""Byte alignment every tensor must have (128-bit accesses; Triton's aligned specialization)."""
 
 
 # ----------------------------------------------------------------------------- dispatch
@@ -163,22 +161,7 @@ def validate(x: Any, w: Any, b: Any, eps: float, out: Any) -> tuple[int, int]:
     x [rows, n], w [n], b [n], out [rows, n], all float32, contiguous, 16-byte aligned, on one
     CUDA device, out apart from the inputs (the kernels declare them __restrict__), and eps
     finite and >= 0."""
-    import torch
-
-    named = {"x": x, "w": w, "b": b, "out": out}
-    for name, t in named.items():
-        if not isinstance(t, torch.Tensor):
-            raise EvidenceError(f"Layer-norm argument {name} is a {type(t).__name__}, not a tensor.")
-        if t.dtype != torch.float32:
-            raise EvidenceError(f"Layer-norm argument {name} is {t.dtype}, but must be float32.")
-        if t.device.type != "cuda" or t.device != x.device:
-            raise EvidenceError(f"Layer-norm argument {name} is on {t.device}, but all tensors must "
-                                f"be on one CUDA device (x is on {x.device}).")
-        if not t.is_contiguous():
-            raise EvidenceError(f"Layer-norm argument {name} is not contiguous.")
-        if t.data_ptr() % ALIGNMENT:
-            raise EvidenceError(f"Layer-norm argument {name} does not start at a "
-                                f"{ALIGNMENT}-byte aligned address.")
+    check_tensors("Layer-norm", {"x": x, "w": w, "b": b, "out": out})
     if x.dim() != 2:
         raise EvidenceError(f"Layer-norm input x has shape {tuple(x.shape)}, but must be [rows, n].")
     rows, n = x.shape
@@ -188,23 +171,13 @@ def validate(x: Any, w: Any, b: Any, eps: float, out: Any) -> tuple[int, int]:
     if tuple(out.shape) != (rows, n):
         raise EvidenceError(f"Layer-norm output has shape {tuple(out.shape)}, but must be "
                             f"({rows}, {n}) like x.")
-    for name, t in (("x", x), ("w", w), ("b", b)):
-        if _overlaps(out, t):
-            raise EvidenceError(f"Layer-norm output overlaps input {name} in memory; it must be a "
-                                f"separate tensor.")
+    check_apart("Layer-norm", out, {"x": x, "w": w, "b": b})
     if not (math.isfinite(eps) and eps >= 0.0):
         raise EvidenceError(f"Layer-norm eps is {eps}, but must be finite and >= 0.")
     if rows > 2**31 - 1:
         raise EvidenceError(f"Layer-norm input has {rows} rows, more than one launch supports.")
     _check_width(n)
     return rows, n
-
-
-def _overlaps(a: Any, b: Any) -> bool:
-    """Whether two contiguous tensors' bytes overlap."""
-    a0, b0 = a.data_ptr(), b.data_ptr()
-    a1, b1 = a0 + a.numel() * a.element_size(), b0 + b.numel() * b.element_size()
-    return a.numel() > 0 and b.numel() > 0 and a0 < b1 and b0 < a1
 
 
 def launch_cuda(x: Any, w: Any, b: Any, eps: float, out: Any) -> None:

@@ -26,6 +26,7 @@ from typing import Any
 
 from harness.errors import EvidenceError
 from harness.kernel_specs import VariantShapes, group_by_variant, pick_ours
+from harness.tensor_checks import check_apart, check_tensors
 
 __all__ = ["VariantShapes", "cuda_variant", "triton_variant", "variants_for", "launch_cuda",
            "launch_triton", "cuda_grid"]
@@ -44,9 +45,6 @@ CUDA_THREADS = 256
 
 MAX_DIM = 2**31 - 1
 """Largest M, N or K (the kernels take them as 32-bit integers)."""
-
-ALIGNMENT = 16
-"""Byte alignment every tensor must have (16-byte copies and stores; Triton's aligned specialization)."""
 
 
 # ----------------------------------------------------------------------------- dispatch
@@ -187,25 +185,7 @@ def validate(a: Any, b: Any, out: Any) -> tuple[int, int, int]:
     """Check the tensors of a launch and return (M, N, K); EvidenceError with one sentence if not
     a [M, K], b [K, N], out [M, N], all float32, contiguous, 16-byte aligned, on one CUDA device,
     out apart from the inputs (the kernels declare them __restrict__)."""
-    import torch
-
-    named = {"a": a, "b": b, "out": out}
-    for name, t in named.items():
-        if not isinstance(t, torch.Tensor):
-            raise EvidenceError(f"Matrix-product argument {name} is a {type(t).__name__}, not a tensor.")
-        if t.dtype != torch.float32:
-            raise EvidenceError(f"Matrix-product argument {name} is {t.dtype}, but must be float32.")
-        if t.device.type != "cuda" or t.device != a.device:
-            raise EvidenceError(f"Matrix-product argument {name} is on {t.device}, but all tensors "
-                                f"must be on one CUDA device (a is on {a.device}).")
-        if t.dim() != 2:
-            raise EvidenceError(f"Matrix-product argument {name} has shape {tuple(t.shape)}, but "
-                                f"must be a matrix.")
-        if not t.is_contiguous():
-            raise EvidenceError(f"Matrix-product argument {name} is not contiguous.")
-        if t.data_ptr() % ALIGNMENT:
-            raise EvidenceError(f"Matrix-product argument {name} does not start at a "
-                                f"{ALIGNMENT}-byte aligned address.")
+    check_tensors("Matrix-product", {"a": a, "b": b, "out": out}, matrices=True)
     m, k = a.shape
     if b.shape[0] != k:
         raise EvidenceError(f"Matrix-product shapes {tuple(a.shape)} and {tuple(b.shape)} do not "
@@ -214,20 +194,10 @@ def validate(a: Any, b: Any, out: Any) -> tuple[int, int, int]:
     if tuple(out.shape) != (m, n):
         raise EvidenceError(f"Matrix-product output has shape {tuple(out.shape)}, but must be "
                             f"({m}, {n}).")
-    for name, t in (("a", a), ("b", b)):
-        if _overlaps(out, t):
-            raise EvidenceError(f"Matrix-product output overlaps input {name} in memory; it must "
-                                f"be a separate tensor.")
+    check_apart("Matrix-product", out, {"a": a, "b": b})
     if max(m, n, k) > MAX_DIM or cuda_grid(m, n) > MAX_DIM:
         raise EvidenceError(f"Matrix-product sizes {m}x{n}x{k} are too large for one launch.")
     return m, n, k
-
-
-def _overlaps(x: Any, y: Any) -> bool:
-    """Whether two contiguous tensors' bytes overlap."""
-    x0, y0 = x.data_ptr(), y.data_ptr()
-    x1, y1 = x0 + x.numel() * x.element_size(), y0 + y.numel() * y.element_size()
-    return x.numel() > 0 and y.numel() > 0 and x0 < y1 and y0 < x1
 
 
 def _degenerate(m: int, n: int, k: int, out: Any) -> bool:

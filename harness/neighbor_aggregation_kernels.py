@@ -38,6 +38,7 @@ from typing import Any
 
 from harness.errors import EvidenceError
 from harness.kernel_specs import SimpleTritonSpec, VariantShapes, pick_ours
+from harness.tensor_checks import check_apart, check_tensors
 
 __all__ = ["VariantShapes", "CudaSumVariant", "CudaZeroVariant", "cuda_variants",
            "triton_variants", "variants_for", "needs_long_pass", "launch_cuda", "launch_triton"]
@@ -69,9 +70,6 @@ MAX_NODES = 2**31 - 64
 
 MAX_EDGES = 2**31 - 1 - LONG_ROW_CHUNK
 """Most edges: int32 indices, and edge + LONG_ROW_CHUNK must fit an int32."""
-
-ALIGNMENT = 16
-"""Byte alignment every tensor must have (128-bit accesses; Triton's aligned specialization)."""
 
 
 # ----------------------------------------------------------------------------- dispatch
@@ -227,25 +225,11 @@ def validate(x: Any, indptr: Any, indices: Any, out: Any,
     a device-to-host copy on every call."""
     import torch
 
-    named = (("x", x, torch.float32), ("indptr", indptr, torch.int32),
-             ("indices", indices, torch.int32), ("out", out, torch.float32))
-    for name, t, dtype in named:
-        if not isinstance(t, torch.Tensor):
-            raise EvidenceError(f"Neighbour-aggregation argument {name} is a {type(t).__name__}, "
-                                f"not a tensor.")
-        if t.dtype != dtype:
-            raise EvidenceError(f"Neighbour-aggregation argument {name} is {t.dtype}, but must be "
-                                f"{dtype}.")
-    device = x.device
-    for name, t, _ in named:
-        if t.device != device or device.type != "cuda":
-            raise EvidenceError(f"Neighbour-aggregation argument {name} is on {t.device}, but all "
-                                f"tensors must be on one CUDA device (x is on {device}).")
-        if not t.is_contiguous():
-            raise EvidenceError(f"Neighbour-aggregation argument {name} is not contiguous.")
-        if t.data_ptr() % ALIGNMENT:
-            raise EvidenceError(f"Neighbour-aggregation argument {name} does not start at a "
-                                f"{ALIGNMENT}-byte aligned address.")
+    check_tensors("Neighbour-aggregation",
+                  {"x": x, "indptr": indptr, "indices": indices, "out": out},
+                  dtypes={"x": torch.float32, "indptr": torch.int32, "indices": torch.int32,
+                          "out": torch.float32},
+                  types_first=True)
     if x.dim() != 2:
         raise EvidenceError(f"Neighbour-aggregation input x has shape {tuple(x.shape)}, but must "
                             f"be [nodes, features].")
@@ -259,10 +243,7 @@ def validate(x: Any, indptr: Any, indices: Any, out: Any,
     if out.shape != x.shape:
         raise EvidenceError(f"Neighbour-aggregation output has shape {tuple(out.shape)}, but must "
                             f"be ({nodes}, {features}) like x.")
-    for name, t, _ in named[:3]:
-        if _overlaps(out, t):
-            raise EvidenceError(f"Neighbour-aggregation output overlaps input {name} in memory; "
-                                f"it must be a separate tensor.")
+    check_apart("Neighbour-aggregation", out, {"x": x, "indptr": indptr, "indices": indices})
     edges = indices.numel()
     if nodes > MAX_NODES or edges > MAX_EDGES:
         raise EvidenceError(f"Neighbour-aggregation graph of {nodes} nodes and {edges} edges is "
@@ -273,13 +254,6 @@ def validate(x: Any, indptr: Any, indices: Any, out: Any,
                             f"the {edges} edges.")
     _check_features(features)
     return nodes, edges, features
-
-
-def _overlaps(a: Any, b: Any) -> bool:
-    """Whether two contiguous tensors' bytes overlap."""
-    a0, b0 = a.data_ptr(), b.data_ptr()
-    a1, b1 = a0 + a.numel() * a.element_size(), b0 + b.numel() * b.element_size()
-    return a.numel() > 0 and b.numel() > 0 and a0 < b1 and b0 < a1
 
 
 def _pieces(edges: int, max_degree: int | None) -> int:

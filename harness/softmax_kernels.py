@@ -30,6 +30,7 @@ from typing import Any
 
 from harness.errors import EvidenceError
 from harness.kernel_specs import SimpleTritonSpec, VariantShapes, group_by_variant, pick_ours, rows_and_last
+from harness.tensor_checks import check_apart, check_tensors
 
 __all__ = ["VariantShapes", "cuda_variant", "triton_variant", "variants_for", "launch_cuda",
            "launch_triton"]
@@ -41,9 +42,6 @@ TRITON_SOURCE = "softmax_triton.py"
 """Kernel source under kernels/ for the Triton implementation."""
 
 TRITON_MODULE = "kernels.softmax_triton"
-
-ALIGNMENT = 16
-"""Byte alignment every tensor must have (128-bit accesses; Triton's aligned specialization)."""
 
 MAX_WIDTH = 2**30
 """Widest row (the kernels index within a row with 32-bit ints, with room for a sweep past
@@ -171,42 +169,20 @@ def validate(x: Any, out: Any) -> tuple[int, int]:
     """Check the tensors of a launch and return (rows, n); EvidenceError with one sentence if not
     x [rows, n] and out [rows, n], both float32, contiguous, 16-byte aligned, on one CUDA device,
     out apart from x (the kernels declare them __restrict__)."""
-    import torch
-
-    for name, t in (("x", x), ("out", out)):
-        if not isinstance(t, torch.Tensor):
-            raise EvidenceError(f"Softmax argument {name} is a {type(t).__name__}, not a tensor.")
-        if t.dtype != torch.float32:
-            raise EvidenceError(f"Softmax argument {name} is {t.dtype}, but must be float32.")
-        if t.device.type != "cuda" or t.device != x.device:
-            raise EvidenceError(f"Softmax argument {name} is on {t.device}, but both tensors must "
-                                f"be on one CUDA device (x is on {x.device}).")
-        if not t.is_contiguous():
-            raise EvidenceError(f"Softmax argument {name} is not contiguous.")
-        if t.data_ptr() % ALIGNMENT:
-            raise EvidenceError(f"Softmax argument {name} does not start at a "
-                                f"{ALIGNMENT}-byte aligned address.")
+    check_tensors("Softmax", {"x": x, "out": out})
     if x.dim() != 2:
         raise EvidenceError(f"Softmax input x has shape {tuple(x.shape)}, but must be [rows, n].")
     rows, n = x.shape
     if tuple(out.shape) != (rows, n):
         raise EvidenceError(f"Softmax output has shape {tuple(out.shape)}, but must be "
                             f"({rows}, {n}) like x.")
-    if _overlaps(out, x):
-        raise EvidenceError("Softmax output overlaps input x in memory; it must be a separate tensor.")
+    check_apart("Softmax", out, {"x": x})
     if rows > MAX_ROWS:
         raise EvidenceError(f"Softmax input has {rows} rows, more than one launch supports.")
     if n == 0:
         raise EvidenceError("Softmax input has rows of width 0, which have no softmax.")
     _check_width(n)
     return rows, n
-
-
-def _overlaps(a: Any, b: Any) -> bool:
-    """Whether two contiguous tensors' bytes overlap."""
-    a0, b0 = a.data_ptr(), b.data_ptr()
-    a1, b1 = a0 + a.numel() * a.element_size(), b0 + b.numel() * b.element_size()
-    return a.numel() > 0 and b.numel() > 0 and a0 < b1 and b0 < a1
 
 
 def launch_cuda(x: Any, out: Any) -> None:

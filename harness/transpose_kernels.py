@@ -22,6 +22,7 @@ from typing import Any
 
 from harness.errors import EvidenceError
 from harness.kernel_specs import SimpleTritonSpec, VariantShapes, group_by_variant, pick_ours
+from harness.tensor_checks import check_apart, check_tensors
 
 __all__ = ["VariantShapes", "cuda_variant", "triton_variant", "variants_for", "launch_cuda",
            "launch_triton"]
@@ -33,9 +34,6 @@ TRITON_SOURCE = "transpose_triton.py"
 """Kernel source under kernels/ for the Triton implementation."""
 
 TRITON_MODULE = "kernels.transpose_triton"
-
-ALIGNMENT = 16
-"""Byte alignment every tensor must have (128-bit accesses; Triton's aligned specialization)."""
 
 MAX_DIM = 2**31 - 64
 """Largest R or C (32-bit row and column indices, with room for a tile past the end)."""
@@ -131,40 +129,17 @@ def validate(x: Any, out: Any) -> tuple[int, int]:
     """Check the tensors of a launch and return (R, C); EvidenceError with one sentence if not
     x [R, C] and out [C, R], both float32, contiguous, 16-byte aligned, on one CUDA device, out
     apart from x (the kernels declare them __restrict__)."""
-    import torch
-
-    for name, t in (("x", x), ("out", out)):
-        if not isinstance(t, torch.Tensor):
-            raise EvidenceError(f"Transpose argument {name} is a {type(t).__name__}, not a tensor.")
-        if t.dtype != torch.float32:
-            raise EvidenceError(f"Transpose argument {name} is {t.dtype}, but must be float32.")
-        if t.device.type != "cuda" or t.device != x.device:
-            raise EvidenceError(f"Transpose argument {name} is on {t.device}, but both tensors "
-                                f"must be on one CUDA device (x is on {x.device}).")
-        if not t.is_contiguous():
-            raise EvidenceError(f"Transpose argument {name} is not contiguous.")
-        if t.data_ptr() % ALIGNMENT:
-            raise EvidenceError(f"Transpose argument {name} does not start at a "
-                                f"{ALIGNMENT}-byte aligned address.")
+    check_tensors("Transpose", {"x": x, "out": out})
     if x.dim() != 2:
         raise EvidenceError(f"Transpose input x has shape {tuple(x.shape)}, but must be [R, C].")
     r, c = x.shape
     if tuple(out.shape) != (c, r):
         raise EvidenceError(f"Transpose output has shape {tuple(out.shape)}, but must be "
                             f"({c}, {r}), x's transposed.")
-    if _overlaps(out, x):
-        raise EvidenceError("Transpose output overlaps input x in memory; it must be a separate "
-                            "tensor.")
+    check_apart("Transpose", out, {"x": x})
     if r and c:
         _check_dims(r, c)
     return r, c
-
-
-def _overlaps(a: Any, b: Any) -> bool:
-    """Whether two contiguous tensors' bytes overlap."""
-    a0, b0 = a.data_ptr(), b.data_ptr()
-    a1, b1 = a0 + a.numel() * a.element_size(), b0 + b.numel() * b.element_size()
-    return a.numel() > 0 and b.numel() > 0 and a0 < b1 and b0 < a1
 
 
 def launch_cuda(x: Any, out: Any) -> None:

@@ -4,6 +4,7 @@
 #   sweep_<op>                  one operation's shape sweep, e.g. sweep_layernorm
 #   artifacts/<ns>/tables/shape/<op>/<shape>.csv   one shape, e.g. .../layernorm/4096x768.csv
 #   census                      build every kernel and write the census (no GPU needed)
+#   bundle                      one archive of the namespace for a pull request (bundles/<ns>.evidence.tar.gz)
 from snakemake.utils import min_version
 
 min_version("9.20")

@@ -4,6 +4,10 @@ Commands:
   nsys kern-sum|nvtx-kern-sum FILE.sqlite [--format csv|table]   read an nsys SQLite export
   target --op OP --shape SHAPE --impl IMPL ...                     the process nsys captures
   config [FILE [OVERRIDE ...]]                                    validate a config file (overrides merged over it)
+  history build [--artifacts DIR] [--out FILE]                    rebuild the SQLite index of every retained namespace
+  bundle NAMESPACE [--out FILE] [--include-reports]               one archive of a namespace for a pull request
+  verify BUNDLE                                                    check a bundle: hashes, re-derived tables, report figures
+                                                                   (exit 0 verified, 1 mismatches, 2 unusable input)
 
 Every failure the user can act on ends with one sentence on stderr and exit status 2.
 """
@@ -14,7 +18,7 @@ import sys
 
 from harness.errors import EvidenceError
 
-USAGE = "usage: python -m harness {nsys,target,config} ..."
+USAGE = "usage: python -m harness {nsys,target,config,history,bundle,verify} ..."
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,6 +32,14 @@ def main(argv: list[str] | None = None) -> int:
             from harness import nsys_cli
 
             return nsys_cli.main(rest)
+        if command == "history":
+            from harness import history
+
+            return history.main(rest)
+        if command in ("bundle", "verify"):
+            from harness import bundle
+
+            return bundle.bundle_main(rest) if command == "bundle" else bundle.main(rest)
         if command == "target":
             from harness import target
 

@@ -16,7 +16,7 @@ from typing import Any
 import jinja2
 import pandas as pd
 
-from harness import ROOT
+from harness import ROOT, trust
 
 TEMPLATES = ROOT / "report" / "templates"
 IMPL_ORDER = ["cuda", "triton", "torch", "external"]
@@ -114,11 +114,12 @@ def build_context(cfg: Mapping[str, Any], tables: Mapping[str, pd.DataFrame], pr
         "span_cfg": cfg["span"], "operations": operations, "provenance": provenance,
         "gpu_name": ", ".join(g["name"] for g in gpus) or "unknown GPU",
         "impl_label": IMPL_LABEL, "ceilings": _records(ceilings),
+        "trust": trust.report_context(tables.get("controls"), tables.get("drift")),
     }
 
 
 def load_tables(inputs: Mapping[str, str]) -> dict[str, pd.DataFrame]:
-    names = ("kernel_time", "kernel_time_detail", "span", "check", "sweep", "census", "ceilings")
+    names = ("kernel_time", "kernel_time_detail", "span", "check", "sweep", "census", "ceilings", "controls", "drift")
     return {n: pd.read_csv(inputs[n]) for n in names if n in inputs}
 
 

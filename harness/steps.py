@@ -143,3 +143,14 @@ def render(cfg: dict[str, Any], inputs: dict[str, str], field_note: str, issue_c
     from harness.report import render_reports
 
     render_reports(cfg, inputs, field_note, issue_comment, figures)
+
+
+def trust(cfg: dict[str, Any], controls_out: str, drift_out: str) -> None:
+    from harness import trust as tr
+
+    artifacts = Path(controls_out).parents[2]
+    t = cfg["trust"]
+    out = tr.trust_tables(artifacts, cfg["namespace"], controls_out, drift_out, t["control"], t["margin"], t["earlier"])
+    for note in out["controls"]["note"]:
+        print(f"control: {note}")
+    print(f"drift: {out['bound']['summary']}" if out["earlier"] else "drift: no earlier namespace shares a shape on this GPU model.")

@@ -59,3 +59,10 @@ def census_of(wildcards):
 onstart:
     preflight.before_jobs(workflow.dag.needrun_jobs(), CFG)
     preflight.record_command(f"{A}/logs/commands.txt")
+
+
+def trust_inputs():
+    """The other namespaces' retained tables the control bands and drift read (committed files)."""
+    from harness import trust
+
+    return trust.retained_inputs("artifacts", NS)

@@ -28,6 +28,8 @@ rule render:
         sweep=f"{A}/tables/sweep.csv",
         census=f"{A}/tables/census.csv",
         ceilings=f"{A}/tables/ceilings.csv",
+        controls=f"{A}/tables/controls.csv",
+        drift=f"{A}/tables/drift.csv",
         provenance=f"{A}/provenance.json",
         field_note_template="report/templates/field_note.md.j2",
         issue_comment_template="report/templates/issue_comment.md.j2",
@@ -41,3 +43,23 @@ rule render:
         cfg=CFG,
     script:
         "../scripts/render.py"
+
+
+rule bundle:
+    input:
+        field_note=f"report/{NS}/field_note.md",
+        issue_comment=f"report/{NS}/issue_comment.md",
+        exports=[
+            f"{A}/capture/{op}/{shape}/{impl}.sqlite"
+            for op in OPS
+            for shape in shapes_of(op)
+            for impl in impls_of(op)
+        ],
+    output:
+        bundle=f"bundles/{NS}.evidence.tar.gz",
+    log:
+        f"{A}/logs/bundle.log",
+    params:
+        ns=NS,
+    script:
+        "../scripts/bundle.py"

@@ -98,3 +98,20 @@ rule census_table:
         cfg=CFG,
     script:
         "../scripts/census_table.py"
+
+
+rule trust:
+    input:
+        kernel_time=f"{A}/tables/kernel_time.csv",
+        census=f"{A}/tables/census.csv",
+        provenance=f"{A}/provenance.json",
+        retained=trust_inputs(),
+    output:
+        controls=f"{A}/tables/controls.csv",
+        drift=f"{A}/tables/drift.csv",
+    log:
+        f"{A}/logs/tables/trust.log",
+    params:
+        cfg=CFG,
+    script:
+        "../scripts/trust.py"

@@ -1,0 +1,271 @@
+"""The history index: one SQLite database over every retained namespace's tables.
+
+`python -m harness history build [--artifacts DIR] [--out FILE]` reads every namespace folder under
+`artifacts/` that has a `tables/` folder and writes one database (sqlite-utils):
+
+* one table per CSV kind (`kernel_time`, `kernel_time_detail`, `span`, `check`, `sweep`, `census`,
+  `ceilings`, and any other `tables/*.csv`, named by its file stem), the rows of every namespace
+  with a `namespace` column first (the folder's name, which is where the rows are retained);
+* `namespaces`: one row per namespace from its `provenance.json` (date, commit, dirty tree, GPU
+  name and uuid, nsys / torch / triton versions, config hash) and its place in date order;
+* `files`: every CSV read, with its sha256 and row count, so the index can be checked against the
+  retained tables it came from.
+
+The index is derived data, never the only copy of anything: the retained CSVs and provenance are.
+It is rebuilt whole on every build (written under a temporary name, then renamed over the old
+one), never updated in place, and the same inputs give the same rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import sqlite_utils
+
+from harness import ROOT
+from harness.errors import EvidenceError
+
+DEFAULT_ARTIFACTS = ROOT / "artifacts"
+DEFAULT_OUT = DEFAULT_ARTIFACTS / "history.sqlite"
+
+# Columns read as text whatever they look like (a shape or a hash must never become a number).
+TEXT_COLUMNS = {
+    "namespace", "op", "shape", "impl", "cache_mode", "kernel", "short_name", "main_kernel", "kernels",
+    "specialization", "shapes", "arch", "symbol", "source_sha256", "compiler", "options", "grid",
+    "ceiling", "unit", "method", "status", "note", "reason",
+}
+
+
+def namespace_dirs(artifacts: str | Path) -> list[Path]:
+    """Every folder directly under `artifacts` that holds a `tables/` folder, by name."""
+    artifacts = Path(artifacts)
+    if not artifacts.is_dir():
+        return []
+    return sorted((p for p in artifacts.iterdir() if p.is_dir() and (p / "tables").is_dir()), key=lambda p: p.name)
+
+
+def read_provenance(ns_dir: str | Path) -> dict[str, Any]:
+    """The namespace's provenance.json, or {} where it has none (or it cannot be read as JSON)."""
+    path = Path(ns_dir) / "provenance.json"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def provenance_date(provenance: dict[str, Any]) -> datetime.datetime | None:
+    """The run's date (provenance `date_utc`) as an aware UTC datetime; None where absent or unreadable."""
+    text = provenance.get("date_utc")
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        when = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    return when.astimezone(datetime.timezone.utc)
+
+
+def _order_key(ns_dir: Path) -> tuple[int, str, str]:
+    when = provenance_date(read_provenance(ns_dir))
+    # Undated namespaces first (their place in time is unknown, so they are never "the most recent").
+    return (0, "", ns_dir.name) if when is None else (1, when.isoformat(), ns_dir.name)
+
+
+def namespaces_in_order(artifacts: str | Path) -> list[str]:
+    """Namespace names under `artifacts`, oldest first by provenance date (ties by name); those
+    without a readable date come first, by name."""
+    return [p.name for p in sorted(namespace_dirs(artifacts), key=_order_key)]
+
+
+def read_table(path: str | Path) -> pd.DataFrame:
+    """One evidence CSV, with identifying columns kept as text."""
+    header = pd.read_csv(path, nrows=0).columns
+    return pd.read_csv(path, dtype={c: str for c in header if c in TEXT_COLUMNS})
+
+
+def _version_number(text: Any) -> str | None:
+    """'NVIDIA Nsight Systems version 2025.3.1.0' -> '2025.3.1.0'; other strings kept as they are."""
+    if text is None:
+        return None
+    match = re.search(r"\d+(?:\.\d+)+", str(text))
+    return match.group(0) if match else str(text)
+
+
+def namespace_row(ns_dir: str | Path, order: int | None = None) -> dict[str, Any]:
+    """The `namespaces` row of one namespace, from its provenance.json."""
+    ns_dir = Path(ns_dir)
+    prov = read_provenance(ns_dir)
+    git = prov.get("git") or {}
+    gpus = prov.get("gpus") or []
+    versions = prov.get("versions") or {}
+    config_sha = prov.get("config_sha256")
+    if not config_sha and isinstance(prov.get("config"), dict):
+        config_sha = hashlib.sha256(json.dumps(prov["config"], sort_keys=True).encode()).hexdigest()
+    dirty = git.get("dirty")
+    when = provenance_date(prov)
+    tables = sorted(p.stem for p in (ns_dir / "tables").glob("*.csv"))
+    return {
+        "name": ns_dir.name,
+        "position": order,
+        "date_utc": when.isoformat() if when else None,
+        "has_provenance": bool(prov),
+        "commit": git.get("commit"),
+        "dirty": None if dirty is None else bool(dirty),
+        "gpu_name": "; ".join(str(g.get("name")) for g in gpus) or None,
+        "gpu_uuid": "; ".join(str(g.get("uuid")) for g in gpus) or None,
+        "gpu_count": len(gpus),
+        "nsys_version": _version_number(versions.get("nsys")),
+        "torch_version": versions.get("torch"),
+        "triton_version": versions.get("triton"),
+        "cupy_version": versions.get("cupy-cuda13x"),
+        "python_version": versions.get("python"),
+        "config_sha256": config_sha,
+        "cache_mode": (prov.get("config") or {}).get("cache_mode"),
+        "host": prov.get("host"),
+        "tables": ";".join(tables),
+        "has_ceilings": "ceilings" in tables,
+    }
+
+
+def _column_type(series: pd.Series) -> type:
+    """SQLite column type of a column: INTEGER for booleans and integers, FLOAT for numbers, else TEXT
+    (an object column by the types of its values, so a boolean with gaps stays INTEGER)."""
+    if pd.api.types.is_bool_dtype(series) or pd.api.types.is_integer_dtype(series):
+        return int
+    if pd.api.types.is_float_dtype(series):
+        return float
+    values = [v for v in series if v is not None and not (isinstance(v, float) and pd.isna(v))]
+    if values and all(isinstance(v, (bool, int)) for v in values):
+        return int
+    if values and all(isinstance(v, (bool, int, float)) for v in values):
+        return float
+    return str
+
+
+def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    out = []
+    for rec in frame.astype(object).where(frame.notna(), None).to_dict("records"):
+        out.append({k: (int(v) if isinstance(v, bool) else v) for k, v in rec.items()})
+    return out
+
+
+def _table_name(stem: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_]", "_", stem)
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def build_index(artifacts: str | Path = DEFAULT_ARTIFACTS, out: str | Path = DEFAULT_OUT) -> Path:
+    """Build the history index of every namespace under `artifacts` into `out` (replacing it whole);
+    returns `out`. Written under a temporary name and renamed, so a reader never sees half of one."""
+    artifacts, out = Path(artifacts), Path(out)
+    if not artifacts.is_dir():
+        raise EvidenceError(f"history: there is no artifacts folder at {artifacts}, so there is nothing to index.")
+    order = namespaces_in_order(artifacts)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".partial")
+    tmp.unlink(missing_ok=True)
+    frames: dict[str, list[pd.DataFrame]] = {}
+    files: list[dict[str, Any]] = []
+    ns_rows = []
+    for i, name in enumerate(order):
+        ns_dir = artifacts / name
+        ns_rows.append(namespace_row(ns_dir, i))
+        for csv in sorted((ns_dir / "tables").glob("*.csv")):
+            frame = read_table(csv)
+            frame = frame.drop(columns=["namespace"], errors="ignore")
+            frame.insert(0, "namespace", name)
+            table = _table_name(csv.stem)
+            frames.setdefault(table, []).append(frame)
+            files.append({"namespace": name, "path": csv.relative_to(artifacts).as_posix(), "table": table,
+                          "rows": len(frame), "sha256": _sha256(csv)})
+    try:
+        db = sqlite_utils.Database(tmp)
+        _write_table(db, "namespaces", pd.DataFrame(ns_rows), pk="name")
+        _write_table(db, "files", pd.DataFrame(files, columns=["namespace", "path", "table", "rows", "sha256"]),
+                     pk=("namespace", "path"))
+        for table in sorted(frames):
+            parts = [f for f in frames[table] if not f.empty] or frames[table]
+            _write_table(db, table, pd.concat(parts, ignore_index=True, sort=False))
+        for table in ("kernel_time", "kernel_time_detail", "span", "check", "sweep", "census", "ceilings"):
+            if table in db.table_names():
+                cols = [c for c in ("namespace", "op", "shape", "impl") if c in db[table].columns_dict]
+                db[table].create_index(cols, index_name=f"idx_{table}_key", if_not_exists=True)
+        db.close()
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return out
+
+
+def _write_table(db: sqlite_utils.Database, name: str, frame: pd.DataFrame, pk: Any = None) -> None:
+    columns = {c: _column_type(frame[c]) for c in frame.columns} if len(frame.columns) else {"namespace": str}
+    db[name].create(columns, pk=pk)
+    if len(frame):
+        db[name].insert_all(_records(frame), batch_size=500)
+
+
+def open_index(path: str | Path) -> sqlite_utils.Database:
+    """An existing index, read-only in intent (it is rebuilt, never updated)."""
+    path = Path(path)
+    if not path.is_file():
+        raise EvidenceError(f"history: there is no index at {path}; build it with `python -m harness history build`.")
+    return sqlite_utils.Database(path)
+
+
+def table_frame(db: sqlite_utils.Database, table: str) -> pd.DataFrame:
+    """A whole table of the index as a DataFrame (empty without that table)."""
+    if table not in db.table_names():
+        return pd.DataFrame()
+    return pd.DataFrame(list(db[table].rows))
+
+
+USAGE = "usage: python -m harness history build [--artifacts DIR] [--out FILE]"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m harness history build [--artifacts DIR] [--out FILE]`."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="python -m harness history", description=__doc__.strip().splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    build = sub.add_parser("build", help="rebuild the index of every retained namespace")
+    build.add_argument("--artifacts", default=str(DEFAULT_ARTIFACTS), help="folder holding the namespaces (artifacts/)")
+    build.add_argument("--out", default=None, help="the index to write (default: <artifacts>/history.sqlite)")
+    if not args or args[0] in ("-h", "--help"):
+        parser.print_help()
+        return 0
+    try:
+        opts = parser.parse_args(args)
+    except SystemExit as exc:  # argparse already printed its one line
+        return 2 if exc.code else 0
+    artifacts = Path(opts.artifacts)
+    out = Path(opts.out) if opts.out else artifacts / "history.sqlite"
+    try:
+        path = build_index(artifacts, out)
+    except EvidenceError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    db = sqlite_utils.Database(path)
+    names = [r["name"] for r in db["namespaces"].rows_where(order_by="position")]
+    counts = ", ".join(f"{t} {db[t].count}" for t in sorted(db.table_names()) if t not in ("namespaces", "files"))
+    db.close()
+    print(f"history: indexed {len(names)} namespaces ({', '.join(names) or 'none'}) into {path}: {counts or 'no tables'}.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

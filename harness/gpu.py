@@ -86,6 +86,7 @@ def gpu_state(index: int = 0) -> dict[str, Any]:
             "throttle_reasons": int((getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
                                      or pynvml.nvmlDeviceGetCurrentClocksThrottleReasons)(h)),
             "compute_processes": len(procs),
+            "pids": sorted(int(p.pid) for p in procs),
         }
     except Exception as exc:
         return {"nvml": f"error: {type(exc).__name__}: {exc}"}

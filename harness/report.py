@@ -114,12 +114,34 @@ def build_context(cfg: Mapping[str, Any], tables: Mapping[str, pd.DataFrame], pr
         "span_cfg": cfg["span"], "operations": operations, "provenance": provenance,
         "gpu_name": ", ".join(g["name"] for g in gpus) or "unknown GPU",
         "impl_label": IMPL_LABEL, "ceilings": _records(ceilings),
+        "gpu_quiet": gpu_quiet(tables.get("gpu_state")),
         "trust": trust.report_context(tables.get("controls"), tables.get("drift")),
     }
 
 
+def gpu_quiet(state: pd.DataFrame | None) -> dict[str, Any] | None:
+    """The GPU's state before the captures, in ranges ('quiet GPU at 0% / 76-110 W'), and the
+    captures marked as disturbed, from gpu_state.csv; None where the table is absent or empty."""
+    if state is None or state.empty:
+        return None
+    def span_of(col: str) -> str:
+        vals = pd.to_numeric(state[col], errors="coerce").dropna()
+        if vals.empty:
+            return "n/a"
+        lo, hi = vals.min(), vals.max()
+        return f"{lo:g}" if lo == hi else f"{lo:g}-{hi:g}"
+    disturbed = state[state["disturbed"].astype(str).str.lower() == "true"]
+    return {
+        "captures": len(state), "utilization": span_of("before_utilization_pct"), "power": span_of("before_power_w"),
+        "sm_clock": span_of("before_sm_clock_mhz"), "processes": span_of("before_compute_processes"),
+        "waited_max_s": float(pd.to_numeric(state["waited_s"], errors="coerce").fillna(0).max()),
+        "disturbed": _records(disturbed[["op", "shape", "impl", "flags"]]),
+    }
+
+
 def load_tables(inputs: Mapping[str, str]) -> dict[str, pd.DataFrame]:
-    names = ("kernel_time", "kernel_time_detail", "span", "check", "sweep", "census", "ceilings", "controls", "drift")
+    names = ("kernel_time", "kernel_time_detail", "span", "check", "sweep", "census", "ceilings", "controls", "drift",
+             "gpu_state")
     return {n: pd.read_csv(inputs[n]) for n in names if n in inputs}
 
 

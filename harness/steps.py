@@ -61,13 +61,20 @@ def capture(cfg: dict[str, Any], op: str, shape: str, impl: str, rep: str, sqlit
     from harness.capture import capture as run_capture
     from harness.gpu import gpu_state
 
+    from harness.gpu_watch import Sampler, wait_until_quiet
+
+    policy = cfg["gpu_state"]
     with _lock(cfg, f"capture {op} {shape} {impl}") as uuid:
-        before = gpu_state()
-        info = run_capture(cfg, op, shape, impl, Path(rep), Path(sqlite), Path(log))
+        before, waited = wait_until_quiet(gpu_state, policy)
+        with Sampler(gpu_state, float(policy["sample_interval_s"])) as sampler:
+            info = run_capture(cfg, op, shape, impl, Path(rep), Path(sqlite), Path(log))
         after = gpu_state()
+    for flag in sampler.flags():
+        print(f"capture disturbed: {flag}")
     export = nsys.export_info(sqlite)
     info.update({"op": op, "shape": shape, "impl": impl, "export": export, "nsys_version": export.get("nsys_version"),
-                 "gpu": {"before": before, "after": after}, "gpu_uuid": uuid})
+                 "gpu": {"before": before, "waited_s": waited, "during": sampler.summary(), "after": after},
+                 "gpu_uuid": uuid})
     _write_json(info, meta)
 
 
@@ -114,7 +121,7 @@ def ceilings(cfg: dict[str, Any], out: str) -> None:
 
 
 def all_tables(cfg: dict[str, Any], details: list[str], spans: list[str], checks: list[str], ceilings_csv: str,
-               outputs: dict[str, str]) -> None:
+               outputs: dict[str, str], metas: list[str] | None = None) -> None:
     ns, mode, iters = cfg["namespace"], cfg["cache_mode"], cfg["capture"]["iterations"]
     detail = tables.read_csvs(details)
     tables.write_csv(detail.to_dict("records"), tables.KERNEL_TIME_DETAIL_COLUMNS, outputs["kernel_time_detail"])
@@ -123,6 +130,9 @@ def all_tables(cfg: dict[str, Any], details: list[str], spans: list[str], checks
     tables.write_csv(tables.read_csvs(spans).to_dict("records"), tables.SPAN_COLUMNS, outputs["span"])
     tables.write_csv(tables.check_rows(checks, ns), tables.CHECK_COLUMNS, outputs["check"])
     tables.write_csv(tables.sweep_rows(kt, ns, mode), tables.SWEEP_COLUMNS, outputs["sweep"])
+    if "gpu_state" in outputs:
+        rows = [tables.gpu_state_row(json.loads(Path(m).read_text()), ns) for m in metas or []]
+        tables.write_csv(rows, tables.GPU_STATE_COLUMNS, outputs["gpu_state"])
 
 
 def census_table(cfg: dict[str, Any], census_files: list[str], out: str) -> None:

@@ -36,6 +36,12 @@ CHECK_COLUMNS = [
     "namespace", "op", "shape", "impl", "passed", "max_abs_err", "max_rel_err", "rel_l2_err",
     "atol", "rtol", "nonfinite_outputs", "unwritten_outputs", "elements",
 ]
+GPU_STATE_COLUMNS = [
+    "namespace", "op", "shape", "impl", "gpu_uuid", "before_utilization_pct", "before_power_w",
+    "before_sm_clock_mhz", "before_mem_clock_mhz", "before_temperature_c", "before_compute_processes",
+    "waited_s", "during_samples", "during_throttle_reasons", "during_max_compute_processes",
+    "after_power_w", "after_sm_clock_mhz", "disturbed", "flags",
+]
 SWEEP_IMPLS = ("cuda", "triton", "torch", "external")
 SWEEP_COLUMNS = [
     "namespace", "op", "shape", "cache_mode", "bytes_moved", "flops", "cuda_us", "triton_us", "torch_us",
@@ -140,3 +146,22 @@ def sweep_rows(kernel_time: pd.DataFrame, namespace: str, cache_mode: str) -> li
         row["external_over_triton"] = _ratio(t, "external", "triton")
         out.append(row)
     return out
+
+
+def gpu_state_row(meta: Mapping[str, Any], namespace: str) -> dict[str, Any]:
+    """One row of gpu_state.csv from a capture's metadata: NVML before, during and after it."""
+    gpu = meta.get("gpu", {})
+    before, during, after = gpu.get("before", {}), gpu.get("during", {}), gpu.get("after", {})
+    flags = list(during.get("flags", []))
+    return {
+        "namespace": namespace, "op": meta.get("op"), "shape": meta.get("shape"), "impl": meta.get("impl"),
+        "gpu_uuid": meta.get("gpu_uuid"),
+        "before_utilization_pct": before.get("utilization_pct"), "before_power_w": before.get("power_w"),
+        "before_sm_clock_mhz": before.get("sm_clock_mhz"), "before_mem_clock_mhz": before.get("mem_clock_mhz"),
+        "before_temperature_c": before.get("temperature_c"),
+        "before_compute_processes": before.get("compute_processes"), "waited_s": gpu.get("waited_s"),
+        "during_samples": during.get("samples"), "during_throttle_reasons": during.get("throttle_reasons"),
+        "during_max_compute_processes": during.get("max_compute_processes"),
+        "after_power_w": after.get("power_w"), "after_sm_clock_mhz": after.get("sm_clock_mhz"),
+        "disturbed": bool(flags), "flags": "; ".join(flags),
+    }

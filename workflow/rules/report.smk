@@ -28,6 +28,7 @@ rule render:
         sweep=f"{A}/tables/sweep.csv",
         census=f"{A}/tables/census.csv",
         ceilings=f"{A}/tables/ceilings.csv",
+        gpu_state=f"{A}/tables/gpu_state.csv",
         controls=f"{A}/tables/controls.csv",
         drift=f"{A}/tables/drift.csv",
         provenance=f"{A}/provenance.json",

@@ -73,8 +73,15 @@ rule tables:
         ],
         census=f"{A}/tables/census.csv",
         ceilings=f"{A}/tables/ceilings.csv",
+        metas=[
+            f"{A}/capture/{op}/{shape}/{impl}.json"
+            for op in OPS
+            for shape in shapes_of(op)
+            for impl in impls_of(op)
+        ],
     output:
         kernel_time=f"{A}/tables/kernel_time.csv",
+        gpu_state=f"{A}/tables/gpu_state.csv",
         kernel_time_detail=f"{A}/tables/kernel_time_detail.csv",
         span=f"{A}/tables/span.csv",
         check=f"{A}/tables/check.csv",

@@ -1,0 +1,93 @@
+"""GPU state around a capture, with NVML readings played back: a busy GPU is waited for and then
+refused, a slowing throttle or another process during the capture marks it, and the table and
+report say so."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from harness import report, tables
+from harness.errors import EvidenceError
+from harness.gpu_watch import Sampler, busy_reason, slowing, wait_until_quiet
+
+POLICY = {"busy_utilization_pct": 5, "max_other_processes": 0, "busy_wait_s": 3.0, "sample_interval_s": 0.01}
+
+
+def reading(util: int = 0, procs: int = 0, throttle: int = 0, power: float = 76.0) -> dict:
+    return {"utilization_pct": util, "compute_processes": procs, "pids": list(range(100, 100 + procs)),
+            "throttle_reasons": throttle, "power_w": power, "sm_clock_mhz": 345}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def sleep(self, s: float) -> None:
+        self.t += s
+
+
+def test_quiet_gpu_is_not_waited_for() -> None:
+    clock = Clock()
+    state, waited = wait_until_quiet(lambda: reading(), POLICY, sleep=clock.sleep, clock=clock)
+    assert waited == 0 and busy_reason(state, POLICY) is None
+
+
+def test_busy_gpu_is_waited_for_until_it_is_quiet() -> None:
+    clock = Clock()
+    seq = iter([reading(util=90, procs=1), reading(util=40, procs=1), reading()])
+    state, waited = wait_until_quiet(lambda: next(seq), POLICY, sleep=clock.sleep, clock=clock)
+    assert waited == 2.0 and state["utilization_pct"] == 0
+
+
+def test_gpu_busy_past_the_wait_fails_in_one_sentence() -> None:
+    clock = Clock()
+    with pytest.raises(EvidenceError) as info:
+        wait_until_quiet(lambda: reading(util=97, procs=2), POLICY, sleep=clock.sleep, clock=clock)
+    msg = str(info.value)
+    assert "97% utilisation" in msg and "2 other compute process" in msg and "\n" not in msg
+
+
+def test_without_nvml_nothing_is_judged() -> None:
+    assert busy_reason({"nvml": "unavailable: NVMLError"}, POLICY) is None
+
+
+def test_slowing_reasons_exclude_idle() -> None:
+    assert slowing(0x1) == [] and slowing(0x1 | 0x40) == ["hardware thermal slowdown"]
+
+
+def test_sampler_marks_a_throttled_or_shared_capture() -> None:
+    quiet = Sampler(lambda: reading(procs=1), 0.01)
+    with quiet:
+        pass
+    assert quiet.flags() == [] and quiet.samples >= 1
+    noisy_seq = iter([reading(procs=1), reading(procs=2, throttle=0x20)] + [reading(procs=1)] * 1000)
+    noisy = Sampler(lambda: next(noisy_seq), 0.001)
+    with noisy:
+        while noisy.samples < 3:
+            pass
+    flags = noisy.flags()
+    assert any("software thermal slowdown" in f for f in flags)
+    assert any("another compute process" in f for f in flags)
+
+
+def test_gpu_state_table_and_report_line() -> None:
+    metas = [
+        {"op": "layernorm", "shape": "8x8", "impl": "cuda", "gpu_uuid": "GPU-1",
+         "gpu": {"before": reading(power=76.0), "waited_s": 0.0, "during": {"samples": 5, "throttle_reasons": 0,
+                 "max_compute_processes": 1, "flags": []}, "after": reading(power=90.0)}},
+        {"op": "layernorm", "shape": "8x8", "impl": "torch", "gpu_uuid": "GPU-1",
+         "gpu": {"before": reading(power=81.5), "waited_s": 4.0, "during": {"samples": 5, "throttle_reasons": 0x20,
+                 "max_compute_processes": 2, "flags": ["the GPU throttled during the capture (software thermal slowdown)"]},
+                 "after": reading()}},
+    ]
+    rows = [tables.gpu_state_row(m, "ns") for m in metas]
+    frame = pd.DataFrame(rows)
+    assert list(frame["disturbed"]) == [False, True]
+    quiet = report.gpu_quiet(frame)
+    assert quiet is not None
+    assert quiet["power"] == "76-81.5" and quiet["utilization"] == "0" and quiet["waited_max_s"] == 4.0
+    assert [d["impl"] for d in quiet["disturbed"]] == ["torch"]

@@ -91,6 +91,8 @@ def build_context(cfg: Mapping[str, Any], tables: Mapping[str, pd.DataFrame], pr
                 "faster_everywhere": bool((ratios["cuda_over_triton"] < 1).all()),
                 "slower_everywhere": bool((ratios["cuda_over_triton"] > 1).all()),
                 "shapes": len(ratios),
+                "verdicts": ({v: int((ratios["cuda_vs_triton"] == v).sum()) for v in ("faster", "slower", "no difference")}
+                             if "cuda_vs_triton" in ratios else None),
             }
         op_detail = _impl_sorted(detail[detail["op"] == op])
         op_detail = op_detail.assign(_s=op_detail["shape"].map({s: i for i, s in enumerate(shapes)})).sort_values(["_s"], kind="stable")

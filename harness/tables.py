@@ -46,6 +46,7 @@ SWEEP_IMPLS = ("cuda", "triton", "torch", "external")
 SWEEP_COLUMNS = [
     "namespace", "op", "shape", "cache_mode", "bytes_moved", "flops", "cuda_us", "triton_us", "torch_us",
     "external_us", "cuda_over_triton", "cuda_over_torch", "external_over_triton",
+    "cuda_over_triton_lo", "cuda_over_triton_hi", "cuda_vs_triton",
 ]
 
 
@@ -130,12 +131,37 @@ def _ratio(t: dict[str, float], a: str, b: str) -> float | None:
     return t[a] / t[b] if t.get(a) and t.get(b) else None
 
 
+def spread(row: Mapping[str, Any]) -> tuple[float, float] | None:
+    """The kernel time per call, scaled by the spread of its main kernel's launches: (time·min/median,
+    time·max/median). None where the row lacks the durations."""
+    try:
+        kt, lo, med, hi = (float(row[k]) for k in ("kernel_time_us", "main_min_us", "main_median_us", "main_max_us"))
+    except (KeyError, TypeError, ValueError):
+        return None
+    if not med > 0:
+        return None
+    return kt * lo / med, kt * hi / med
+
+
+def ratio_interval(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> tuple[float | None, float | None, str | None]:
+    """Interval of a/b from the two spreads (lowest a over highest b to highest a over lowest b), and
+    a verdict: 'faster' or 'slower' when the whole interval is below or above 1, else 'no difference'
+    (the difference is inside the spread of the launches)."""
+    sa, sb = (spread(a) if a is not None else None), (spread(b) if b is not None else None)
+    if sa is None or sb is None or not sb[0] > 0:
+        return None, None, None
+    lo, hi = sa[0] / sb[1], sa[1] / sb[0]
+    return lo, hi, "faster" if hi < 1 else ("slower" if lo > 1 else "no difference")
+
+
 def sweep_rows(kernel_time: pd.DataFrame, namespace: str, cache_mode: str) -> list[dict[str, Any]]:
-    """Per (op, shape): each implementation's kernel time and the ratios to the control (triton)
-    and to the library (torch)."""
+    """Per (op, shape): each implementation's kernel time, the ratios to the control (triton) and to
+    the library (torch), and for cuda/triton an interval from the spread of the launches with its
+    verdict (a difference inside the spread is no difference)."""
     out = []
     for (op, shape), grp in kernel_time.groupby(["op", "shape"], sort=False):
         t = dict(zip(grp["impl"], grp["kernel_time_us"]))
+        rows = {r["impl"]: r for r in grp.to_dict("records")}
         row: dict[str, Any] = {"namespace": namespace, "op": op, "shape": shape, "cache_mode": cache_mode,
                                "bytes_moved": grp["bytes_moved"].iloc[0] if "bytes_moved" in grp else None,
                                "flops": grp["flops"].iloc[0] if "flops" in grp else None}
@@ -144,6 +170,8 @@ def sweep_rows(kernel_time: pd.DataFrame, namespace: str, cache_mode: str) -> li
         row["cuda_over_triton"] = _ratio(t, "cuda", "triton")
         row["cuda_over_torch"] = _ratio(t, "cuda", "torch")
         row["external_over_triton"] = _ratio(t, "external", "triton")
+        lo, hi, verdict = ratio_interval(rows.get("cuda"), rows.get("triton"))
+        row.update({"cuda_over_triton_lo": lo, "cuda_over_triton_hi": hi, "cuda_vs_triton": verdict})
         out.append(row)
     return out
 

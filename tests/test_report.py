@@ -119,3 +119,23 @@ def test_untrusted_names_are_escaped(tmp_path: Path, hostile: str) -> None:
     assert len(cells) == 12  # 10 columns: no injected cell separator
     assert "<script>" not in field_note
     assert not re.search(r"(?<!\\)`rm", field_note)  # a backtick from a name is always escaped
+
+
+def test_ratio_interval_and_verdict() -> None:
+    def row(kt: float, lo: float, med: float, hi: float) -> dict:
+        return {"kernel_time_us": kt, "main_min_us": lo, "main_median_us": med, "main_max_us": hi}
+
+    lo, hi, verdict = tables.ratio_interval(row(5.0, 4.9, 5.0, 5.2), row(10.0, 9.8, 10.0, 10.4))
+    assert verdict == "faster" and lo == pytest.approx(4.9 / 10.4) and hi == pytest.approx(5.2 / 9.8)
+    assert tables.ratio_interval(row(10.0, 9.8, 10.0, 10.4), row(5.0, 4.9, 5.0, 5.2))[2] == "slower"
+    # 2% apart with a 5% spread: no difference
+    assert tables.ratio_interval(row(5.1, 4.9, 5.1, 5.4), row(5.0, 4.8, 5.0, 5.3))[2] == "no difference"
+    assert tables.ratio_interval(None, row(5.0, 4.9, 5.0, 5.2)) == (None, None, None)
+
+
+def test_sweep_reports_the_verdict(tmp_path: Path) -> None:
+    field_note, _, paths = render(tmp_path)
+    sweep = pd.read_csv(paths["sweep"])
+    for _, r in sweep.iterrows():
+        assert r["cuda_vs_triton"] in ("faster", "slower", "no difference")
+        assert f"{report.num(r['cuda_over_triton_lo'], 3)}–{report.num(r['cuda_over_triton_hi'], 3)} | {r['cuda_vs_triton']}" in field_note

@@ -30,7 +30,7 @@ def measure(cfg: dict[str, Any], op_name: str, shape: str, impls: list[str]) -> 
 
     sp = cfg["span"]
     params = cfg["operations"][op_name]
-    calls = {impl: ops.bind(op_name, impl, shape, params, cfg["seed"]) for impl in impls}
+    calls = {impl: ops.bind(op_name, impl, shape, params, cfg["seed"], cfg["cache_mode"]) for impl in impls}
     for call in calls.values():
         for _ in range(sp["warmup"]):
             call()

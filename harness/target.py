@@ -19,7 +19,7 @@ def run(cfg: dict, op_name: str, shape: str, impl: str) -> None:
     import torch
 
     cap = cfg["capture"]
-    call = ops.bind(op_name, impl, shape, cfg["operations"][op_name], cfg["seed"])
+    call = ops.bind(op_name, impl, shape, cfg["operations"][op_name], cfg["seed"], cfg["cache_mode"])
     for _ in range(cap["warmup"]):
         call()
     torch.cuda.synchronize()
@@ -28,7 +28,8 @@ def run(cfg: dict, op_name: str, shape: str, impl: str) -> None:
         call()
     torch.cuda.nvtx.range_pop()
     torch.cuda.synchronize()
-    print(f"target: {op_name} {shape} {impl}: {cap['warmup']} warm-up and {cap['iterations']} captured calls done")
+    print(f"target: {op_name} {shape} {impl}: {cap['warmup']} warm-up and {cap['iterations']} captured calls done, "
+          f"{cfg['cache_mode']} cache, {call.input_sets} input set(s)")
 
 
 def main(argv: list[str]) -> int:

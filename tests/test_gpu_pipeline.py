@@ -77,3 +77,11 @@ def test_capture_gives_one_kernel_per_call_and_no_secret(cfg: dict, tmp_path: Pa
     detail = tables.kernel_time_detail(sqlite, cfg["capture"]["range"], cfg["capture"]["iterations"], "layernorm", SHAPE, "cuda")
     assert len(detail) == 1 and detail[0]["instances"] == cfg["capture"]["iterations"]
     assert "layernorm_fwd" in detail[0]["kernel"] and detail[0]["grid"] == "256x1x1"
+
+
+def test_cold_mode_rotates_input_sets(cfg: dict) -> None:
+    call = ops.bind("layernorm", "cuda", SHAPE, cfg["operations"]["layernorm"], cfg["seed"], "cold")
+    n = call.input_sets
+    assert n >= 2
+    outs = [call().data_ptr() for _ in range(n + 1)]
+    assert len(set(outs[:n])) == n and outs[n] == outs[0]  # every set once, then round again

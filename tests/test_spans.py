@@ -27,3 +27,14 @@ def test_summary_statistics() -> None:
         assert s["span_mean_us"] == statistics.fmean(vs)
         assert s["span_std_us"] == statistics.stdev(vs)
         assert (s["span_min_us"], s["span_max_us"]) == (min(vs), max(vs))
+
+
+def test_cold_mode_rotates_through_enough_input_sets() -> None:
+    from harness.ops import cold_sets
+
+    l2 = 60 * 2**20
+    # a 12.6 MB layer-norm input: at least 4 x 60 MB / 12.6 MB sets plus the one in use
+    n = cold_sets(12_600_000, l2)
+    assert n * 12_600_000 >= 4 * l2 and (n - 2) * 12_600_000 < 4 * l2
+    assert cold_sets(10 * 2**30, l2) == 2  # bigger than the L2 already: two sets suffice
+    assert cold_sets(1000, l2, cap=10_000) == 10  # the memory cap wins over the footprint

@@ -76,16 +76,49 @@ def launcher(op: Operation, impl: str, params: Params | None = None, shape: str 
             f"{', '.join(op.implementations)}.") from None
 
 
-def bind(op_name: str, impl: str, shape: str, params: Params, seed: int) -> Callable[[], Any]:
+COLD_FOOTPRINT_L2 = 4
+"""In cold mode the rotated input sets together hold at least this many times the L2's bytes."""
+
+COLD_MAX_BYTES = 16 * 2**30
+"""...but never more than this in all (a shape that moves more is cold with two sets anyway)."""
+
+
+def cold_sets(bytes_per_set: int, l2_bytes: int, footprint: int = COLD_FOOTPRINT_L2, cap: int = COLD_MAX_BYTES) -> int:
+    """How many input sets cold mode rotates through: enough that a set was evicted from the L2 by
+    the others before it comes round again (>= footprint x L2 in all, at least 2), within `cap`."""
+    if bytes_per_set <= 0:
+        return 2
+    want = -(-footprint * l2_bytes // bytes_per_set) + 1  # ceil, plus the one in use
+    return max(2, min(want, max(2, cap // bytes_per_set)))
+
+
+def bind(op_name: str, impl: str, shape: str, params: Params, seed: int, cache_mode: str = "hot") -> Callable[[], Any]:
     """Fresh inputs and an output for one (operation, shape, implementation), and a zero-argument
-    call that launches it once on them (the form the capture target and the span timer use)."""
+    call that launches it once on them (the form the capture target and the span timer use).
+
+    hot: every call reuses one input set, so a shape that fits in the L2 is read from it. cold: the
+    calls rotate through `cold_sets` input sets (different seeds) and outputs, totalling several
+    times the L2, so each call reads its inputs from device memory."""
     op = get(op_name)
     launch = launcher(op, impl, params, shape)
-    inputs = op.make_inputs(shape, seed, params)
-    out = op.make_output(inputs, shape)
-    out.fill_(float("nan"))
+    count = 1
+    if cache_mode == "cold":
+        import torch
+
+        l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or 0)
+        count = cold_sets(op.bytes_moved(shape), l2)
+    sets = []
+    for i in range(count):
+        inputs = op.make_inputs(shape, seed + i, params)
+        out = op.make_output(inputs, shape)
+        out.fill_(float("nan"))
+        sets.append((inputs, out))
+    turn = [0]
 
     def call() -> Any:
+        inputs, out = sets[turn[0]]
+        turn[0] = (turn[0] + 1) % count
         return launch(inputs, out, params)
 
+    call.input_sets = count  # type: ignore[attr-defined]
     return call

@@ -165,6 +165,14 @@ def _cuda_rows(op: str, item: VariantShapes, arch: str, outdir: Path | None,
 # ----------------------------------------------------------------------------- Triton
 
 
+def device_arch() -> str:
+    """The architecture of the visible GPU as the build names it ('sm_90' for an H200)."""
+    import torch
+
+    major, minor = torch.cuda.get_device_capability()
+    return f"sm_{major}{minor}"
+
+
 def triton_target(arch: str) -> tuple[str, int, int]:
     """('cuda', 90, 32) for 'sm_90' (Triton itself picks sm_90a for capability 9.0)."""
     match = re.fullmatch(r"sm_(\d+)a?", arch)

@@ -15,6 +15,7 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU visible"),
 ]
 
+from harness.build import device_arch  # noqa: E402
 from harness.errors import EvidenceError  # noqa: E402
 from harness.layernorm_kernels import (cuda_variant, launch_cuda, launch_triton,  # noqa: E402
                                        triton_variant)
@@ -140,9 +141,6 @@ def test_bad_arguments_are_refused_in_one_sentence(impl: str) -> None:
 # ----------------------------------------------------------------------------- census vs run time
 
 
-def _device_arch() -> str:
-    major, minor = torch.cuda.get_device_capability()
-    return f"sm_{major}{minor}"
 
 
 @pytest.mark.parametrize("n", [768, 4096, 8192, 771])
@@ -157,7 +155,7 @@ def test_cuda_census_matches_the_loaded_kernel(n: int) -> None:
     with cuda_module.on_device(x.device):
         kernel = cuda_module.get_function(CUDA_SOURCE, v.kernel)
         runtime_regs, runtime_local = kernel.num_regs, kernel.local_size_bytes
-    build = cuda_module.compile_offline(CUDA_SOURCE, [v.kernel], arch=_device_arch(),
+    build = cuda_module.compile_offline(CUDA_SOURCE, [v.kernel], arch=device_arch(),
                                         compiler="nvrtc")
     info = census.parse_ptxas_log(build.ptxas_log)[build.lowered[v.kernel]]
     assert runtime_regs == info.registers
@@ -176,7 +174,7 @@ def test_triton_census_matches_the_jit_kernel(n: int) -> None:
     out = torch.empty_like(x)
     jit = layernorm_fwd[(4,)](x, w, b, out, EPS, N=n, BLOCK_N=v.block_n, num_warps=v.num_warps)
     torch.cuda.synchronize()
-    offline, log = compile_triton(v, _device_arch())
+    offline, log = compile_triton(v, device_arch())
     jit._init_handles()  # done by the launch already (idempotent); it sets n_regs and n_spills
     offline_regs = census.parse_res_usage(cuda_module.resource_usage(offline.asm["cubin"]))
     assert jit.n_regs == offline_regs["layernorm_fwd"].registers

@@ -14,6 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from harness.build import device_arch  # noqa: E402
 from harness.errors import EvidenceError  # noqa: E402
 from harness.matmul_kernels import (cuda_variant, launch_cuda, launch_triton,  # noqa: E402
                                     triton_variant)
@@ -213,9 +214,6 @@ def test_bad_arguments_are_refused_in_one_sentence(impl: str) -> None:
 # ----------------------------------------------------------------------------- census vs run time
 
 
-def _device_arch() -> str:
-    major, minor = torch.cuda.get_device_capability()
-    return f"sm_{major}{minor}"
 
 
 @gpu
@@ -232,7 +230,7 @@ def test_cuda_census_matches_the_loaded_kernel(shape: tuple[int, int, int]) -> N
     with cuda_module.on_device(a.device):
         kernel = cuda_module.get_function(CUDA_SOURCE, v.kernel)
         runtime_regs, runtime_local = kernel.num_regs, kernel.local_size_bytes
-    build = cuda_module.compile_offline(CUDA_SOURCE, [v.kernel], arch=_device_arch(),
+    build = cuda_module.compile_offline(CUDA_SOURCE, [v.kernel], arch=device_arch(),
                                         compiler="nvrtc")
     info = census.parse_ptxas_log(build.ptxas_log)[build.lowered[v.kernel]]
     assert runtime_regs == info.registers
@@ -254,7 +252,7 @@ def test_triton_census_matches_the_jit_kernel(shape: tuple[int, int, int]) -> No
     jit = matmul_fwd[(v.programs,)](a, b, out, num_warps=v.num_warps, num_stages=v.num_stages,
                                     **v.constexprs())
     torch.cuda.synchronize()
-    offline, log = compile_triton(v, _device_arch())
+    offline, log = compile_triton(v, device_arch())
     jit._init_handles()  # done by the launch already (idempotent); it sets n_regs and n_spills
     offline_regs = census.parse_res_usage(cuda_module.resource_usage(offline.asm["cubin"]))
     assert jit.n_regs == offline_regs["matmul_fwd"].registers

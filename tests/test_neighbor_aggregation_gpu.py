@@ -27,6 +27,7 @@ pytestmark = [
 ]
 
 from harness import graphs  # noqa: E402
+from harness.build import device_arch  # noqa: E402
 from harness.errors import EvidenceError  # noqa: E402
 from harness.neighbor_aggregation_kernels import (LONG_ROW_CHUNK, cuda_variants,  # noqa: E402
                                                   launch_cuda, launch_triton, triton_variants)
@@ -305,9 +306,6 @@ def test_time_the_torch_methods(capsys: pytest.CaptureFixture[str]) -> None:
 # ----------------------------------------------------------------------------- census vs run time
 
 
-def _device_arch() -> str:
-    major, minor = torch.cuda.get_device_capability()
-    return f"sm_{major}{minor}"
 
 
 @functools.cache
@@ -317,7 +315,7 @@ def _offline_build(kernel: str):
     from harness import cuda_module
     from harness.neighbor_aggregation_kernels import CUDA_SOURCE
 
-    return cuda_module.compile_offline(CUDA_SOURCE, [kernel], arch=_device_arch(), compiler="nvrtc")
+    return cuda_module.compile_offline(CUDA_SOURCE, [kernel], arch=device_arch(), compiler="nvrtc")
 
 
 @pytest.mark.parametrize("features", [64, 256, 7])
@@ -355,7 +353,7 @@ def test_triton_census_matches_the_jit_kernels(features: int) -> None:
     ]
     torch.cuda.synchronize()
     for v, jit in jits:
-        offline, log = compile_triton(v, _device_arch())
+        offline, log = compile_triton(v, device_arch())
         jit._init_handles()
         regs = census.parse_res_usage(cuda_module.resource_usage(offline.asm["cubin"]))
         assert jit.n_regs == regs[v.kernel].registers

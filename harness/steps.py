@@ -38,17 +38,38 @@ def build(op: str, impl: str, shapes: list[str], arch: str, census_out: str, ext
     _write_json(rows, census_out)
 
 
-def _lock(cfg: dict[str, Any], what: str) -> Any:
-    """The GPU lock every GPU step holds (harness.gpulock), with the configured timeout."""
-    from harness.gpulock import gpu_lock
+def _lock(cfg: dict[str, Any], what: str, ns_dir: str | Path | None = None, op: str | None = None,
+          shape: str | None = None) -> Any:
+    """The GPU lock every GPU step holds (harness.gpulock), with the configured timeout. The jobs of
+    one operation and shape form one measurement group (group `gpu-<op>-<shape>` in measure.smk):
+    with several GPUs visible they all measure on the GPU the group's first job chose, noted under
+    `<ns_dir>/logs/gpu/`; with one GPU it is the plain lock of that GPU, and the note is kept too."""
+    from harness.gpulock import group_gpu_lock, group_record
 
-    return gpu_lock(what, timeout_s=float(cfg["gpu_lock_timeout_s"]))
+    timeout_s = float(cfg["gpu_lock_timeout_s"])
+    if ns_dir is None:
+        return group_gpu_lock(what, timeout_s=timeout_s)
+    record = group_record(ns_dir, op, shape)
+    group = f"gpu-{op}-{shape}" if op and shape else record.stem
+    return group_gpu_lock(what, record, group=group, timeout_s=timeout_s, root=Path(ns_dir) / "logs" / "gpu")
+
+
+def _gpu_reader(uuid: str) -> Any:
+    """The NVML reading of the GPU the step holds (NVML counts devices by its own index, whatever
+    CUDA_VISIBLE_DEVICES says); device 0 where NVML does not know it, as before."""
+    import functools
+
+    from harness.gpu import gpu_state
+    from harness.gpulock import nvml_index
+
+    index = nvml_index(uuid)
+    return functools.partial(gpu_state, index) if index else gpu_state
 
 
 def check(cfg: dict[str, Any], op: str, shape: str, impl: str, out: str) -> None:
     from harness.check import require_pass, run_check
 
-    with _lock(cfg, f"check {op} {shape} {impl}") as uuid:
+    with _lock(cfg, f"check {op} {shape} {impl}", Path(out).parents[3], op, shape) as uuid:
         record = run_check(op, shape, impl, cfg["operations"][op], cfg["seed"])
     record["gpu_uuid"] = uuid
     print(json.dumps(record, indent=1))
@@ -59,12 +80,12 @@ def check(cfg: dict[str, Any], op: str, shape: str, impl: str, out: str) -> None
 def capture(cfg: dict[str, Any], op: str, shape: str, impl: str, rep: str, sqlite: str, meta: str, log: str) -> None:
     from harness import nsys
     from harness.capture import capture as run_capture
-    from harness.gpu import gpu_state
 
     from harness.gpu_watch import Sampler, wait_until_quiet
 
     policy = cfg["gpu_state"]
-    with _lock(cfg, f"capture {op} {shape} {impl}") as uuid:
+    with _lock(cfg, f"capture {op} {shape} {impl}", Path(meta).parents[3], op, shape) as uuid:
+        gpu_state = _gpu_reader(uuid)
         before, waited = wait_until_quiet(gpu_state, policy)
         with Sampler(gpu_state, float(policy["sample_interval_s"])) as sampler:
             info = run_capture(cfg, op, shape, impl, Path(rep), Path(sqlite), Path(log))
@@ -81,7 +102,7 @@ def capture(cfg: dict[str, Any], op: str, shape: str, impl: str, rep: str, sqlit
 def span(cfg: dict[str, Any], op: str, shape: str, impls: list[str], samples_out: str, summary_out: str) -> None:
     from harness import spans
 
-    with _lock(cfg, f"span {op} {shape}"):
+    with _lock(cfg, f"span {op} {shape}", Path(summary_out).parents[2], op, shape):
         rows = spans.measure(cfg, op, shape, impls)
     tables.write_csv(rows, ["op", "shape", "impl", "round", "sample", "span_us"], samples_out)
     summary = spans.summarise(rows)
@@ -113,7 +134,7 @@ def sweep(cfg: dict[str, Any], details: list[str], out: str) -> None:
 def ceilings(cfg: dict[str, Any], out: str) -> None:
     from harness import ceilings as ceil
 
-    with _lock(cfg, "ceilings"):
+    with _lock(cfg, "ceilings", Path(out).parents[1]):
         rows = ceil.measure()
     for row in rows:
         print(f"ceiling: {row['ceiling']} = {row['value']:.1f} {row['unit']}")

@@ -57,7 +57,11 @@ def census_of(wildcards):
 
 
 onstart:
-    preflight.before_jobs(workflow.dag.needrun_jobs(), CFG)
+    # Only where the jobs run here: under a cluster executor (workflow/profiles/slurm, kubernetes)
+    # this process runs on a login or client machine without a GPU, and the jobs get theirs from
+    # the cluster.
+    if workflow.local_exec:
+        preflight.before_jobs(workflow.dag.needrun_jobs(), CFG)
     preflight.record_command(f"{A}/logs/commands.txt")
 
 

@@ -1,8 +1,15 @@
 # Everything that runs on the GPU: the check, the Nsight Systems capture and the event spans.
 # Each declares resources gpu=1 and the default profile allows one at a time.
+# The evidence rule: the jobs whose figures are compared with each other (the checks and captures
+# of every implementation of one operation and shape, and its span) form one group,
+# gpu-<op>-<shape>. On a cluster Snakemake submits a group as one job with one GPU (the profiles in
+# workflow/profiles/ give each submitted job gpu=1 and merge the pieces of a group); on one host
+# with several GPUs the lock in harness/gpulock.py keeps every job of a group on the group's GPU.
 
 
 rule check:
+    group:
+        "gpu-{op}-{shape}"
     input:
         census=census_of,
     output:
@@ -18,6 +25,8 @@ rule check:
 
 
 rule capture:
+    group:
+        "gpu-{op}-{shape}"
     input:
         check=f"{A}/check/{{op}}/{{shape}}/{{impl}}.json",
     output:
@@ -35,6 +44,8 @@ rule capture:
 
 
 rule span:
+    group:
+        "gpu-{op}-{shape}"
     input:
         checks=lambda wc: [f"{A}/check/{wc.op}/{wc.shape}/{impl}.json" for impl in impls_of(wc.op)],
     output:

@@ -1,0 +1,199 @@
+"""The workflow on a cluster, tested without one.
+
+* The dry run with the SLURM profile (snakemake-executor-plugin-slurm, from the test extra) shows one
+  group per operation and shape holding every job compared within it (checks and captures of every
+  implementation, the span), each asking for gpu=1 on the profile's partition and wall time; the
+  sweep targets, which have no span, are still one group per shape (the profile's group-components).
+* A real submission through the SLURM plugin against stand-in sbatch/sacct commands: the run is not
+  stopped by the missing GPU of the login node, and the plugin submits each group as one SLURM job
+  with --gpus=1, the partition, and the sum of its jobs' wall times.
+* The Kubernetes profile parses and sets the same group rules, with an NVIDIA GPU request per group.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness import ROOT, config
+
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+SLURM = ["--profile", "workflow/profiles/slurm"]
+GPU_RULES = {"check", "capture", "span", "ceilings"}
+
+
+def run_snakemake(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None,
+                  timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([*SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def parse_jobs(output: str) -> list[dict]:
+    """Jobs of a dry run: rule, group (None outside one), wildcards and resources."""
+    jobs: list[dict] = []
+    group = None
+    for line in output.splitlines():
+        if m := re.search(r"Group job (\S+) \(", line):
+            group = m.group(1)
+            continue
+        if m := re.match(r"^(\s*)(?:localrule|rule) (\w+):$", line):
+            if not m.group(1):
+                group = None  # a job at the top level ends the group above it
+            jobs.append({"rule": m.group(2), "group": group, "wildcards": {}, "resources": {}})
+        elif jobs and (m := re.match(r"^\s*(wildcards|resources): (.*)$", line)):
+            jobs[-1][m.group(1)] = dict(kv.split("=", 1) for kv in m.group(2).split(", "))
+    return jobs
+
+
+def test_slurm_dry_run_groups_each_comparison_on_one_gpu() -> None:
+    cfg = config.load()
+    proc = run_snakemake(*SLURM, "-n", "--forceall", "report")
+    assert proc.returncode == 0, proc.stderr
+    jobs = parse_jobs(proc.stdout)
+    expected = {f"gpu-{op}-{shape}": (op, shape) for op in cfg["operations"] for shape in config.shapes(cfg, op)}
+    groups: dict[str, list[dict]] = {}
+    for job in jobs:
+        if job["group"]:
+            groups.setdefault(job["group"], []).append(job)
+    assert set(groups) == set(expected)
+    for gid, members in groups.items():
+        op, shape = expected[gid]
+        impls = config.implementations(cfg, op)
+        assert all(j["wildcards"]["op"] == op and j["wildcards"]["shape"] == shape for j in members), gid
+        assert sorted(j["wildcards"]["impl"] for j in members if j["rule"] == "check") == sorted(impls)
+        assert sorted(j["wildcards"]["impl"] for j in members if j["rule"] == "capture") == sorted(impls)
+        assert [j["rule"] for j in members if j["rule"] not in ("check", "capture")] == ["span"]
+        for j in members:  # one GPU per job, on the profile's partition, with the profile's wall time
+            assert j["resources"]["gpu"] == "1" and j["resources"]["slurm_partition"] == "gpu", (gid, j)
+            assert int(j["resources"]["runtime"]) > 0
+    outside = [j for j in jobs if not j["group"]]
+    assert [j["rule"] for j in outside if j["rule"] in GPU_RULES] == ["ceilings"]  # measured on its own
+    assert next(j for j in outside if j["rule"] == "ceilings")["resources"]["gpu"] == "1"
+    assert all("gpu" not in j["resources"] for j in outside if j["rule"] not in GPU_RULES)  # GPU-free work
+
+
+def test_a_sweep_is_one_group_per_shape_with_the_profile() -> None:
+    cfg = config.load()
+    impls = config.implementations(cfg, "layernorm")
+    shapes = config.shapes(cfg, "layernorm")
+
+    def headers(args: list[str]) -> list[str]:
+        proc = run_snakemake(*args, "-n", "--forceall", "sweep_layernorm")
+        assert proc.returncode == 0, proc.stderr
+        return re.findall(r"Group job (\S+) \(", proc.stdout)
+
+    # without the profile's group-components, each implementation of a shape is a group of its own
+    # (no span ties them together), so a cluster could measure them on different GPUs ...
+    bare = headers([])
+    assert sorted(bare) == sorted(f"gpu-layernorm-{s}" for s in shapes for _ in impls)
+    # ... with it, one group per shape
+    assert sorted(headers(SLURM)) == sorted(f"gpu-layernorm-{s}" for s in shapes)
+
+
+FAKE_SBATCH = """#!/bin/sh
+# stand-in sbatch: note the call, answer a fresh job id
+f=$(mktemp "$FAKE_SLURM_DIR/sbatch.XXXXXX")
+printf '%s\\n' "$*" > "$f"
+id=1000
+while ! mkdir "$FAKE_SLURM_DIR/id.$id" 2>/dev/null; do id=$((id + 1)); done
+mv "$f" "$FAKE_SLURM_DIR/id.$id/args"
+echo "$id"
+"""
+
+FAKE_SACCT = """#!/bin/sh
+# stand-in sacct: every submitted job has failed (nothing runs here)
+for d in "$FAKE_SLURM_DIR"/id.*; do [ -d "$d" ] && echo "${d##*.}|FAILED"; done
+exit 0
+"""
+
+
+def stand_in_slurm(tmp: Path) -> Path:
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir()
+    scripts = {"sbatch": FAKE_SBATCH, "sacct": FAKE_SACCT}
+    for other in ("squeue", "sinfo", "scontrol", "sacctmgr", "scancel"):
+        scripts[other] = "#!/bin/sh\nexit 1\n"
+    for name, text in scripts.items():
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod((bin_dir / name).stat().st_mode | stat.S_IXUSR)
+    return bin_dir
+
+
+def test_slurm_submits_each_group_as_one_job_with_one_gpu(tmp_path: Path) -> None:
+    """Not a dry run: the SLURM plugin submits through stand-in sbatch/sacct (every job 'fails', as
+    nothing runs here). One operation at one shape, its kernels' census already built."""
+    work = tmp_path / "work"
+    raw = yaml.safe_load((ROOT / "config.yaml").read_text())
+    raw["namespace"] = "cluster-test"
+    shape = raw["operations"]["layernorm"]["default"]
+    raw["operations"] = {"layernorm": {**raw["operations"]["layernorm"], "sweep": [shape]}}
+    work.mkdir()
+    (work / "config.yaml").write_text(yaml.safe_dump(raw))
+    impls = config.implementations(config.validate(raw), "layernorm")
+    for impl in impls:
+        if impl != "torch":
+            census = work / "artifacts" / "cluster-test" / "build" / "layernorm" / impl / "census.json"
+            census.parent.mkdir(parents=True)
+            census.write_text("[]\n")
+    record = tmp_path / "slurm"
+    record.mkdir()
+    env = {**os.environ, "PATH": f"{stand_in_slurm(tmp_path)}{os.pathsep}{os.environ['PATH']}",
+           "FAKE_SLURM_DIR": str(record)}
+    proc = run_snakemake(*SLURM, "--directory", str(work), "--slurm-no-account",
+                         "--slurm-init-seconds-before-status-checks", "1",
+                         "--forcerun", "check", "capture", "span", "ceilings", "--",
+                         f"artifacts/cluster-test/tables/shape/layernorm/{shape}.csv",
+                         "artifacts/cluster-test/tables/ceilings.csv", env=env)
+    out = proc.stdout + proc.stderr
+    assert "no CUDA GPU is visible here" not in out  # the login node needs no GPU
+    calls = [p.read_text() for p in sorted(record.glob("id.*/args"))]
+    assert len(calls) == 2, out  # the group, and the ceilings; nothing else was ready
+    group = next(c for c in calls if f"gpu-layernorm-{shape}" in c)
+    ceilings = next(c for c in calls if "rule_ceilings" in c)
+    wall = {"check": 10, "capture": 20, "span": 15}  # minutes, from the profile
+    assert " --gpus=1" in group and " -p gpu " in group
+    assert f" -t {len(impls) * (wall['check'] + wall['capture']) + wall['span']} " in group
+    targets = re.search(r"--target-jobs (.*?) --allowed-rules", group).group(1)
+    expected = [f"'check:op=layernorm,shape={shape},impl={i}'" for i in impls]
+    expected += [f"'capture:op=layernorm,shape={shape},impl={i}'" for i in impls]
+    assert sorted(targets.split()) == sorted([*expected, f"'span:op=layernorm,shape={shape}'"])
+    assert " --gpus=1" in ceilings and " -t 10 " in ceilings
+
+
+def test_kubernetes_profile_sets_the_same_group_rules() -> None:
+    # its executor settings (kubernetes-namespace) parse only with the plugin installed; the test
+    # extra installs the SLURM plugin alone
+    pytest.importorskip("snakemake_executor_plugin_kubernetes")
+    from snakemake import cli
+
+    parsed = {}
+    for name in ("slurm", "kubernetes"):
+        _, args = cli.parse_args(["--profile", f"workflow/profiles/{name}", "-n", "report"])
+        parsed[name] = args
+    k8s, slurm = parsed["kubernetes"], parsed["slurm"]
+    assert k8s.executor == "kubernetes" and slurm.executor == "slurm"
+    for args in (k8s, slurm):
+        assert args.resources["gpu"].value == 1
+        assert args.set_resource_scopes == {"gpu": "local"}
+        assert args.group_components == {"gpu-{op}-{shape}": 100}
+        assert set(args.set_resources) == GPU_RULES
+    for rule in GPU_RULES:
+        res = k8s.set_resources[rule]
+        assert res["scale"].value == 0 and "gpu_manufacturer" in res  # an nvidia.com/gpu limit per pod
+
+
+@pytest.mark.parametrize("name", ["slurm", "kubernetes"])
+def test_profiles_comment_every_entry(name: str) -> None:
+    lines = (ROOT / "workflow" / "profiles" / name / "config.yaml").read_text().splitlines()
+    for i, line in enumerate(lines):
+        if re.match(r"^[a-z]", line):  # a top-level entry: a comment right above its block of entries
+            j = i - 1
+            while j >= 0 and lines[j].strip() and not lines[j].startswith("#"):
+                j -= 1
+            assert j >= 0 and lines[j].startswith("#"), f"{name}: {line} has no comment"

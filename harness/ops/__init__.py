@@ -46,6 +46,20 @@ class Operation:
     """Names of the shape's dimensions, for the external kind's launch expressions ('rows', 'width')."""
 
 
+def our_launch(module: str, function: str, *input_names: str) -> Launch:
+    """An implementation that calls `module.function(*inputs[name] for name in input_names, out)`
+    (our launchers write into `out`) and returns `out`; the module is imported on first use, so an
+    operation imports without a GPU."""
+
+    def launch(inputs: Tensors, out: Any, params: Params) -> Any:
+        fn = getattr(importlib.import_module(module), function)
+        fn(*(inputs[name] for name in input_names), out)
+        return out
+
+    launch.__name__ = f"{module}.{function}"
+    return launch
+
+
 KNOWN = ("layernorm", "matmul", "softmax", "neighbor_aggregation", "transpose")
 
 

@@ -9,7 +9,7 @@ import math
 from typing import Any
 
 from harness.config import parse_shape, shape_tag
-from harness.ops import Operation, Params, Tensors
+from harness.ops import Operation, Params, Tensors, our_launch
 
 MAX_DIM = 2**31 - 1
 """Largest M, N or K (the kernels take them as 32-bit integers)."""
@@ -46,18 +46,8 @@ def reference(inputs: Tensors, params: Params) -> Any:
     return inputs["a"].double() @ inputs["b"].double()
 
 
-def _cuda(inputs: Tensors, out: Any, params: Params) -> Any:
-    from harness.matmul_kernels import launch_cuda
-
-    launch_cuda(inputs["a"], inputs["b"], out)
-    return out
-
-
-def _triton(inputs: Tensors, out: Any, params: Params) -> Any:
-    from harness.matmul_kernels import launch_triton
-
-    launch_triton(inputs["a"], inputs["b"], out)
-    return out
+_cuda = our_launch("harness.matmul_kernels", "launch_cuda", "a", "b")
+_triton = our_launch("harness.matmul_kernels", "launch_triton", "a", "b")
 
 
 def _torch(inputs: Tensors, out: Any, params: Params) -> Any:

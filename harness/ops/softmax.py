@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.config import parse_shape, shape_tag
-from harness.ops import Operation, Params, Tensors
+from harness.ops import Operation, Params, Tensors, our_launch
 from harness.softmax_kernels import MAX_ROWS, MAX_WIDTH
 
 
@@ -42,18 +42,8 @@ def reference(inputs: Tensors, params: Params) -> Any:
     return torch.softmax(inputs["x"].double(), dim=-1)
 
 
-def _cuda(inputs: Tensors, out: Any, params: Params) -> Any:
-    from harness.softmax_kernels import launch_cuda
-
-    launch_cuda(inputs["x"], out)
-    return out
-
-
-def _triton(inputs: Tensors, out: Any, params: Params) -> Any:
-    from harness.softmax_kernels import launch_triton
-
-    launch_triton(inputs["x"], out)
-    return out
+_cuda = our_launch("harness.softmax_kernels", "launch_cuda", "x")
+_triton = our_launch("harness.softmax_kernels", "launch_triton", "x")
 
 
 def _torch(inputs: Tensors, out: Any, params: Params) -> Any:

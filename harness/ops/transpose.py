@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.config import parse_shape, shape_tag
-from harness.ops import Operation, Params, Tensors
+from harness.ops import Operation, Params, Tensors, our_launch
 from harness.transpose_kernels import MAX_DIM, MAX_TILES
 
 
@@ -41,18 +41,8 @@ def reference(inputs: Tensors, params: Params) -> Any:
     return inputs["x"].double().t()
 
 
-def _cuda(inputs: Tensors, out: Any, params: Params) -> Any:
-    from harness.transpose_kernels import launch_cuda
-
-    launch_cuda(inputs["x"], out)
-    return out
-
-
-def _triton(inputs: Tensors, out: Any, params: Params) -> Any:
-    from harness.transpose_kernels import launch_triton
-
-    launch_triton(inputs["x"], out)
-    return out
+_cuda = our_launch("harness.transpose_kernels", "launch_cuda", "x")
+_triton = our_launch("harness.transpose_kernels", "launch_triton", "x")
 
 
 def _torch(inputs: Tensors, out: Any, params: Params) -> Any:

@@ -52,13 +52,16 @@ def kernels_module(op: str) -> Any:
 
 
 def build_census(op: str, impl: str, shapes: Sequence[Sequence[int]], arch: str = "sm_90",
-                 outdir: Path | None = None, *, cuda_compiler: str = "auto") -> list[dict[str, Any]]:
+                 outdir: Path | None = None, *, cuda_compiler: str = "auto",
+                 variant: tuple[str, tuple[str, ...]] | None = None) -> list[dict[str, Any]]:
     """Compile, offline, every specialization of `impl` that `shapes` need and return one census
     row per compiled kernel function (keys: CENSUS_COLUMNS). With `outdir`, the PTX, SASS, cubin,
     ptxas log and resource report of each specialization are written there.
 
     `cuda_compiler` ('auto', 'nvrtc' or 'nvcc') picks the CUDA compiler; 'auto' prefers NVRTC,
-    the one CuPy uses at run time. Raises ToolMissing (one sentence) if no compiler or
+    the one CuPy uses at run time. `variant` = (implementation name, extra options) builds a named
+    variant of the CUDA kernels (harness.variants): the same specializations with its -D options,
+    the rows named after the variant. Raises ToolMissing (one sentence) if no compiler or
     disassembler is available.
     """
     module = kernels_module(op)
@@ -72,9 +75,11 @@ def build_census(op: str, impl: str, shapes: Sequence[Sequence[int]], arch: str 
         outdir.mkdir(parents=True, exist_ok=True)
     plan = module.variants_for(impl, shapes)
     rows: list[dict[str, Any]] = []
+    if variant is not None and impl != "cuda":
+        raise EvidenceError(f"Variants vary our CUDA kernels (preprocessor defines), not {impl!r}.")
     for item in plan:
         if impl == "cuda":
-            rows.extend(_cuda_rows(op, item, arch, outdir, cuda_compiler))
+            rows.extend(_cuda_rows(op, item, arch, outdir, cuda_compiler, variant))
         else:
             rows.extend(_triton_rows(op, item, arch, outdir))
     return rows
@@ -140,10 +145,12 @@ def _pick(table: dict[str, Any], symbol: str, what: str) -> Any:
 
 
 def _cuda_rows(op: str, item: VariantShapes, arch: str, outdir: Path | None,
-               compiler: str) -> list[dict[str, Any]]:
+               compiler: str, variant: tuple[str, tuple[str, ...]] | None = None) -> list[dict[str, Any]]:
     """Compile one CUDA specialization as CuPy would (one name expression) and census it."""
     v: CudaSpec = item.variant
-    build = cuda_module.compile_offline(v.source, [v.kernel], arch=arch, compiler=compiler)
+    impl, extra = variant or ("cuda", ())
+    build = cuda_module.compile_offline(v.source, [v.kernel], arch=arch, compiler=compiler,
+                                        options=(*cuda_module.RUNTIME_OPTIONS, *extra))
     symbol = build.lowered[v.kernel]
     sass_text = cuda_module.disassemble(build.cubin)
     res_text = cuda_module.resource_usage(build.cubin)
@@ -152,7 +159,7 @@ def _cuda_rows(op: str, item: VariantShapes, arch: str, outdir: Path | None,
         "cubin": build.cubin,
     })
     row = census_row(
-        op=op, impl="cuda", kernel=v.kernel, item=item, arch=arch, symbol=symbol, block=v.block,
+        op=op, impl=impl, kernel=v.kernel, item=item, arch=arch, symbol=symbol, block=v.block,
         ptxas=_pick(census.parse_ptxas_log(build.ptxas_log), symbol, "ptxas log"),
         res=_pick(census.parse_res_usage(res_text), symbol, "cubin resource table"),
         ptx=_pick(census.parse_ptx(build.ptx), symbol, "PTX"),

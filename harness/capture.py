@@ -97,6 +97,25 @@ def scrub_export(sqlite_path: Path) -> int:
     return removed
 
 
+def run_command(argv: list[str], log_path: str | Path | None, env: dict[str, str] | None = None, timeout: float = 900,
+                what: str = "command") -> tuple[int, str]:
+    """Run an argument list (never a shell string) from the repository root; return its exit
+    status and its output (stdout and stderr together), which is also appended to `log_path`.
+    EvidenceError if it runs past `timeout` seconds (the process is killed)."""
+    try:
+        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, timeout=timeout,
+                              cwd=ROOT, text=True, errors="replace")
+    except subprocess.TimeoutExpired:
+        raise EvidenceError(f"{what} did not finish within {timeout:g} s and was stopped; see the log.") from None
+    except OSError as exc:
+        raise EvidenceError(f"{what} could not start {argv[0]}: {exc.strerror}.") from None
+    if log_path:
+        with open(log_path, "a") as log:
+            print("$ " + " ".join(argv), file=log)
+            log.write(proc.stdout)
+    return proc.returncode, proc.stdout
+
+
 def _run(argv: list[str], log, what: str, env: dict[str, str] | None = None, timeout: int = 900) -> None:  # type: ignore[no-untyped-def]
     print("$ " + " ".join(argv), file=log, flush=True)
     try:

@@ -7,6 +7,7 @@ offending key, so a bad key or value stops a run before any work starts.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -89,6 +90,17 @@ def validate(raw: Mapping[str, Any]) -> dict[str, Any]:
 def _semantic_checks(cfg: dict[str, Any]) -> None:
     from harness import ops
 
+    for entry in cfg.get("variants") or []:
+        op_name, _, name = entry.partition(".")
+        defined = (cfg["operations"].get(op_name) or {}).get("variants") or {}
+        if name not in defined:
+            known = ", ".join(f"{o}.{v}" for o, spec in cfg["operations"].items() for v in (spec.get("variants") or {}))
+            raise ConfigError(f"config: 'variants' lists {entry!r}, which is not a variant defined under "
+                              f"operations.<op>.variants; defined: {known or 'none'}.")
+        base = defined[name]["base"]
+        if base not in list(cfg["operations"][op_name].get("implementations") or cfg["implementations"]):
+            raise ConfigError(f"config: variant {entry!r} varies '{base}', which operation '{op_name}' does not measure.")
+
     for op_name, spec in cfg["operations"].items():
         op = ops.get(op_name)
         if "external" in implementations(cfg, op_name) and "external" not in spec:
@@ -150,6 +162,28 @@ def _read(path: str | Path) -> dict[str, Any]:
     return dict(raw)
 
 
+AUTO_NAMESPACE = "auto"
+
+
+def resolve_namespace(cfg: Mapping[str, Any], root: str | Path) -> str:
+    """The namespace a run writes: the config's `namespace`, or with `namespace: auto` the next in
+    the sequence `<namespace_prefix>-1, -2, ...` under `<root>/artifacts`. A namespace of the
+    sequence whose report was not rendered yet (an interrupted run) is resumed rather than skipped,
+    so rerunning the same command completes it."""
+    name = str(cfg["namespace"])
+    if name != AUTO_NAMESPACE:
+        return name
+    prefix = str(cfg["namespace_prefix"])
+    pattern = re.compile(rf"{re.escape(prefix)}-(\d+)")
+    numbers = sorted(int(m.group(1)) for d in (Path(root) / "artifacts").glob(f"{prefix}-*")
+                     if d.is_dir() and (m := pattern.fullmatch(d.name)))
+    if not numbers:
+        return f"{prefix}-1"
+    last = numbers[-1]
+    finished = (Path(root) / "report" / f"{prefix}-{last}" / "field_note.md").is_file()
+    return f"{prefix}-{last + 1}" if finished else f"{prefix}-{last}"
+
+
 def parse_shape(shape: str) -> tuple[int, ...]:
     """'4096x768' -> (4096, 768); a tag after '-' is not a dimension ('64x8x2-powerlaw' -> (64, 8, 2))."""
     try:
@@ -177,8 +211,21 @@ def shapes(cfg: Mapping[str, Any], op: str) -> list[str]:
 
 
 def implementations(cfg: Mapping[str, Any], op: str) -> list[str]:
-    """The implementations compared for one operation: its own list, else the top-level one."""
-    return list(cfg["operations"][op].get("implementations") or cfg["implementations"])
+    """The implementations compared for one operation: its own list, else the top-level one, then
+    the variants of it this run enables (named '<base>.<variant>', e.g. 'cuda.min_blocks_16')."""
+    base = list(cfg["operations"][op].get("implementations") or cfg["implementations"])
+    return base + variant_impls(cfg, op)
+
+
+def variant_impls(cfg: Mapping[str, Any], op: str) -> list[str]:
+    """The enabled variants of one operation as implementation names, '<base>.<variant>'."""
+    defined = cfg["operations"][op].get("variants") or {}
+    out = []
+    for entry in cfg.get("variants") or []:
+        op_name, _, name = entry.partition(".")
+        if op_name == op and name in defined:
+            out.append(f"{defined[name]['base']}.{name}")
+    return out
 
 
 def jobs(cfg: Mapping[str, Any]) -> Iterator[tuple[str, str, str]]:

@@ -17,6 +17,7 @@ which. NVRTC is called through ctypes because CuPy's wrapper returns the cubin o
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import hashlib
@@ -82,14 +83,31 @@ def _raw_module(filename: str, options: tuple[str, ...], name_expressions: tuple
                           name_expressions=name_expressions)
 
 
+_VARIANT_OPTIONS: tuple[str, ...] = ()
+"""Options of the kernel variant being launched (see `variant_options`), appended to every build."""
+
+
+@contextlib.contextmanager
+def variant_options(options: tuple[str, ...]) -> Any:
+    """Within this block, `get_function` builds with `options` added (a variant's -D defines), so a
+    variant launches through the base implementation's launcher unchanged."""
+    global _VARIANT_OPTIONS
+    saved, _VARIANT_OPTIONS = _VARIANT_OPTIONS, tuple(options)
+    try:
+        yield
+    finally:
+        _VARIANT_OPTIONS = saved
+
+
 def get_function(filename: str, name_expression: str,
                  options: tuple[str, ...] = RUNTIME_OPTIONS) -> Any:
     """The `cupy.RawKernel` for one name expression (e.g. "layernorm_fwd_vec4<128, 2>").
 
     The module holding it is compiled once per process for (file, options, name expression), on
     CuPy's current device when first used; CuPy also keeps compiled cubins in its disk cache.
+    Inside `variant_options(...)` the variant's options are added.
     """
-    module = _raw_module(filename, tuple(options), (name_expression,))
+    module = _raw_module(filename, (*options, *_VARIANT_OPTIONS), (name_expression,))
     return module.get_function(name_expression)
 
 

@@ -109,7 +109,10 @@ def build_context(cfg: Mapping[str, Any], tables: Mapping[str, pd.DataFrame], pr
             "sweep": _records(op_sweep), "kernel_detail": _records(op_detail), "span": _records(op_span),
             "check": _records(op_check), "census": _records(census[census["op"] == op]) if "op" in census else [],
             "all_checks_passed": bool(op_check["passed"].all()) if len(op_check) else False,
+            "counters": counters_context(tables.get("counters"), op, default, impls,
+                                         cfg.get("trust", {}).get("control", "triton"), cfg.get("counters", {})),
         })
+        _attach_measured(operations[-1])
     gpus = provenance.get("gpus", [])
     return {
         "namespace": cfg["namespace"], "cache_mode": cfg["cache_mode"], "capture": cfg["capture"],
@@ -117,8 +120,83 @@ def build_context(cfg: Mapping[str, Any], tables: Mapping[str, pd.DataFrame], pr
         "gpu_name": ", ".join(g["name"] for g in gpus) or "unknown GPU",
         "impl_label": IMPL_LABEL, "ceilings": _records(ceilings),
         "gpu_quiet": gpu_quiet(tables.get("gpu_state")),
+        "cross_check": cross_check_context(tables.get("cross_check"), cfg.get("cross_check", {})),
+        "variants": variants_context(tables.get("variants")),
         "trust": trust.report_context(tables.get("controls"), tables.get("drift")),
     }
+
+
+def counters_context(frame: pd.DataFrame | None, op: str, shape: str, impls: list[str], control: str,
+                     counters_cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The counters of one operation at its default shape for the report: one summary per
+    implementation (harness.counters.summarise), and ours (cuda) compared with the control on each
+    counter. `state` says why there are none: 'off' (config), 'unavailable' (with the reason),
+    'missing' (no table)."""
+    from harness import counters as ctr
+
+    if not counters_cfg.get("enabled"):
+        return {"state": "off"}
+    if frame is None or frame.empty:
+        return {"state": "missing"}
+    here = frame[(frame["op"] == op) & (frame["shape"] == shape)]
+    if here.empty:
+        return {"state": "missing"}
+    calls = int(counters_cfg.get("iterations", 1))
+    summaries = []
+    for impl in impls:
+        rows = here[here["impl"] == impl].to_dict("records")
+        if rows:
+            summaries.append({"impl": impl, **ctr.summarise(rows, calls)})
+    by_impl = {r["impl"]: r for r in summaries}
+    unavailable = [r for r in summaries if r["status"] == "unavailable"]
+    if unavailable and len(unavailable) == len(summaries):
+        return {"state": "unavailable", "reason": unavailable[0]["reason"]}
+    against = control if control != "cuda" else "triton"
+    comparison = None
+    if by_impl.get("cuda", {}).get("status") == "ok" and by_impl.get(against, {}).get("status") == "ok":
+        rows = ctr.compare(by_impl["cuda"], by_impl[against])
+        comparison = {"against": against, "rows": rows, "differ": [r for r in rows if r["differs"]],
+                      "same": [r for r in rows if not r["differs"]]}
+    return {"state": "ok", "shape": shape, "impls": summaries, "comparison": comparison,
+            "differ_points": ctr.DIFFER_POINTS, "differ_ratio": ctr.DIFFER_RATIO}
+
+
+def _attach_measured(op: dict[str, Any]) -> None:
+    """Give each census row serving the default shape the counters measured there (achieved
+    occupancy, DRAM throughput, L2 hit rate), so compiler and measured columns sit side by side."""
+    counters = op.get("counters", {})
+    measured = {r["impl"]: r for r in counters.get("impls", []) if r.get("status") == "ok"}
+    for row in op["census"]:
+        served = [s.strip() for s in str(row.get("shapes", "")).replace(",", ";").split(";")]
+        m = measured.get(row.get("impl")) if op["default"] in served else None
+        row["measured"] = ({"achieved_occupancy_pct": m.get("achieved_occupancy_pct"),
+                            "dram_gbps": (m["dram_bytes_per_s"] / 1e9) if m.get("dram_bytes_per_s") is not None else None,
+                            "l2_hit_rate_pct": m.get("l2_hit_rate_pct")} if m else None)
+
+
+def variants_context(frame: pd.DataFrame | None) -> dict[str, Any] | None:
+    """The variants measured in this run against their bases (tables/variants.csv), and which were
+    not kept (harness.variants.outcomes)."""
+    from harness import variants
+
+    if frame is None or frame.empty:
+        return None
+    rows = _records(frame)
+    outcomes = variants.outcomes(rows)
+    return {"rows": rows, "outcomes": outcomes, "not_kept": [o for o in outcomes if o["outcome"] == "not kept"],
+            "candidates": [o for o in outcomes if o["outcome"] == "candidate"]}
+
+
+def cross_check_context(frame: pd.DataFrame | None, cc: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The cross-check rows, those that disagree and those not compared (with the reason)."""
+    if frame is None:
+        return None
+    rows = _records(frame)
+    compared = [r for r in rows if r.get("status") == "ok"]
+    return {"rows": rows if cc.get("enabled", True) else [], "compared": len(compared),
+            "disagree": [r for r in compared if str(r.get("agree")).lower() != "true"],
+            "skipped": [r for r in rows if r.get("status") != "ok"],
+            "replays": cc.get("replays"), "rtol": cc.get("rtol", 0.1), "atol_us_per_kernel": cc.get("atol_us_per_kernel", 0)}
 
 
 def gpu_quiet(state: pd.DataFrame | None) -> dict[str, Any] | None:
@@ -143,7 +221,7 @@ def gpu_quiet(state: pd.DataFrame | None) -> dict[str, Any] | None:
 
 def load_tables(inputs: Mapping[str, str]) -> dict[str, pd.DataFrame]:
     names = ("kernel_time", "kernel_time_detail", "span", "check", "sweep", "census", "ceilings", "controls", "drift",
-             "gpu_state")
+             "gpu_state", "counters", "cross_check", "variants")
     return {n: pd.read_csv(inputs[n]) for n in names if n in inputs}
 
 

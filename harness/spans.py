@@ -23,8 +23,11 @@ def rotation(impls: list[str], round_index: int) -> list[str]:
     return impls[k:] + impls[:k]
 
 
-def measure(cfg: dict[str, Any], op_name: str, shape: str, impls: list[str]) -> list[dict[str, Any]]:
-    """Raw samples: one dict per (impl, round, sample) with the span in microseconds."""
+def measure(cfg: dict[str, Any], op_name: str, shape: str, impls: list[str],
+            graph_rows: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Raw samples: one dict per (impl, round, sample) with the span in microseconds. With
+    `graph_rows` (and cross_check enabled), after the spans each implementation is also timed by
+    CUDA graph replay of `capture.iterations` calls (harness.graph_replay), appended there."""
     require_gpu()
     import torch
 
@@ -48,6 +51,12 @@ def measure(cfg: dict[str, Any], op_name: str, shape: str, impls: list[str]) -> 
                 end.synchronize()
                 rows.append({"op": op_name, "shape": shape, "impl": impl, "round": r, "sample": i,
                              "span_us": start.elapsed_time(end) * 1000.0})
+    if graph_rows is not None and cfg["cross_check"]["enabled"]:
+        from harness import graph_replay
+
+        for impl in impls:
+            graph_rows.append(graph_replay.measure(op_name, shape, impl, calls[impl], cfg["capture"]["iterations"],
+                                                   cfg["cross_check"]["replays"]))
     return rows
 
 

@@ -1,4 +1,8 @@
-"""One function per workflow step, with explicit arguments; workflow/scripts/ only call these."""
+"""One function per workflow step, with explicit arguments; workflow/scripts/ only call these.
+
+pandas and the tables module (which loads sqlite-utils) are imported inside the steps that use
+them: a GPU job starts a fresh interpreter, and half a second of imports per job adds up over a
+run of a few hundred jobs."""
 
 from __future__ import annotations
 
@@ -7,10 +11,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 
-from harness import tables
 from harness.config import parse_shape
+from harness.errors import EvidenceError
 
 
 def _write_json(obj: Any, path: str | Path) -> None:
@@ -21,7 +24,8 @@ def _write_json(obj: Any, path: str | Path) -> None:
     os.replace(tmp, path)
 
 
-def build(op: str, impl: str, shapes: list[str], arch: str, census_out: str, external_cfg: dict[str, Any] | None = None) -> None:
+def build(op: str, impl: str, shapes: list[str], arch: str, census_out: str, external_cfg: dict[str, Any] | None = None,
+          op_cfg: dict[str, Any] | None = None) -> None:
     from harness.build import build_census
 
     outdir = Path(census_out).parent
@@ -30,12 +34,26 @@ def build(op: str, impl: str, shapes: list[str], arch: str, census_out: str, ext
         from harness import external
 
         rows = external.census_rows(op, external_cfg or {}, arch, outdir, shapes=[parse_shape(s) for s in shapes])
+    elif "." in impl:  # a named variant of our CUDA kernel (harness.variants)
+        from harness import variants
+
+        base, _ = variants.split(impl)
+        rows = build_census(op, base, [parse_shape(s) for s in shapes], arch=arch, outdir=outdir,
+                            variant=(impl, variants.compiler_options(op_cfg, impl)))
     else:
         rows = build_census(op, impl, [parse_shape(s) for s in shapes], arch=arch, outdir=outdir)
     for row in rows:
         print(f"census: {row['kernel']} [{row['specialization']}] registers={row['registers']} "
               f"spills={row['spill_stores']}/{row['spill_loads']} ld128={row['ld_global_128']} ld32={row['ld_global_32']}")
     _write_json(rows, census_out)
+
+
+def _write_text(text: str, path: str | Path) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".partial")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def _lock(cfg: dict[str, Any], what: str, ns_dir: str | Path | None = None, op: str | None = None,
@@ -99,12 +117,20 @@ def capture(cfg: dict[str, Any], op: str, shape: str, impl: str, rep: str, sqlit
     _write_json(info, meta)
 
 
-def span(cfg: dict[str, Any], op: str, shape: str, impls: list[str], samples_out: str, summary_out: str) -> None:
-    from harness import spans
+def span(cfg: dict[str, Any], op: str, shape: str, impls: list[str], samples_out: str, summary_out: str,
+         graph_out: str | None = None) -> None:
+    from harness import tables
+    from harness import graph_replay, spans
 
+    graph_rows: list[dict[str, Any]] = []
     with _lock(cfg, f"span {op} {shape}", Path(summary_out).parents[2], op, shape):
-        rows = spans.measure(cfg, op, shape, impls)
+        rows = spans.measure(cfg, op, shape, impls, graph_rows)
     tables.write_csv(rows, ["op", "shape", "impl", "round", "sample", "span_us"], samples_out)
+    for g in graph_rows:
+        print(f"graph replay: {op} {shape} {g['impl']}: " + (f"median {g['graph_median_us']:.2f} us per call"
+                                                              if g["status"] == "ok" else f"{g['status']} ({g['reason']})"))
+    if graph_out:
+        tables.write_csv(graph_rows, graph_replay.GRAPH_COLUMNS, graph_out)
     summary = spans.summarise(rows)
     for row in summary:
         row.update({"namespace": cfg["namespace"], "cache_mode": cfg["cache_mode"], "rounds": cfg["span"]["rounds"]})
@@ -112,12 +138,87 @@ def span(cfg: dict[str, Any], op: str, shape: str, impls: list[str], samples_out
     tables.write_csv(summary, tables.SPAN_COLUMNS, summary_out)
 
 
+def counters(cfg: dict[str, Any], op: str, shape: str, impl: str, raw_out: str, table_out: str, log: str) -> None:
+    """Nsight Compute counters of every kernel of (op, shape, impl): the .ncu-rep beside `raw_out`,
+    its raw CSV export in `raw_out`, and the counters table in `table_out`. Where counters cannot be
+    read here (no ncu, or the driver refuses counter access) the table holds one row saying why,
+    and the job succeeds: the rest of the pipeline does not depend on counters."""
+    from harness import tables
+    from harness import counters as ctr
+    from harness.capture import minimal_env, run_command
+    from harness.errors import ToolMissing
+
+    c, metrics = cfg["counters"], cfg["counters"]["metrics"]
+    ident = (cfg["namespace"], op, shape, impl)
+    raw, table = Path(raw_out), Path(table_out)
+    raw.parent.mkdir(parents=True, exist_ok=True)
+    rep = raw.with_name(f"{impl}.ncu-rep")
+    tmp_base = raw.with_name(f"{impl}.partial")
+    tmp_rep = tmp_base.with_name(tmp_base.name + ".ncu-rep")
+    tmp_rep.unlink(missing_ok=True)
+    try:
+        ncu = ctr.find_ncu(c["ncu"])
+    except ToolMissing as exc:
+        print(f"counters unavailable: {exc}")
+        tables.write_csv(ctr.unavailable_rows(str(exc), metrics, *ident), ctr.columns(metrics), table)
+        _write_text("", raw)
+        return
+    target_cfg = json.loads(json.dumps(cfg))
+    target_cfg["capture"].update(warmup=c["warmup"], iterations=c["iterations"])
+    cfg_path = raw.with_name(f"{impl}.config.json")
+    cfg_path.write_text(json.dumps(target_cfg, indent=1))
+    import sys
+
+    argv = ctr.profile_command(ncu, metrics, cfg["capture"]["range"], tmp_base,
+                               [sys.executable, "-m", "harness", "target", "--config", str(cfg_path),
+                                "--op", op, "--shape", shape, "--impl", impl])
+    with _lock(cfg, f"counters {op} {shape} {impl}", raw.parents[3], op, shape):
+        rc, output = run_command(argv, log, env=minimal_env(), timeout=float(c["timeout_s"]),
+                                 what=f"ncu profile of {op} {shape} {impl}")
+    reason = ctr.unavailable_reason(output)
+    if reason:
+        print(f"counters unavailable on this host: {reason}")
+        tables.write_csv(ctr.unavailable_rows(reason, metrics, *ident), ctr.columns(metrics), table)
+        _write_text("", raw)
+        return
+    if rc != 0 or not tmp_rep.is_file():
+        raise EvidenceError(f"ncu profile of {op} {shape} {impl} failed (exit status {rc}, report "
+                            f"{'written' if tmp_rep.is_file() else 'not written'}); see the log.")
+    rc, export = run_command(ctr.export_command(ncu, tmp_rep), None, timeout=float(c["timeout_s"]),
+                             what=f"ncu export of {op} {shape} {impl}")
+    if rc != 0:
+        raise EvidenceError(f"ncu --import of {tmp_rep.name} failed with exit status {rc}.")
+    _write_text(export, raw)
+    kernels = ctr.read_raw_csv(raw)
+    if not kernels:
+        raise EvidenceError(f"ncu profiled no kernel inside the NVTX range '{cfg['capture']['range']}' of "
+                            f"{op} {shape} {impl}; see the log.")
+    os.replace(tmp_rep, rep)
+    rows = ctr.counter_rows(kernels, metrics, *ident)
+    for row in rows:
+        print(f"counters: {row['kernel'][:60]}: {row.get('duration_ns')} ns (ncu replay)")
+    tables.write_csv(rows, ctr.columns(metrics), table)
+
+
+def counters_table(cfg: dict[str, Any], parts: list[str], out: str) -> None:
+    import pandas as pd
+    from harness import tables
+    from harness import counters as ctr
+
+    metrics = cfg["counters"]["metrics"]
+    frame = tables.read_csvs(parts) if parts else pd.DataFrame(columns=ctr.columns(metrics))
+    tables.write_csv(frame.to_dict("records"), ctr.columns(metrics), out)
+
+
 def kernel_time(sqlite: str, range_name: str, iterations: int, op: str, shape: str, impl: str, out: str) -> None:
+    from harness import tables
     rows = tables.kernel_time_detail(sqlite, range_name, iterations, op, shape, impl)
     tables.write_csv(rows, tables.KERNEL_TIME_DETAIL_COLUMNS, out)
 
 
 def shape_table(cfg: dict[str, Any], details: list[str], span_csv: str, out: str) -> None:
+    import pandas as pd
+    from harness import tables
     detail = tables.read_csvs(details)
     kt = pd.DataFrame(tables.kernel_time_summary(detail, cfg["capture"]["iterations"], cfg["namespace"], cfg["cache_mode"]))
     sp = pd.read_csv(span_csv)[["op", "shape", "impl", "samples", "span_median_us", "span_mean_us", "span_std_us"]]
@@ -126,12 +227,15 @@ def shape_table(cfg: dict[str, Any], details: list[str], span_csv: str, out: str
 
 
 def sweep(cfg: dict[str, Any], details: list[str], out: str) -> None:
+    import pandas as pd
+    from harness import tables
     detail = tables.read_csvs(details)
     kt = pd.DataFrame(tables.kernel_time_summary(detail, cfg["capture"]["iterations"], cfg["namespace"], cfg["cache_mode"]))
     tables.write_csv(tables.sweep_rows(kt, cfg["namespace"], cfg["cache_mode"]), tables.SWEEP_COLUMNS, out)
 
 
 def ceilings(cfg: dict[str, Any], out: str) -> None:
+    from harness import tables
     from harness import ceilings as ceil
 
     with _lock(cfg, "ceilings", Path(out).parents[1]):
@@ -142,7 +246,9 @@ def ceilings(cfg: dict[str, Any], out: str) -> None:
 
 
 def all_tables(cfg: dict[str, Any], details: list[str], spans: list[str], checks: list[str], ceilings_csv: str,
-               outputs: dict[str, str], metas: list[str] | None = None) -> None:
+               outputs: dict[str, str], metas: list[str] | None = None, graphs: list[str] | None = None) -> None:
+    import pandas as pd
+    from harness import tables
     ns, mode, iters = cfg["namespace"], cfg["cache_mode"], cfg["capture"]["iterations"]
     detail = tables.read_csvs(details)
     tables.write_csv(detail.to_dict("records"), tables.KERNEL_TIME_DETAIL_COLUMNS, outputs["kernel_time_detail"])
@@ -151,12 +257,26 @@ def all_tables(cfg: dict[str, Any], details: list[str], spans: list[str], checks
     tables.write_csv(tables.read_csvs(spans).to_dict("records"), tables.SPAN_COLUMNS, outputs["span"])
     tables.write_csv(tables.check_rows(checks, ns), tables.CHECK_COLUMNS, outputs["check"])
     tables.write_csv(tables.sweep_rows(kt, ns, mode), tables.SWEEP_COLUMNS, outputs["sweep"])
+    if "variants" in outputs:
+        from harness import variants
+
+        tables.write_csv(variants.variant_rows(kt.to_dict("records"), cfg), variants.VARIANT_COLUMNS, outputs["variants"])
+    if "cross_check" in outputs:
+        from harness import graph_replay
+
+        cc = cfg["cross_check"]
+        replay = tables.read_csvs(graphs) if graphs else pd.DataFrame(columns=graph_replay.GRAPH_COLUMNS)
+        by_key = {(r["op"], r["shape"], r["impl"]): r for r in replay.to_dict("records")}
+        rows = [graph_replay.compare(k, by_key.get((k["op"], k["shape"], k["impl"])), cc["rtol"], cc["atol_us_per_kernel"], ns, mode)
+                for k in kt.to_dict("records")]
+        tables.write_csv(rows, graph_replay.CROSS_CHECK_COLUMNS, outputs["cross_check"])
     if "gpu_state" in outputs:
         rows = [tables.gpu_state_row(json.loads(Path(m).read_text()), ns) for m in metas or []]
         tables.write_csv(rows, tables.GPU_STATE_COLUMNS, outputs["gpu_state"])
 
 
 def census_table(cfg: dict[str, Any], census_files: list[str], out: str) -> None:
+    from harness import tables
     rows: list[dict[str, Any]] = []
     for path in census_files:
         rows.extend({"namespace": cfg["namespace"], **r} for r in json.loads(Path(path).read_text()))

@@ -29,6 +29,35 @@
 
 #define LN_FULL_MASK 0xffffffffu
 
+// Variant switches (config: operations.layernorm.variants; each is compiled with -D and measured
+// as an implementation of its own). The defaults are the kernel as it ships.
+//   LN_LOAD_NC     1: x, w, b through the read-only (non-coherent) path, __ldg; 0: plain loads.
+//   LN_STORE_CS    0: plain stores; 1: streaming stores (st.global.cs, evict-first) for y.
+//   LN_MIN_BLOCKS  0: __launch_bounds__(BLOCK) only; k > 0: __launch_bounds__(BLOCK, k), which asks
+//                  the compiler to fit k blocks per SM (a register budget of 65536 / (k * BLOCK));
+//                  -1: as many blocks as fill the SM's 2048 threads (32 registers per thread).
+#ifndef LN_LOAD_NC
+#define LN_LOAD_NC 1
+#endif
+#ifndef LN_STORE_CS
+#define LN_STORE_CS 0
+#endif
+#ifndef LN_MIN_BLOCKS
+#define LN_MIN_BLOCKS 0
+#endif
+#if LN_MIN_BLOCKS > 0
+#define LN_BOUNDS(BLOCK) __launch_bounds__(BLOCK, LN_MIN_BLOCKS)
+#elif LN_MIN_BLOCKS < 0
+#define LN_BOUNDS(BLOCK) __launch_bounds__(BLOCK, 2048 / (BLOCK))
+#else
+#define LN_BOUNDS(BLOCK) __launch_bounds__(BLOCK)
+#endif
+#if LN_LOAD_NC
+#define LN_LDG(p) __ldg(p)
+#else
+#define LN_LDG(p) (*(p))
+#endif
+
 // Sum over lanes whose indices differ in bits below WIDTH (a power of two <= 32); every such lane
 // gets the same (bitwise) result, since IEEE addition is commutative.
 template <int WIDTH>
@@ -53,7 +82,7 @@ __device__ __forceinline__ void ln_load(const float* __restrict__ p, int i, floa
 
 template <>
 __device__ __forceinline__ void ln_load<4>(const float* __restrict__ p, int i, float (&out)[4]) {
-    const float4 t = __ldg(reinterpret_cast<const float4*>(p) + i);
+    const float4 t = LN_LDG(reinterpret_cast<const float4*>(p) + i);
     out[0] = t.x;
     out[1] = t.y;
     out[2] = t.z;
@@ -62,7 +91,7 @@ __device__ __forceinline__ void ln_load<4>(const float* __restrict__ p, int i, f
 
 template <>
 __device__ __forceinline__ void ln_load<1>(const float* __restrict__ p, int i, float (&out)[1]) {
-    out[0] = __ldg(p + i);
+    out[0] = LN_LDG(p + i);
 }
 
 // Store of VEC consecutive floats at vector index i.
@@ -71,12 +100,20 @@ __device__ __forceinline__ void ln_store(float* __restrict__ p, int i, const flo
 
 template <>
 __device__ __forceinline__ void ln_store<4>(float* __restrict__ p, int i, const float (&v)[4]) {
+#if LN_STORE_CS
+    __stcs(reinterpret_cast<float4*>(p) + i, make_float4(v[0], v[1], v[2], v[3]));
+#else
     reinterpret_cast<float4*>(p)[i] = make_float4(v[0], v[1], v[2], v[3]);
+#endif
 }
 
 template <>
 __device__ __forceinline__ void ln_store<1>(float* __restrict__ p, int i, const float (&v)[1]) {
+#if LN_STORE_CS
+    __stcs(p + i, v[0]);
+#else
     p[i] = v[0];
+#endif
 }
 
 // Normalise one row with a block of BLOCK threads, SLOTS slots of VEC floats per thread.
@@ -103,7 +140,7 @@ __device__ __forceinline__ void ln_row(const float* __restrict__ x, const float*
     //    kept shifted by its first element (one broadcast load): sums of x - x[0] stay at the
     //    scale of the spread, so a mean far from zero costs no precision, and the shift cancels
     //    in x - mean.
-    const float shift = __ldg(xr);
+    const float shift = LN_LDG(xr);
     float v[SLOTS][VEC];
     float wv[SLOTS][VEC];
     float bv[SLOTS][VEC];
@@ -178,7 +215,7 @@ __device__ __forceinline__ void ln_row(const float* __restrict__ x, const float*
 
 // n % 4 == 0: the row as float4 vectors; x, w, b, y 16-byte aligned.
 template <int BLOCK, int SLOTS>
-__global__ void __launch_bounds__(BLOCK)
+__global__ void LN_BOUNDS(BLOCK)
 layernorm_fwd_vec4(const float* __restrict__ x, const float* __restrict__ w,
                    const float* __restrict__ b, float* __restrict__ y, const int n,
                    const float eps) {
@@ -187,7 +224,7 @@ layernorm_fwd_vec4(const float* __restrict__ x, const float* __restrict__ w,
 
 // Any n: the row as single floats.
 template <int BLOCK, int SLOTS>
-__global__ void __launch_bounds__(BLOCK)
+__global__ void LN_BOUNDS(BLOCK)
 layernorm_fwd_scalar(const float* __restrict__ x, const float* __restrict__ w,
                      const float* __restrict__ b, float* __restrict__ y, const int n,
                      const float eps) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run on the lent H200 (developers' device tool), from the repository root:
 #   source gpu-env.sh && bash scripts/h200_run.sh [snakemake targets...]
-# Environment: CONFIGFILE=F merges F over config.yaml; RUN_TESTS=0 skips the GPU tests; STATS=1 runs nsys stats on every capture; PIPELINE=0 skips the pipeline; SNAKE_TIMEOUT
+# Environment: CONFIGFILE=F merges F over config.yaml; NAMESPACE=N writes namespace N (--config); RUN_TESTS=0 skips the GPU tests; STATS=1 runs nsys stats on every capture; PIPELINE=0 skips the pipeline; SNAKE_TIMEOUT
 # (seconds, default 540) stops snakemake with SIGINT, so it removes incomplete outputs and its
 # lock, and a second call on the same (warm) machine resumes. EVIDENCE_GIT_COMMIT names the
 # commit (the device copy has no .git). Everything worth keeping is packed into $OUT.
@@ -21,12 +21,12 @@ if [ "${RUN_TESTS:-1}" = 1 ]; then
 fi
 if [ "${PIPELINE:-1}" = 1 ]; then
   t1=$(date +%s)
-  timeout -s INT "${SNAKE_TIMEOUT:-540}" snakemake "${@:-report}" --cores 4 --keep-going --rerun-incomplete ${CONFIGFILE:+--configfile "$CONFIGFILE"} >> "$OUT/snakemake.txt" 2>&1
+  timeout -s INT "${SNAKE_TIMEOUT:-540}" snakemake "${@:-report}" --cores 4 --keep-going --rerun-incomplete ${CONFIGFILE:+--configfile "$CONFIGFILE"} ${NAMESPACE:+--config namespace="$NAMESPACE"} >> "$OUT/snakemake.txt" 2>&1
   rc=$?
   grep -E "Error in rule|steps \(|CheckFailed|check failed|no CUDA|not found" "$OUT/snakemake.txt" | tail -25
   echo "snakemake: $(( $(date +%s) - t1 )) s, rc=$rc" | tee -a "$OUT/snakemake.txt"
 fi
-ns=$(python3 -c "import sys; from harness import config; print(config.load('config.yaml', *sys.argv[1:])['namespace'])" ${CONFIGFILE:-})
+ns=${NAMESPACE:-$(python3 -c "import sys; from harness import config; c = config.load('config.yaml', *sys.argv[1:]); print(config.resolve_namespace(c, '.'))" ${CONFIGFILE:-})}
 # STATS=1: nsys stats' own figures for every capture, to test the reader against (~2 s each)
 mkdir -p /tmp/stats
 for f in $( [ "${STATS:-0}" = 1 ] && ls artifacts/"$ns"/capture/*/*/*.sqlite 2>/dev/null ); do

@@ -26,7 +26,7 @@ from harness import ROOT, config
 
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 SLURM = ["--profile", "workflow/profiles/slurm"]
-GPU_RULES = {"check", "capture", "span", "ceilings"}
+GPU_RULES = {"check", "capture", "span", "ceilings", "counters"}
 
 
 def run_snakemake(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None,
@@ -68,7 +68,9 @@ def test_slurm_dry_run_groups_each_comparison_on_one_gpu() -> None:
         assert all(j["wildcards"]["op"] == op and j["wildcards"]["shape"] == shape for j in members), gid
         assert sorted(j["wildcards"]["impl"] for j in members if j["rule"] == "check") == sorted(impls)
         assert sorted(j["wildcards"]["impl"] for j in members if j["rule"] == "capture") == sorted(impls)
-        assert [j["rule"] for j in members if j["rule"] not in ("check", "capture")] == ["span"]
+        counted = sorted(impls) if cfg["counters"]["enabled"] and shape == cfg["operations"][op]["default"] else []
+        assert sorted(j["wildcards"]["impl"] for j in members if j["rule"] == "counters") == counted
+        assert [j["rule"] for j in members if j["rule"] not in ("check", "capture", "counters")] == ["span"]
         for j in members:  # one GPU per job, on the profile's partition, with the profile's wall time
             assert j["resources"]["gpu"] == "1" and j["resources"]["slurm_partition"] == "gpu", (gid, j)
             assert int(j["resources"]["runtime"]) > 0

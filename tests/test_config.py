@@ -85,7 +85,8 @@ def test_jobs_cover_every_shape_and_implementation(raw: dict) -> None:
     expected = 0
     for op, spec in raw["operations"].items():
         n_shapes = len(dict.fromkeys([spec["default"], *spec["sweep"]]))
-        expected += n_shapes * len(spec.get("implementations") or cfg["implementations"])
+        enabled = [v for v in raw.get("variants", []) if v.startswith(f"{op}.")]
+        expected += n_shapes * (len(spec.get("implementations") or cfg["implementations"]) + len(enabled))
     assert len(jobs) == expected
     assert len(set(jobs)) == len(jobs)
 
@@ -98,3 +99,18 @@ def test_resolved_config_round_trips_through_json(tmp_path, raw: dict) -> None:
     path = tmp_path / "resolved.json"
     path.write_text(json.dumps(cfg))
     assert config.load(path) == cfg
+
+
+def test_auto_namespace_takes_the_next_in_sequence_and_resumes_an_unfinished_one(tmp_path) -> None:
+    cfg = {"namespace": "auto", "namespace_prefix": "h200"}
+    assert config.resolve_namespace(cfg, tmp_path) == "h200-1"
+    for n in (1, 2, 10):
+        (tmp_path / "artifacts" / f"h200-{n}").mkdir(parents=True)
+        (tmp_path / "report" / f"h200-{n}").mkdir(parents=True)
+        (tmp_path / "report" / f"h200-{n}" / "field_note.md").write_text("done")
+    (tmp_path / "artifacts" / "h200-x").mkdir()
+    (tmp_path / "artifacts" / "other-99").mkdir()
+    assert config.resolve_namespace(cfg, tmp_path) == "h200-11"
+    (tmp_path / "artifacts" / "h200-11").mkdir()  # started, interrupted before its report
+    assert config.resolve_namespace(cfg, tmp_path) == "h200-11"
+    assert config.resolve_namespace({"namespace": "mine", "namespace_prefix": "h200"}, tmp_path) == "mine"

@@ -139,3 +139,95 @@ def test_sweep_reports_the_verdict(tmp_path: Path) -> None:
     for _, r in sweep.iterrows():
         assert r["cuda_vs_triton"] in ("faster", "slower", "no difference")
         assert f"{report.num(r['cuda_over_triton_lo'], 3)}–{report.num(r['cuda_over_triton_hi'], 3)} | {r['cuda_vs_triton']}" in field_note
+
+
+def _counters_table(tmp: Path, state: str) -> str:
+    from harness import counters
+
+    metrics = config.load(config.ROOT / "config.yaml")["counters"]["metrics"]
+    fixtures = Path(__file__).parent / "fixtures" / "ncu"
+    rows = []
+    for impl in IMPLS:
+        if state == "unavailable":
+            rows += counters.unavailable_rows("ERR_NVGPUCTRPERM - no permission", metrics, "test-ns", "layernorm", SHAPES[0], impl)
+        else:
+            kernels = counters.read_raw_csv(fixtures / f"layernorm-4096x768-{impl}.raw.csv")
+            rows += counters.counter_rows(kernels, metrics, "test-ns", "layernorm", SHAPES[0], impl)
+    path = str(tmp / "counters.csv")
+    tables.write_csv(rows, counters.columns(metrics), path)
+    return path
+
+
+def render_with_counters(tmp: Path, state: str, enabled: bool = True) -> tuple[str, dict]:
+    paths = make_tables(tmp)
+    cfg = paths.pop("cfg")
+    cfg["counters"].update(enabled=enabled, iterations=2)  # the fixtures profiled two calls
+    paths["counters"] = _counters_table(tmp, state)
+    report.render_reports(cfg, paths, tmp / "fn.md", tmp / "ic.md", [str(tmp / "figures" / "layernorm_sweep.svg")])
+    return (tmp / "fn.md").read_text(), paths
+
+
+def test_counters_section_comes_from_the_counters_table(tmp_path: Path) -> None:
+    from harness import counters
+
+    note, paths = render_with_counters(tmp_path, "ok")
+    assert "not** the kernel times above" in note
+    frame = pd.read_csv(paths["counters"])
+    for impl in IMPLS:
+        s = counters.summarise(frame[frame["impl"] == impl].to_dict("records"), calls=2)
+        row = next(line for line in note.splitlines() if line.startswith(f"| {impl} | 1 | "))
+        assert f"| {report.num(s['duration_ns'] / 1e3)} |" in row
+        assert f"| {report.num(s['achieved_occupancy_pct'], 1)}% |" in row
+        assert f"| {report.num(s['l2_hit_rate_pct'], 1)}% |" in row
+    cuda = counters.summarise(frame[frame["impl"] == "cuda"].to_dict("records"), calls=2)
+    triton = counters.summarise(frame[frame["impl"] == "triton"].to_dict("records"), calls=2)
+    assert "Ours (cuda) against triton: they differ in" in note
+    for r in counters.compare(cuda, triton):
+        if r["differs"]:
+            assert f"{r['label']} ({r['ours_text']} vs {r['control_text']}" in note
+    # the census row serving the default shape carries the measured columns
+    census_line = next(line for line in note.splitlines() if line.startswith("| cuda | layernorm_row128"))
+    assert census_line.endswith(f"| {report.num(cuda['achieved_occupancy_pct'], 1)}% | "
+                                f"{report.num(cuda['dram_bytes_per_s'] / 1e9, 0)} | {report.num(cuda['l2_hit_rate_pct'], 1)}% |")
+
+
+def test_counters_unavailable_and_off_are_said(tmp_path: Path) -> None:
+    note, _ = render_with_counters(tmp_path / "a", "unavailable")
+    assert "Counters unavailable on this host: ERR_NVGPUCTRPERM - no permission." in note
+    note, _ = render_with_counters(tmp_path / "b", "ok", enabled=False)
+    assert "Counters are off in this run's config" in note
+
+
+def test_cross_check_flags_a_disagreement_by_name(tmp_path: Path) -> None:
+    from harness import graph_replay
+
+    paths = make_tables(tmp_path)
+    cfg = paths.pop("cfg")
+    kt = pd.read_csv(paths["kernel_time"]).to_dict("records")
+    rows = []
+    for i, k in enumerate(kt):
+        g = k["kernel_time_us"] * (1.5 if i == 0 else 1.02)
+        graph = {"status": "ok", "graph_median_us": g, "graph_min_us": g * 0.99, "graph_max_us": g * 1.01}
+        if i == 1:
+            graph = {"status": "not capturable", "reason": "RuntimeError: operation not permitted when stream is capturing"}
+        rows.append(graph_replay.compare(k, graph, 0.1, 1.5, "test-ns", "hot"))
+    paths["cross_check"] = str(tmp_path / "cross_check.csv")
+    tables.write_csv(rows, graph_replay.CROSS_CHECK_COLUMNS, paths["cross_check"])
+    report.render_reports(cfg, paths, tmp_path / "fn.md", tmp_path / "ic.md", [str(tmp_path / "figures" / "layernorm_sweep.svg")])
+    note = (tmp_path / "fn.md").read_text()
+    bad = rows[0]
+    assert f"**1 of {len(rows) - 1} disagree**: {bad['op']} {bad['shape']} {bad['impl']} ({report.num(bad['kernel_time_us'])} µs nsys" in note
+    assert f"Not compared: {rows[1]['op']} {rows[1]['shape']} {rows[1]['impl']} (not capturable: RuntimeError" in note
+    assert note.count("| yes |") >= len(rows) - 2
+
+
+def test_cross_check_tolerance() -> None:
+    from harness import graph_replay
+
+    k = {"op": "o", "shape": "1x1", "impl": "cuda", "kernel_time_us": 10.0, "launches_per_iteration": 2}
+    ok = graph_replay.compare(k, {"status": "ok", "graph_median_us": 13.9, "graph_min_us": 13, "graph_max_us": 14}, 0.1, 1.5, "n", "hot")
+    assert ok["allowed_us"] == pytest.approx(4.0) and ok["agree"] is True
+    bad = graph_replay.compare(k, {"status": "ok", "graph_median_us": 14.1, "graph_min_us": 14, "graph_max_us": 15}, 0.1, 1.5, "n", "hot")
+    assert bad["agree"] is False and bad["difference_us"] == pytest.approx(4.1)
+    none = graph_replay.compare(k, None, 0.1, 1.5, "n", "hot")
+    assert none["agree"] is None and none["status"] == "missing"

@@ -82,6 +82,21 @@ def launcher(op: Operation, impl: str, params: Params | None = None, shape: str 
         ext = external.make_launcher(op, params["external"])
         dims = external.dims_from_shape(shape, op.dim_names) if shape else None
         return lambda inputs, out, p: ext(inputs, out, p, dims=dims)
+    from harness import variants
+
+    base, name = variants.split(impl)
+    if name is not None:
+        options = variants.compiler_options(params, impl)
+        base_launch = launcher(op, base, params, shape)
+
+        def launch_variant(inputs: Tensors, out: Any, p: Params) -> Any:
+            from harness import cuda_module
+
+            with cuda_module.variant_options(options):
+                return base_launch(inputs, out, p)
+
+        launch_variant.__name__ = f"{impl} ({' '.join(options)})"
+        return launch_variant
     try:
         return op.implementations[impl]
     except KeyError:

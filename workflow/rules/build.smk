@@ -10,7 +10,8 @@ rule build:
         shapes=lambda wc: shapes_of(wc.op),
         arch=CFG["arch"],
         external=lambda wc: CFG["operations"][wc.op].get("external"),
+        op_cfg=lambda wc: CFG["operations"][wc.op],
     wildcard_constraints:
-        impl="cuda|triton|external",
+        impl="|".join(["cuda", "triton", "external"] + [re.escape(i) for i in ALL_IMPLS if "." in i]),
     script:
         "../scripts/build.py"

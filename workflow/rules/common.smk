@@ -1,5 +1,6 @@
 # Configuration (validated at load), paths and the preflight that stops a run needing a GPU
 # on a machine without one, in one sentence, before any job starts.
+import re
 import sys
 
 # The harness package is installed by the set-up command (pip install -e .); the line below
@@ -21,7 +22,8 @@ except ConfigError as exc:
 if "gpu" not in workflow.global_resources:
     workflow.register_resource("gpu", 1)
 
-NS = CFG["namespace"]
+NS = hconfig.resolve_namespace(CFG, workflow.basedir)
+CFG["namespace"] = NS
 A = f"artifacts/{NS}"
 OPS = list(CFG["operations"])
 
@@ -41,12 +43,26 @@ ALL_IMPLS = sorted({i for op in OPS for i in impls_of(op)})
 
 wildcard_constraints:
     op="|".join(OPS),
-    impl="|".join(ALL_IMPLS),
+    impl="|".join(re.escape(i) for i in ALL_IMPLS),
     shape=r"[0-9]+(x[0-9]+)+(-[a-z]+)?",
 
 
 def shapes_of(op):
     return hconfig.shapes(CFG, op)
+
+
+def counter_parts():
+    """The counters table of every (op, shape, impl) the config asks counters for: each
+    operation's default shape, or every shape with counters.shapes: all; none when disabled."""
+    c = CFG["counters"]
+    if not c["enabled"]:
+        return []
+    return [
+        f"{A}/counters/{op}/{shape}/{impl}.csv"
+        for op in OPS
+        for shape in (shapes_of(op) if c["shapes"] == "all" else [CFG["operations"][op]["default"]])
+        for impl in impls_of(op)
+    ]
 
 
 def census_of(wildcards):

@@ -1,4 +1,5 @@
-# Everything that runs on the GPU: the check, the Nsight Systems capture and the event spans.
+# Everything that runs on the GPU: the check, the Nsight Systems capture, the Nsight Compute
+# counters and the event spans.
 # Each declares resources gpu=1 and the default profile allows one at a time.
 # The evidence rule: the jobs whose figures are compared with each other (the checks and captures
 # of every implementation of one operation and shape, and its span) form one group,
@@ -43,6 +44,26 @@ rule capture:
         "../scripts/capture.py"
 
 
+rule counters:
+    # Nsight Compute counters (ncu --clock-control none) of the kernels of the measured calls,
+    # after the check passed. The .ncu-rep is kept beside the raw export (same folder, <impl>.ncu-rep).
+    group:
+        "gpu-{op}-{shape}"
+    input:
+        check=f"{A}/check/{{op}}/{{shape}}/{{impl}}.json",
+    output:
+        raw=f"{A}/counters/{{op}}/{{shape}}/{{impl}}.raw.csv",
+        table=f"{A}/counters/{{op}}/{{shape}}/{{impl}}.csv",
+    log:
+        f"{A}/logs/counters/{{op}}/{{shape}}/{{impl}}.log",
+    params:
+        cfg=CFG,
+    resources:
+        gpu=1,
+    script:
+        "../scripts/counters.py"
+
+
 rule span:
     group:
         "gpu-{op}-{shape}"
@@ -51,6 +72,7 @@ rule span:
     output:
         samples=f"{A}/span/{{op}}/{{shape}}.samples.csv",
         summary=f"{A}/span/{{op}}/{{shape}}.csv",
+        graph=f"{A}/span/{{op}}/{{shape}}.graph.csv",
     log:
         f"{A}/logs/span/{{op}}/{{shape}}.log",
     params:

@@ -65,6 +65,7 @@ rule tables:
             for impl in impls_of(op)
         ],
         spans=[f"{A}/span/{op}/{shape}.csv" for op in OPS for shape in shapes_of(op)],
+        graphs=[f"{A}/span/{op}/{shape}.graph.csv" for op in OPS for shape in shapes_of(op)],
         checks=[
             f"{A}/check/{op}/{shape}/{impl}.json"
             for op in OPS
@@ -86,12 +87,27 @@ rule tables:
         span=f"{A}/tables/span.csv",
         check=f"{A}/tables/check.csv",
         sweep=f"{A}/tables/sweep.csv",
+        cross_check=f"{A}/tables/cross_check.csv",
+        variants=f"{A}/tables/variants.csv",
     log:
         f"{A}/logs/tables/tables.log",
     params:
         cfg=CFG,
     script:
         "../scripts/tables.py"
+
+
+rule counters_table:
+    input:
+        parts=counter_parts(),
+    output:
+        table=f"{A}/tables/counters.csv",
+    log:
+        f"{A}/logs/tables/counters.log",
+    params:
+        cfg=CFG,
+    script:
+        "../scripts/counters_table.py"
 
 
 rule census_table:

@@ -1,0 +1,95 @@
+"""Cross-check of the nsys kernel time: an independent timing of the same kernels by CUDA graph
+replay.
+
+The `capture.iterations` calls of one implementation are recorded into one CUDA graph; the graph
+is replayed `cross_check.replays` times between two CUDA events each, and the time per call is
+the replay's event time divided by the calls in it. Replay has no Python or launch path in it,
+only the kernels and the gaps between them, so it should agree with the sum of kernel durations
+that nsys recorded, within a tolerance for those gaps. The comparison is made in the tables step
+(`compare`), and a disagreement is flagged in the report.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Mapping
+from typing import Any
+
+GRAPH_COLUMNS = ["op", "shape", "impl", "status", "reason", "calls_per_replay", "replays",
+                 "graph_median_us", "graph_min_us", "graph_max_us"]
+
+CROSS_CHECK_COLUMNS = ["namespace", "op", "shape", "impl", "cache_mode", "kernel_time_us", "kernels_per_call",
+                       "graph_median_us", "graph_min_us", "graph_max_us", "difference_us", "allowed_us",
+                       "agree", "status", "reason"]
+
+
+def replay_times(call: Callable[[], Any], calls_per_replay: int, replays: int) -> list[float]:
+    """Per-call time (µs) of each of `replays` timed replays of a graph of `calls_per_replay` calls.
+    Raises whatever CUDA graph capture raises when the call cannot be captured."""
+    import torch
+
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        call()  # one eager call on the capture stream first: lazy initialisation stays out of the graph
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    with torch.cuda.graph(graph):
+        for _ in range(calls_per_replay):
+            call()
+    graph.replay()  # warm: the first replay uploads the graph
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    out = []
+    for _ in range(replays):
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        out.append(start.elapsed_time(end) * 1000.0 / calls_per_replay)
+    del graph
+    return out
+
+
+def measure(op: str, shape: str, impl: str, call: Callable[[], Any], calls_per_replay: int, replays: int) -> dict[str, Any]:
+    """One row of the graph table: the replay timing, or status 'not capturable' with the reason
+    (the cross-check is then skipped for that implementation, and the report says so)."""
+    row: dict[str, Any] = {"op": op, "shape": shape, "impl": impl, "calls_per_replay": calls_per_replay,
+                           "replays": replays}
+    try:
+        times = replay_times(call, calls_per_replay, replays)
+    except Exception as exc:  # a library call that synchronises or allocates cannot be captured
+        import torch
+
+        torch.cuda.synchronize()
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        row.update(status="not capturable", reason=f"{type(exc).__name__}: {first}", graph_median_us=None,
+                   graph_min_us=None, graph_max_us=None)
+        return row
+    row.update(status="ok", reason="", graph_median_us=statistics.median(times), graph_min_us=min(times),
+               graph_max_us=max(times))
+    return row
+
+
+def compare(kernel: Mapping[str, Any], graph: Mapping[str, Any] | None, rtol: float, atol_us_per_kernel: float,
+            namespace: str, cache_mode: str) -> dict[str, Any]:
+    """The cross-check of one (op, shape, impl): nsys kernel time per call against the graph
+    replay's median per call. They agree when |graph - kernel| <= rtol * kernel + atol_us_per_kernel
+    * kernels per call (the gaps between kernels in a replay). `agree` is None where there is no
+    replay timing to compare."""
+    kt = float(kernel["kernel_time_us"])
+    per_call = float(kernel.get("launches_per_iteration") or kernel.get("kernels_per_call") or 1.0)
+    allowed = rtol * kt + atol_us_per_kernel * per_call
+    row: dict[str, Any] = {"namespace": namespace, "op": kernel["op"], "shape": kernel["shape"],
+                           "impl": kernel["impl"], "cache_mode": cache_mode, "kernel_time_us": kt,
+                           "kernels_per_call": per_call, "allowed_us": allowed}
+    if not graph or graph.get("status") != "ok":
+        row.update(graph_median_us=None, graph_min_us=None, graph_max_us=None, difference_us=None, agree=None,
+                   status=(graph or {}).get("status", "missing"), reason=(graph or {}).get("reason", "no replay timing"))
+        return row
+    g = float(graph["graph_median_us"])
+    row.update(graph_median_us=g, graph_min_us=graph["graph_min_us"], graph_max_us=graph["graph_max_us"],
+               difference_us=g - kt, agree=abs(g - kt) <= allowed, status="ok", reason="")
+    return row

@@ -109,7 +109,8 @@ def build_context(cfg: Mapping[str, Any], tables: Mapping[str, pd.DataFrame], pr
             "sweep": _records(op_sweep), "kernel_detail": _records(op_detail), "span": _records(op_span),
             "check": _records(op_check), "census": _records(census[census["op"] == op]) if "op" in census else [],
             "all_checks_passed": bool(op_check["passed"].all()) if len(op_check) else False,
-            "counters": counters_context(tables.get("counters"), op, default, impls,
+            "counters": counters_context(tables.get("counters"), op, default,
+                                         impls + [i for i in implementations(cfg, op) if i not in impls],
                                          cfg.get("trust", {}).get("control", "triton"), cfg.get("counters", {})),
         })
         _attach_measured(operations[-1])

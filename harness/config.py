@@ -84,6 +84,12 @@ def validate(raw: Mapping[str, Any]) -> dict[str, Any]:
     if errors:
         raise ConfigError(_sentence(jsonschema.exceptions.best_match(errors)))
     _semantic_checks(cfg)
+    if cfg.get("run_operations"):
+        missing = [op for op in cfg["run_operations"] if op not in cfg["operations"]]
+        if missing:
+            raise ConfigError(f"config: 'run_operations' names {', '.join(missing)}, which 'operations' does not configure.")
+        cfg["operations"] = {op: spec for op, spec in cfg["operations"].items() if op in cfg["run_operations"]}
+        cfg["variants"] = [v for v in cfg["variants"] if v.split(".", 1)[0] in cfg["operations"]]
     return cfg
 
 

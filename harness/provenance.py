@@ -25,9 +25,10 @@ def config_hash(cfg: dict[str, Any]) -> str:
 
 
 def git_state() -> dict[str, Any]:
-    """The commit the run used and whether tracked files differed from it. From git where the
-    checkout has it; else from EVIDENCE_GIT_COMMIT / EVIDENCE_GIT_DIRTY, set by whoever copied the
-    tree to a machine without .git (the H200 run does); else unknown."""
+    """The commit the run used and whether tracked files differed from it. EVIDENCE_GIT_COMMIT /
+    EVIDENCE_GIT_DIRTY first, when set: whoever copied the tree to another machine knows its commit,
+    and a copied .git may be stale (the H200 copy once carried a .git at an older commit, so a run of
+    4a8d6f8 recorded 324809d); else from git; else unknown."""
 
     def git(*args: str) -> str | None:
         try:
@@ -36,14 +37,14 @@ def git_state() -> dict[str, Any]:
             return None
         return out.stdout.strip() if out.returncode == 0 else None
 
-    commit = git("rev-parse", "HEAD")
-    if commit:
-        return {"commit": commit, "dirty": bool(git("status", "--porcelain", "--untracked-files=no")), "source": "git"}
     env_commit = os.environ.get("EVIDENCE_GIT_COMMIT")
     if env_commit:
         dirty = os.environ.get("EVIDENCE_GIT_DIRTY")
         return {"commit": env_commit, "dirty": None if dirty is None else dirty not in ("0", "false", ""),
                 "source": "EVIDENCE_GIT_COMMIT"}
+    commit = git("rev-parse", "HEAD")
+    if commit:
+        return {"commit": commit, "dirty": bool(git("status", "--porcelain", "--untracked-files=no")), "source": "git"}
     return {"commit": "unknown", "dirty": None, "source": "none (no git checkout, EVIDENCE_GIT_COMMIT unset)"}
 
 

@@ -220,9 +220,13 @@ def gpu_quiet(state: pd.DataFrame | None) -> dict[str, Any] | None:
     }
 
 
+TABLES = ("kernel_time", "kernel_time_detail", "span", "check", "sweep", "census", "ceilings", "controls", "drift",
+          "gpu_state", "counters", "cross_check", "variants")
+"""Every table a report is rendered from (tables/<name>.csv)."""
+
+
 def load_tables(inputs: Mapping[str, str]) -> dict[str, pd.DataFrame]:
-    names = ("kernel_time", "kernel_time_detail", "span", "check", "sweep", "census", "ceilings", "controls", "drift",
-             "gpu_state", "counters", "cross_check", "variants")
+    names = TABLES
     return {n: pd.read_csv(inputs[n]) for n in names if n in inputs}
 
 

@@ -79,8 +79,19 @@ def make_namespace(root: Path, ns: str = NS, with_ceilings: bool = True, secret:
            "specialization": "BLOCK=128", "shapes": SHAPE, "block": 128, "registers": 30,
            **{c: 0 for c in counts}, "ld_global_128": 2, "st_global_128": 2, "barriers": 1}
     tables.write_csv([row], list(row), census)
-    outputs = {k: str(tdir / f"{k}.csv") for k in ("kernel_time", "kernel_time_detail", "span", "check", "sweep")}
+    outputs = {k: str(tdir / f"{k}.csv") for k in ("kernel_time", "kernel_time_detail", "span", "check", "sweep",
+                                                    "cross_check", "variants")}
     steps.all_tables(cfg, details, [str(span)], checks, str(ceilings), outputs)
+    # counters from real H200 ncu exports of the same three implementations (two profiled calls)
+    from harness import counters as ctr
+
+    cfg["counters"].update(enabled=True, iterations=2, metrics=config.load(ROOT / "config.yaml")["counters"]["metrics"])
+    rows = []
+    for impl in IMPLS:
+        kernels = ctr.read_raw_csv(ROOT / "tests" / "fixtures" / "ncu" / f"layernorm-{SHAPE}-{impl}.raw.csv")
+        rows += ctr.counter_rows(kernels, cfg["counters"]["metrics"], ns, "layernorm", SHAPE, impl)
+    outputs["counters"] = str(tdir / "counters.csv")
+    tables.write_csv(rows, ctr.columns(cfg["counters"]["metrics"]), outputs["counters"])
     prov = art / "provenance.json"
     prov.write_text(json.dumps({"namespace": ns, "git": {"commit": "abc123def4567890", "dirty": False},
                                 "date_utc": "2026-11-29T00:00:00+00:00", "config": cfg,
@@ -357,7 +368,7 @@ def test_make_bundle_refuses_an_incomplete_namespace(tmp_path: Path) -> None:
     assert not list(tmp_path.iterdir())
 
 
-@pytest.mark.parametrize("ns", ["h200-layernorm-1", "h200-ops-defaults-1"])
+@pytest.mark.parametrize("ns", ["h200-layernorm-1", "h200-ops-defaults-1", "h200-validate-1"])
 def test_committed_namespaces_differ_only_by_drift_never_by_numbers(ns: str, tmp_path: Path) -> None:
     """The retained namespaces have no captures, and their reports came from older templates (and,
     for h200-layernorm-1, older tables): verify says so, and finds no number that disagrees."""

@@ -9,7 +9,8 @@ import pytest
 from harness import provenance
 
 
-def test_git_checkout_gives_its_commit() -> None:
+def test_git_checkout_gives_its_commit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("EVIDENCE_GIT_COMMIT", raising=False)
     head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=provenance.ROOT)
     if head.returncode != 0:
         pytest.skip("not a git checkout")
@@ -29,3 +30,12 @@ def test_without_git_the_environment_names_the_commit(monkeypatch: pytest.Monkey
     assert provenance.git_state() == {"commit": "0123abc", "dirty": False, "source": "EVIDENCE_GIT_COMMIT"}
     monkeypatch.setenv("EVIDENCE_GIT_DIRTY", "1")
     assert provenance.git_state()["dirty"] is True
+
+
+def test_the_environment_wins_over_a_stale_copied_git(monkeypatch: pytest.MonkeyPatch) -> None:
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=provenance.ROOT)
+    if head.returncode != 0:
+        pytest.skip("not a git checkout")
+    monkeypatch.setenv("EVIDENCE_GIT_COMMIT", "feedc0de")
+    monkeypatch.setenv("EVIDENCE_GIT_DIRTY", "0")
+    assert provenance.git_state() == {"commit": "feedc0de", "dirty": False, "source": "EVIDENCE_GIT_COMMIT"}

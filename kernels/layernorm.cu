@@ -32,7 +32,9 @@
 // Variant switches (config: operations.layernorm.variants; each is compiled with -D and measured
 // as an implementation of its own). The defaults are the kernel as it ships.
 //   LN_LOAD_NC     1: x, w, b through the read-only (non-coherent) path, __ldg; 0: plain loads.
-//   LN_STORE_CS    0: plain stores; 1: streaming stores (st.global.cs, evict-first) for y.
+//   LN_STORE_CS    1: streaming stores (st.global.cs, evict-first) for y; 0: plain stores. Default 1
+//                  since the sweep of 8cc7fa3 (kernels/layernorm.md): 0.78 of the plain-store kernel
+//                  at 8192x768 in hot mode, no shape slower beyond the spread.
 //   LN_MIN_BLOCKS  0: __launch_bounds__(BLOCK) only; k > 0: __launch_bounds__(BLOCK, k), which asks
 //                  the compiler to fit k blocks per SM (a register budget of 65536 / (k * BLOCK));
 //                  -1: as many blocks as fill the SM's 2048 threads (32 registers per thread).
@@ -40,7 +42,7 @@
 #define LN_LOAD_NC 1
 #endif
 #ifndef LN_STORE_CS
-#define LN_STORE_CS 0
+#define LN_STORE_CS 1
 #endif
 #ifndef LN_MIN_BLOCKS
 #define LN_MIN_BLOCKS 0

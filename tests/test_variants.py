@@ -18,9 +18,9 @@ RAW = yaml.safe_load((ROOT / "config.yaml").read_text())
 
 def test_enabled_variants_become_implementations() -> None:
     raw = copy.deepcopy(RAW)
-    raw["variants"] = ["layernorm.stream_stores"]
+    raw["variants"] = ["layernorm.cached_stores"]
     cfg = config.validate(raw)
-    assert config.implementations(cfg, "layernorm")[-1] == "cuda.stream_stores"
+    assert config.implementations(cfg, "layernorm")[-1] == "cuda.cached_stores"
     assert "cuda.full_occupancy" not in config.implementations(cfg, "layernorm")
     assert config.implementations(cfg, "matmul") == ["cuda", "triton", "torch"]
     raw["variants"] = []
@@ -74,9 +74,9 @@ def test_variant_census_comes_from_the_compiler_with_its_defines() -> None:
     assert all(r["registers"] <= 32 for r in full)
     assert any(b["registers"] > 32 for b in base)
     stream = build_census("layernorm", "cuda", shapes[:1],
-                          variant=("cuda.stream_stores", variants.compiler_options(params, "cuda.stream_stores")))
-    assert stream[0]["options"] == base[0]["options"].replace("-std=c++17", "-std=c++17 -DLN_STORE_CS=1")
-    assert stream[0]["st_global_128"] == base[0]["st_global_128"]  # same stores, with the .cs hint
+                          variant=("cuda.cached_stores", variants.compiler_options(params, "cuda.cached_stores")))
+    assert stream[0]["options"] == base[0]["options"].replace("-std=c++17", "-std=c++17 -DLN_STORE_CS=0")
+    assert stream[0]["st_global_128"] == base[0]["st_global_128"]  # same stores, without the .cs hint
 
 
 def kt_row(op: str, shape: str, impl: str, us: float, spread: float = 0.01) -> dict:
@@ -89,7 +89,7 @@ def test_variant_rows_and_outcomes() -> None:
     kt = [kt_row("layernorm", "4096x768", "cuda", 10.0), kt_row("layernorm", "4096x768", "cuda.full_occupancy", 9.0),
           kt_row("layernorm", "4096x4096", "cuda", 30.0), kt_row("layernorm", "4096x4096", "cuda.full_occupancy", 36.0),
           kt_row("layernorm", "4096x768", "cuda.plain_loads", 10.05),
-          kt_row("layernorm", "4096x768", "cuda.stream_stores", 9.5), kt_row("layernorm", "4096x768", "triton", 9.0)]
+          kt_row("layernorm", "4096x768", "cuda.cached_stores", 9.5), kt_row("layernorm", "4096x768", "triton", 9.0)]
     rows = variants.variant_rows(kt, cfg)
     assert len(rows) == 4
     by = {(r["variant"], r["shape"]): r for r in rows}
@@ -100,7 +100,7 @@ def test_variant_rows_and_outcomes() -> None:
     out = {o["variant"]: o for o in variants.outcomes(rows)}
     assert out["cuda.full_occupancy"]["outcome"] == "not kept"  # faster at one shape, slower at another
     assert out["cuda.plain_loads"]["outcome"] == "not kept"
-    assert out["cuda.stream_stores"]["outcome"] == "candidate"
+    assert out["cuda.cached_stores"]["outcome"] == "candidate"
     assert out["cuda.full_occupancy"]["ratio_min"] == pytest.approx(0.9)
 
 
@@ -114,16 +114,16 @@ def test_report_lists_what_was_tried_and_not_kept(tmp_path: Path) -> None:
     cfg = paths.pop("cfg")
     cfg["operations"]["layernorm"]["variants"] = copy.deepcopy(RAW["operations"]["layernorm"]["variants"])
     kt = [kt_row("layernorm", "4096x768", "cuda", 10.0), kt_row("layernorm", "4096x768", "cuda.full_occupancy", 12.5),
-          kt_row("layernorm", "4096x768", "cuda.stream_stores", 9.0)]
+          kt_row("layernorm", "4096x768", "cuda.cached_stores", 9.0)]
     rows = variants.variant_rows(kt, cfg)
     paths["variants"] = str(tmp_path / "variants.csv")
     tables.write_csv(rows, variants.VARIANT_COLUMNS, paths["variants"])
     report.render_reports(cfg, paths, tmp_path / "fn.md", tmp_path / "ic.md", [str(tmp_path / "figures" / "layernorm_sweep.svg")])
     note = (tmp_path / "fn.md").read_text()
     section = note.split("### What was tried and not kept")[1].split("Faster than the default")[0]
-    assert "cuda.full_occupancy" in section and "cuda.stream_stores" not in section
+    assert "cuda.full_occupancy" in section and "cuda.cached_stores" not in section
     assert "| 0 / 1 / 0 | 1.250–1.250 |" in section
-    assert "candidates to become the default" in note and "cuda.stream_stores (0.900–0.900 of cuda)" in note
+    assert "candidates to become the default" in note and "cuda.cached_stores (0.900–0.900 of cuda)" in note
     frame = pd.read_csv(paths["variants"])
     for _, r in frame.iterrows():
         assert f"| {report.num(r['base_us'])} | {report.num(r['variant_us'])} | {report.num(r['ratio'], 3)} |" in note

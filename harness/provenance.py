@@ -67,19 +67,36 @@ def source_hashes(cfg: dict[str, Any]) -> dict[str, str]:
     return hashes
 
 
+def measured_with(capture_metas: list[dict[str, Any]]) -> tuple[dict[str, str], list[str]]:
+    """The package versions and hosts the captures ran with, from their metadata (each capture job
+    records its own). On a cluster the provenance job runs elsewhere (a login node, a CPU pod), so
+    its own environment says nothing about the measurements. A package seen at several versions
+    lists them all, ';'-joined. Falls back to this process's versions for metadata without any."""
+    seen: dict[str, set[str]] = {}
+    for m in capture_metas:
+        for k, v in (m.get("versions") or {}).items():
+            seen.setdefault(k, set()).add(str(v))
+    hosts = sorted({str(m["host"]) for m in capture_metas if m.get("host")})
+    if not seen:
+        return versions(), hosts or [platform.node()]
+    return {k: "; ".join(sorted(v)) for k, v in seen.items()}, hosts
+
+
 def collect(cfg: dict[str, Any], capture_metas: list[dict[str, Any]], commands_file: str | Path) -> dict[str, Any]:
     gpus = sorted({(g.get("name", ""), g.get("uuid", "")) for m in capture_metas for g in m.get("export", {}).get("gpus", [])})
     nsys_versions = sorted({m.get("nsys_version", "") for m in capture_metas})
     commands = Path(commands_file).read_text().splitlines() if Path(commands_file).exists() else []
+    measured_versions, hosts = measured_with(capture_metas)
     return {
         "namespace": cfg["namespace"],
         "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "host": platform.node(),
+        "host": "; ".join(hosts),
+        "provenance_host": platform.node(),
         "git": git_state(),
         "config_sha256": config_hash(cfg),
         "config": cfg,
         "sources_sha256": source_hashes(cfg),
-        "versions": {**versions(), "nsys": "; ".join(nsys_versions)},
+        "versions": {**measured_versions, "nsys": "; ".join(nsys_versions)},
         "gpus": [{"name": n, "uuid": u} for n, u in gpus],
         "gpu_state_before_captures": [m.get("gpu") for m in capture_metas if m.get("gpu")][:1],
         "commands": commands,

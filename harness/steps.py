@@ -111,7 +111,12 @@ def capture(cfg: dict[str, Any], op: str, shape: str, impl: str, rep: str, sqlit
     for flag in sampler.flags():
         print(f"capture disturbed: {flag}")
     export = nsys.export_info(sqlite)
+    import platform
+
+    from harness.provenance import versions
+
     info.update({"op": op, "shape": shape, "impl": impl, "export": export, "nsys_version": export.get("nsys_version"),
+                 "versions": versions(), "host": platform.node(),
                  "gpu": {"before": before, "waited_s": waited, "during": sampler.summary(), "after": after},
                  "gpu_uuid": uuid})
     _write_json(info, meta)

@@ -39,3 +39,14 @@ def test_the_environment_wins_over_a_stale_copied_git(monkeypatch: pytest.Monkey
     monkeypatch.setenv("EVIDENCE_GIT_COMMIT", "feedc0de")
     monkeypatch.setenv("EVIDENCE_GIT_DIRTY", "0")
     assert provenance.git_state() == {"commit": "feedc0de", "dirty": False, "source": "EVIDENCE_GIT_COMMIT"}
+
+
+def test_versions_and_hosts_come_from_the_capture_jobs() -> None:
+    metas = [{"versions": {"torch": "2.11.0", "python": "3.12.3"}, "host": "gpu-node-1"},
+             {"versions": {"torch": "2.11.0", "python": "3.12.3"}, "host": "gpu-node-2"},
+             {"versions": {"torch": "2.10.0", "python": "3.12.3"}, "host": "gpu-node-2"}]
+    found, hosts = provenance.measured_with(metas)
+    assert found == {"torch": "2.10.0; 2.11.0", "python": "3.12.3"}
+    assert hosts == ["gpu-node-1", "gpu-node-2"]
+    local, local_hosts = provenance.measured_with([{"op": "x"}])  # metadata from before this was recorded
+    assert local == provenance.versions() and len(local_hosts) == 1

@@ -143,7 +143,8 @@ def capture(cfg: dict[str, Any], op: str, shape: str, impl: str, rep_out: Path, 
               "--force-overwrite", "true", "--export", "sqlite", "--output", str(tmp_base),
               sys.executable, "-m", "harness", "target", "--config", str(cfg_path),
               "--op", op, "--shape", shape, "--impl", impl],
-             log, f"nsys profile of {op} {shape} {impl}", env=minimal_env())
+             log, f"nsys profile of {op} {shape} {impl}", env=minimal_env(),
+             timeout=int(cfg.get("timeouts", {}).get("capture_s", 900)))
         if not tmp_rep.is_file():
             raise EvidenceError(
                 f"nsys profile of {op} {shape} {impl} wrote no report {tmp_rep.name} (a .qdstrm alone means "

@@ -1,18 +1,21 @@
 """Check one implementation's output against the float64 reference.
 
 Fresh random inputs (never zeros), the output poisoned with NaN before the call, then the max
-absolute and max relative error against the tolerance. A failure raises CheckFailed naming the
-operation, shape, implementation and error; the workflow's timing rules take the check's output
-as input, so nothing that failed is ever timed.
+absolute and max relative error against the tolerance. The check's record is written whether it
+passed or not, with the failure in words (`error`); the workflow's check is a checkpoint, and the
+captures, spans, counters and tables take only the implementations whose check passed, so nothing
+that failed is ever timed, and the report lists it as failed. A kernel that crashes (a CUDA error)
+fails the check job itself (`crash_message`).
 """
 
 from __future__ import annotations
 
 import zlib
+from pathlib import Path
 from typing import Any
 
 from harness import ops
-from harness.errors import CheckFailed
+from harness.errors import CheckFailed, EvidenceError
 from harness.gpu import require_gpu
 
 
@@ -53,10 +56,47 @@ def run_check(op_name: str, shape: str, impl: str, params: dict[str, Any], seed:
     return record
 
 
-def require_pass(record: dict[str, Any]) -> None:
-    if not record["passed"]:
-        raise CheckFailed(
-            f"check failed for {record['op']} {record['shape']} {record['impl']}: max abs error "
+def failure(record: dict[str, Any]) -> str:
+    """The one-sentence reason a check failed ('' when it passed)."""
+    if record["passed"]:
+        return ""
+    return (f"check failed for {record['op']} {record['shape']} {record['impl']}: max abs error "
             f"{record['max_abs_err']:.3g}, max rel error {record['max_rel_err']:.3g} against atol "
             f"{record['atol']:g} / rtol {record['rtol']:g}, {record['nonfinite_outputs']} non-finite and "
-            f"{record['unwritten_outputs']} unwritten outputs; nothing of it will be timed.")
+            f"{record['unwritten_outputs']} unwritten outputs; nothing of it is captured or timed.")
+
+
+def require_pass(record: dict[str, Any]) -> None:
+    if not record["passed"]:
+        raise CheckFailed(failure(record))
+
+
+def read_check(path: str | Path) -> dict[str, Any]:
+    """A check record as the check step wrote it; EvidenceError (one sentence) if it is not one."""
+    import json
+
+    try:
+        record = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise EvidenceError(f"cannot read the check record {path}: {exc}.") from None
+    if not isinstance(record, dict) or not isinstance(record.get("passed"), bool):
+        raise EvidenceError(f"{path} is not a check record (no boolean 'passed').")
+    return record
+
+
+def passed(path: str | Path) -> bool:
+    return bool(read_check(path)["passed"])
+
+
+CUDA_FAULT_MARKERS = ("illegal memory access", "illegal address", "an illegal instruction", "misaligned address",
+                      "unspecified launch failure", "CUDA error", "CUDA_ERROR", "cudaError", "cuda runtime error")
+
+
+def crash_message(exc: BaseException, op: str, shape: str, impl: str) -> str | None:
+    """One sentence for an exception that is a GPU fault (the kernel crashed), else None."""
+    text = f"{type(exc).__name__}: {exc}"
+    if not any(marker.lower() in text.lower() for marker in CUDA_FAULT_MARKERS):
+        return None
+    first = text.strip().splitlines()[0][:300]
+    return (f"{op} {shape} {impl} crashed on the GPU ({first}); this job stops, the implementation is neither "
+            "captured nor timed, and the GPU is released when this process exits.")

@@ -85,51 +85,100 @@ def _gpu_reader(uuid: str) -> Any:
 
 
 def check(cfg: dict[str, Any], op: str, shape: str, impl: str, out: str) -> None:
-    from harness.check import require_pass, run_check
+    """Check (op, shape, impl) and write its record, passed or not (a wrong answer stops only this
+    implementation: the workflow measures the ones that passed). A GPU fault fails the job with
+    one sentence; a hang is stopped by the deadline (`timeouts.check_s`)."""
+    from harness.check import crash_message, failure, run_check
+    from harness.watchdog import deadline
 
     with _lock(cfg, f"check {op} {shape} {impl}", Path(out).parents[3], op, shape) as uuid:
-        record = run_check(op, shape, impl, cfg["operations"][op], cfg["seed"])
+        with deadline(float(cfg["timeouts"]["check_s"]), f"the check of {op} {shape} {impl}"):
+            try:
+                record = run_check(op, shape, impl, cfg["operations"][op], cfg["seed"])
+            except Exception as exc:
+                message = crash_message(exc, op, shape, impl)
+                if message is None:
+                    raise
+                raise EvidenceError(message) from None
     record["gpu_uuid"] = uuid
+    record["error"] = failure(record)
     print(json.dumps(record, indent=1))
-    require_pass(record)  # raises before the output exists: a failed check leaves no file
+    if record["error"]:
+        print(record["error"])
     _write_json(record, out)
 
 
-def capture(cfg: dict[str, Any], op: str, shape: str, impl: str, rep: str, sqlite: str, meta: str, log: str) -> None:
+def capture_paths(meta: str | Path) -> tuple[Path, Path]:
+    """The report and SQLite export a capture record stands for: <impl>.nsys-rep and <impl>.sqlite
+    beside <impl>.json."""
+    meta = Path(meta)
+    return meta.with_suffix(".nsys-rep"), meta.with_suffix(".sqlite")
+
+
+def capture(cfg: dict[str, Any], op: str, shape: str, impl: str, meta: str, log: str,
+            check_json: str | None = None) -> None:
+    """Capture (op, shape, impl) with Nsight Systems and write its record `meta` last (the report
+    and the export beside it are complete before it exists). If its check failed, nothing runs on
+    the GPU: the record says 'not measured' with the check's error, and no capture exists."""
+    import platform
+
     from harness import nsys
     from harness.capture import capture as run_capture
-
+    from harness.check import read_check
     from harness.gpu_watch import Sampler, wait_until_quiet
+    from harness.provenance import versions
 
+    rep, sqlite = capture_paths(meta)
+    if check_json:
+        record = read_check(check_json)
+        if not record["passed"]:
+            for stale in (rep, sqlite):  # a capture from an earlier run of a kernel that now fails
+                stale.unlink(missing_ok=True)
+            reason = record.get("error") or "its check failed"
+            print(f"not captured: {reason}")
+            _write_json({"op": op, "shape": shape, "impl": impl, "measured": False, "reason": reason}, meta)
+            return
     policy = cfg["gpu_state"]
     with _lock(cfg, f"capture {op} {shape} {impl}", Path(meta).parents[3], op, shape) as uuid:
         gpu_state = _gpu_reader(uuid)
         before, waited = wait_until_quiet(gpu_state, policy)
         with Sampler(gpu_state, float(policy["sample_interval_s"])) as sampler:
-            info = run_capture(cfg, op, shape, impl, Path(rep), Path(sqlite), Path(log))
+            info = run_capture(cfg, op, shape, impl, rep, sqlite, Path(log))
         after = gpu_state()
     for flag in sampler.flags():
         print(f"capture disturbed: {flag}")
     export = nsys.export_info(sqlite)
-    import platform
-
-    from harness.provenance import versions
-
-    info.update({"op": op, "shape": shape, "impl": impl, "export": export, "nsys_version": export.get("nsys_version"),
-                 "versions": versions(), "host": platform.node(),
+    info.update({"op": op, "shape": shape, "impl": impl, "measured": True, "export": export,
+                 "nsys_version": export.get("nsys_version"), "versions": versions(), "host": platform.node(),
                  "gpu": {"before": before, "waited_s": waited, "during": sampler.summary(), "after": after},
                  "gpu_uuid": uuid})
     _write_json(info, meta)
 
 
+def measured(meta: str | Path) -> bool:
+    """Whether a capture record stands for a capture (False: its check failed, nothing was timed)."""
+    return json.loads(Path(meta).read_text()).get("measured", True) is not False
+
+
 def span(cfg: dict[str, Any], op: str, shape: str, impls: list[str], samples_out: str, summary_out: str,
-         graph_out: str | None = None) -> None:
+         graph_out: str | None = None, checks: list[str] | None = None) -> None:
+    """Event spans (and the graph-replay cross-check) of the implementations of (op, shape) whose
+    check passed; `checks` are their check records (all implementations, in `impls` order)."""
     from harness import tables
     from harness import graph_replay, spans
 
+    from harness.check import passed
+    from harness.watchdog import deadline
+
+    if checks:
+        skipped = [i for i, c in zip(impls, checks) if not passed(c)]
+        impls = [i for i, c in zip(impls, checks) if passed(c)]
+        for impl in skipped:
+            print(f"span: {op} {shape} {impl} failed its check and is not timed")
     graph_rows: list[dict[str, Any]] = []
     with _lock(cfg, f"span {op} {shape}", Path(summary_out).parents[2], op, shape):
-        rows = spans.measure(cfg, op, shape, impls, graph_rows)
+        with deadline(float(cfg["timeouts"]["span_s"]), f"the spans of {op} {shape}"):
+            rows = spans.measure(cfg, op, shape, impls, graph_rows) if impls else []
     tables.write_csv(rows, ["op", "shape", "impl", "round", "sample", "span_us"], samples_out)
     for g in graph_rows:
         print(f"graph replay: {op} {shape} {g['impl']}: " + (f"median {g['graph_median_us']:.2f} us per call"
@@ -143,7 +192,8 @@ def span(cfg: dict[str, Any], op: str, shape: str, impls: list[str], samples_out
     tables.write_csv(summary, tables.SPAN_COLUMNS, summary_out)
 
 
-def counters(cfg: dict[str, Any], op: str, shape: str, impl: str, raw_out: str, table_out: str, log: str) -> None:
+def counters(cfg: dict[str, Any], op: str, shape: str, impl: str, raw_out: str, table_out: str, log: str,
+             check_json: str | None = None) -> None:
     """Nsight Compute counters of every kernel of (op, shape, impl): the .ncu-rep beside `raw_out`,
     its raw CSV export in `raw_out`, and the counters table in `table_out`. Where counters cannot be
     read here (no ncu, or the driver refuses counter access) the table holds one row saying why,
@@ -155,6 +205,17 @@ def counters(cfg: dict[str, Any], op: str, shape: str, impl: str, raw_out: str, 
 
     c, metrics = cfg["counters"], cfg["counters"]["metrics"]
     ident = (cfg["namespace"], op, shape, impl)
+    if check_json:
+        from harness.check import read_check
+
+        record = read_check(check_json)
+        if not record["passed"]:
+            print(f"counters not read: {record.get('error')}")
+            rows = ctr.unavailable_rows(f"not measured: {record.get('error') or 'its check failed'}", metrics, *ident)
+            rows[0]["status"] = "not measured"
+            tables.write_csv(rows, ctr.columns(metrics), table_out)
+            _write_text("", raw_out)
+            return
     raw, table = Path(raw_out), Path(table_out)
     raw.parent.mkdir(parents=True, exist_ok=True)
     rep = raw.with_name(f"{impl}.ncu-rep")
@@ -215,9 +276,20 @@ def counters_table(cfg: dict[str, Any], parts: list[str], out: str) -> None:
     tables.write_csv(frame.to_dict("records"), ctr.columns(metrics), out)
 
 
-def kernel_time(sqlite: str, range_name: str, iterations: int, op: str, shape: str, impl: str, out: str) -> None:
+def kernel_time(meta: str, range_name: str, iterations: int, op: str, shape: str, impl: str, out: str) -> None:
+    """Per-kernel times of one capture, from the export beside its record; an empty table (header
+    only) for an implementation that failed its check and was never captured."""
     from harness import tables
-    rows = tables.kernel_time_detail(sqlite, range_name, iterations, op, shape, impl)
+
+    if not measured(meta):
+        print(f"{op} {shape} {impl} was not measured (its check failed): no kernel time")
+        tables.write_csv([], tables.KERNEL_TIME_DETAIL_COLUMNS, out)
+        return
+    _, sqlite = capture_paths(meta)
+    if not sqlite.is_file():
+        raise EvidenceError(f"the capture record {meta} has no export {sqlite.name} beside it; delete the record "
+                            "and rerun, so the capture runs again.")
+    rows = tables.kernel_time_detail(str(sqlite), range_name, iterations, op, shape, impl)
     tables.write_csv(rows, tables.KERNEL_TIME_DETAIL_COLUMNS, out)
 
 
@@ -276,7 +348,7 @@ def all_tables(cfg: dict[str, Any], details: list[str], spans: list[str], checks
                 for k in kt.to_dict("records")]
         tables.write_csv(rows, graph_replay.CROSS_CHECK_COLUMNS, outputs["cross_check"])
     if "gpu_state" in outputs:
-        rows = [tables.gpu_state_row(json.loads(Path(m).read_text()), ns) for m in metas or []]
+        rows = [tables.gpu_state_row(json.loads(Path(m).read_text()), ns) for m in metas or [] if measured(m)]
         tables.write_csv(rows, tables.GPU_STATE_COLUMNS, outputs["gpu_state"])
 
 
@@ -292,7 +364,7 @@ def census_table(cfg: dict[str, Any], census_files: list[str], out: str) -> None
 def provenance(cfg: dict[str, Any], capture_metas: list[str], commands_file: str, out: str) -> None:
     from harness.provenance import collect
 
-    _write_json(collect(cfg, [json.loads(Path(p).read_text()) for p in capture_metas], commands_file), out)
+    _write_json(collect(cfg, [json.loads(Path(p).read_text()) for p in capture_metas if measured(p)], commands_file), out)
 
 
 def render(cfg: dict[str, Any], inputs: dict[str, str], field_note: str, issue_comment: str, figures: list[str]) -> None:

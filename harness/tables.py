@@ -34,7 +34,7 @@ SPAN_COLUMNS = [
 ]
 CHECK_COLUMNS = [
     "namespace", "op", "shape", "impl", "passed", "max_abs_err", "max_rel_err", "rel_l2_err",
-    "atol", "rtol", "nonfinite_outputs", "unwritten_outputs", "elements",
+    "atol", "rtol", "nonfinite_outputs", "unwritten_outputs", "elements", "error",
 ]
 GPU_STATE_COLUMNS = [
     "namespace", "op", "shape", "impl", "gpu_uuid", "before_utilization_pct", "before_power_w",

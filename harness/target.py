@@ -18,6 +18,14 @@ def run(cfg: dict, op_name: str, shape: str, impl: str) -> None:
     require_gpu()
     import torch
 
+    from harness.watchdog import deadline
+
+    cap = cfg["capture"]
+    with deadline(0.9 * float(cfg.get("timeouts", {}).get("capture_s", 900)), f"the capture target {op_name} {shape} {impl}"):
+        _run(cfg, op_name, shape, impl, torch)
+
+
+def _run(cfg: dict, op_name: str, shape: str, impl: str, torch) -> None:  # type: ignore[no-untyped-def]
     cap = cfg["capture"]
     call = ops.bind(op_name, impl, shape, cfg["operations"][op_name], cfg["seed"], cfg["cache_mode"])
     for _ in range(cap["warmup"]):

@@ -43,7 +43,7 @@ def make_namespace(root: Path, ns: str = NS, with_ceilings: bool = True, secret:
                                                         "nsys_version": "2025.3.1", "env_rows_removed": 0}))
         cap.with_suffix(".nsys-rep").write_bytes(b"raw nsys report, not scrubbable")
         detail = art / "kernel_time" / "layernorm" / SHAPE / f"{impl}.csv"
-        steps.kernel_time(str(cap), "capture", 100, "layernorm", SHAPE, impl, str(detail))
+        steps.kernel_time(str(cap.with_suffix(".json")), "capture", 100, "layernorm", SHAPE, impl, str(detail))
         details.append(str(detail))
         check = art / "check" / "layernorm" / SHAPE / f"{impl}.json"
         check.parent.mkdir(parents=True, exist_ok=True)

@@ -249,8 +249,7 @@ shutil.copy("{export}", base + ".sqlite")
     (tmp_path / "ns" / "logs" / "gpu" / "softmax").mkdir(parents=True)
     (tmp_path / "ns" / "logs" / "gpu" / "softmax" / "4096x1024.json").write_text(json.dumps({"gpu_uuid": FAKE[0]}))
     for impl in ("cuda", "triton"):
-        steps.capture(cfg, "layernorm", "4096x768", impl, str(base / f"{impl}.nsys-rep"), str(base / f"{impl}.sqlite"),
-                      str(base / f"{impl}.json"), str(tmp_path / f"{impl}.log"))
+        steps.capture(cfg, "layernorm", "4096x768", impl, str(base / f"{impl}.json"), str(tmp_path / f"{impl}.log"))
     seen = {impl: (tmp_path / f"seen-{impl}").read_text() for impl in ("cuda", "triton")}
     metas = {impl: json.loads((base / f"{impl}.json").read_text())["gpu_uuid"] for impl in ("cuda", "triton")}
     assert seen == metas == {"cuda": FAKE[1], "triton": FAKE[1]}

@@ -284,9 +284,14 @@ def test_real_namespaces_drift() -> None:
 
 
 def test_real_namespaces_controls_and_choice(tmp_path: Path) -> None:
-    assert trust.choose_earlier(REAL, NEW) == OLD
-    assert trust.choose_earlier(REAL, OLD) is None  # nothing retained before it
-    bands = trust.control_bands(REAL, exclude=NEW)
+    import shutil
+
+    real = tmp_path / "artifacts"  # the two retained namespaces alone, without those retained later
+    for name in (OLD, NEW):
+        shutil.copytree(REAL / name, real / name)
+    assert trust.choose_earlier(real, NEW) == OLD
+    assert trust.choose_earlier(real, OLD) is None  # nothing retained before it
+    bands = trust.control_bands(real, exclude=NEW)
     new_kt = pd.read_csv(REAL / NEW / "tables" / "kernel_time.csv", dtype={"shape": str})
     out = trust.classify_controls(new_kt, bands, "triton").set_index(["op", "shape"])
     old_tri = pd.read_csv(REAL / OLD / "tables" / "kernel_time.csv", dtype={"shape": str})

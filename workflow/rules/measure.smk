@@ -9,6 +9,8 @@
 
 
 rule check:
+    # Writes the check record whether the check passed or not (a wrong answer stops that
+    # implementation alone); a kernel that crashes or hangs fails this job.
     group:
         "gpu-{op}-{shape}"
     input:
@@ -26,13 +28,16 @@ rule check:
 
 
 rule capture:
+    # The declared output is the capture's record (meta). When the check passed, the report
+    # (<impl>.nsys-rep) and its SQLite export (<impl>.sqlite) are written beside it first, each
+    # under a temporary name renamed when complete, so a record implies a complete capture. When the
+    # check failed, nothing runs on the GPU and the record says "not measured" with the check's
+    # error: the tables and the report list the implementation as failed, with no timing.
     group:
         "gpu-{op}-{shape}"
     input:
         check=f"{A}/check/{{op}}/{{shape}}/{{impl}}.json",
     output:
-        rep=f"{A}/capture/{{op}}/{{shape}}/{{impl}}.nsys-rep",
-        sqlite=f"{A}/capture/{{op}}/{{shape}}/{{impl}}.sqlite",
         meta=f"{A}/capture/{{op}}/{{shape}}/{{impl}}.json",
     log:
         f"{A}/logs/capture/{{op}}/{{shape}}/{{impl}}.log",

@@ -53,8 +53,8 @@ rule bundle:
     input:
         field_note=f"report/{NS}/field_note.md",
         issue_comment=f"report/{NS}/issue_comment.md",
-        exports=[
-            f"{A}/capture/{op}/{shape}/{impl}.sqlite"
+        captures=[
+            f"{A}/capture/{op}/{shape}/{impl}.json"
             for op in OPS
             for shape in shapes_of(op)
             for impl in impls_of(op)

@@ -4,7 +4,7 @@
 
 rule kernel_time:
     input:
-        sqlite=f"{A}/capture/{{op}}/{{shape}}/{{impl}}.sqlite",
+        meta=f"{A}/capture/{{op}}/{{shape}}/{{impl}}.json",
     output:
         detail=f"{A}/kernel_time/{{op}}/{{shape}}/{{impl}}.csv",
     log:

@@ -3,4 +3,4 @@ from harness.jobs import run_step
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 w, o = sm.wildcards, sm.output
-run_step(sm.log[0], lambda: steps.capture(sm.params.cfg, w.op, w.shape, w.impl, o.rep, o.sqlite, o.meta, sm.log[0]))
+run_step(sm.log[0], lambda: steps.capture(sm.params.cfg, w.op, w.shape, w.impl, sm.output.meta, sm.log[0], sm.input.check))

@@ -26,7 +26,36 @@ def problems(needs: Iterable[tuple[str, int]], cfg: dict[str, Any]) -> list[str]
             find_nsys(cfg["nsys"]["path"])
         except ToolMissing as exc:
             found.append(str(exc))
+    if any(gpu > 0 for _, gpu in needs) and not found:
+        found.extend(too_large(cfg, gpu_memory_bytes()))
     return found
+
+
+MEMORY_FACTOR = 4
+"""A check holds the inputs and the output in FP32 and both again in float64 for the reference:
+about 4x the bytes a call moves (bytes_moved counts each input and output once)."""
+
+
+def gpu_memory_bytes() -> int:
+    import torch
+
+    return int(torch.cuda.get_device_properties(0).total_memory)
+
+
+def too_large(cfg: dict[str, Any], memory: int) -> list[str]:
+    """One sentence per configured shape whose check would not fit in the GPU's memory."""
+    from harness import ops
+    from harness.config import shapes
+
+    out = []
+    for op_name in cfg["operations"]:
+        op = ops.get(op_name)
+        for shape in shapes(cfg, op_name):
+            need = MEMORY_FACTOR * op.bytes_moved(shape)
+            if need > 0.9 * memory:
+                out.append(f"config: shape {shape!r} of operation '{op_name}' needs about {need / 2**30:.1f} GiB of GPU "
+                           f"memory for its check, more than 90% of this GPU's {memory / 2**30:.1f} GiB; pick a smaller shape.")
+    return out
 
 
 def before_jobs(jobs: Iterable[Any], cfg: dict[str, Any]) -> None:

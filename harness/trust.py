@@ -455,6 +455,19 @@ def retained_inputs(artifacts: str | Path, current: str) -> list[str]:
     return out
 
 
+def check_earlier(artifacts: Path, current: str, earlier: str | None) -> None:
+    """ConfigError (one sentence) when `trust.earlier` names a namespace with no retained tables."""
+    from harness.errors import ConfigError
+
+    if earlier is None:
+        return
+    if not (Path(artifacts) / earlier / "tables" / "kernel_time.csv").is_file() or earlier == current:
+        retained = sorted(p.parent.parent.name for p in Path(artifacts).glob("*/tables/kernel_time.csv")
+                          if p.parent.parent.name != current)
+        raise ConfigError(f"config: trust.earlier names {earlier!r}, which is not a retained namespace under "
+                          f"{artifacts}/ other than this one (retained: {', '.join(retained) or 'none'}).")
+
+
 def trust_tables(artifacts: str | Path, current: str, controls_out: str | Path, drift_out: str | Path,
                  control: str = "triton", margin: float = 0.05, earlier: str | None = None) -> dict[str, Any]:
     """Write the current namespace's `controls.csv` (its control against the band of the namespaces

@@ -48,13 +48,30 @@ def test_defaults_are_filled_in() -> None:
         (("namespace",), "../escape", "namespace"),
         (("cache_mode",), "lukewarm", "cache_mode"),
         (("nsys", "extra_args"), ["; rm -rf /"], "nsys.extra_args[0]"),
+        (("operations", "layernorm", "sweep"), ["-4096x768"], "operations.layernorm.sweep[0]"),
+        (("operations", "layernorm", "sweep"), ["4096x7.5"], "operations.layernorm.sweep[0]"),
+        (("operations", "layernorm", "default"), "4096", "operations.layernorm.default"),
+        (("operations", "layernorm", "default"), 4096, "operations.layernorm.default"),
+        (("operations", "matmul", "implementations"), ["cuda", "cublas"], "operations.matmul.implementations[1]"),
+        (("capture", "iterations"), -5, "capture.iterations"),
+        (("capture", "warmup"), 0, "capture.warmup"),
+        (("span", "samples"), 0, "span.samples"),
+        (("operations", "layernorm", "tolerance", "rtol"), -1e-4, "operations.layernorm.tolerance.rtol"),
+        (("operations", "layernorm", "tolerance", "atol"), "tight", "operations.layernorm.tolerance.atol"),
+        (("operations", "layernorm", "tolerance"), {"atol": 1e-4}, "operations.layernorm.tolerance"),
+        (("timeouts", "check_s"), 0, "timeouts.check_s"),
+        (("counters", "metrics"), {"x": "gpu__time; rm -rf /"}, "counters.metrics.x"),
+        (("run_operations",), ["layernorm", "fft"], "run_operations[1]"),
+        (("variants",), ["layernorm.not_defined"], "variants"),
+        (("namespace",), "", "namespace"),
+        (("trust", "margin"), 1.5, "trust.margin"),
     ],
 )
 def test_bad_values_are_named(raw: dict, path: tuple, value: object, named: str) -> None:
     bad = copy.deepcopy(raw)
     node = bad
     for key in path[:-1]:
-        node = node[key]
+        node = node.setdefault(key, {})
     node[path[-1]] = value
     with pytest.raises(ConfigError) as info:
         config.validate(bad)
@@ -114,3 +131,29 @@ def test_auto_namespace_takes_the_next_in_sequence_and_resumes_an_unfinished_one
     (tmp_path / "artifacts" / "h200-11").mkdir()  # started, interrupted before its report
     assert config.resolve_namespace(cfg, tmp_path) == "h200-11"
     assert config.resolve_namespace({"namespace": "mine", "namespace_prefix": "h200"}, tmp_path) == "mine"
+
+
+def test_a_shape_too_large_for_the_gpu_memory_is_refused_before_any_gpu_work(raw: dict) -> None:
+    from harness import preflight
+
+    cfg = config.validate(raw)
+    assert preflight.too_large(cfg, 141 * 2**30) == []  # every shipped shape fits an H200
+    small = preflight.too_large(cfg, 2 * 2**30)  # a 2 GiB GPU
+    assert small and all(m.startswith("config: shape ") and m.endswith("pick a smaller shape.") for m in small)
+    # 16384x4096 moves 4 x 268 MB per call in FP32 and float64 copies: 2.0 GiB, over 90% of 2 GiB
+    assert any("'16384x4096' of operation 'layernorm'" in m for m in small)
+    assert not any("'4096x768'" in m for m in small)
+
+
+def test_trust_earlier_must_name_a_retained_namespace(tmp_path) -> None:
+    from harness.errors import ConfigError
+    from harness.trust import check_earlier
+
+    (tmp_path / "old" / "tables").mkdir(parents=True)
+    (tmp_path / "old" / "tables" / "kernel_time.csv").write_text("op\n")
+    check_earlier(tmp_path, "new", "old")
+    check_earlier(tmp_path, "new", None)
+    with pytest.raises(ConfigError, match=r"trust.earlier names 'gone', .* \(retained: old\)\."):
+        check_earlier(tmp_path, "new", "gone")
+    with pytest.raises(ConfigError, match="other than this one"):
+        check_earlier(tmp_path, "old", "old")

@@ -2,6 +2,7 @@
 # on a machine without one, in one sentence, before any job starts.
 import re
 import sys
+from pathlib import Path
 
 # The harness package is installed by the set-up command (pip install -e .); the line below
 # lets the Snakefile itself load from a bare checkout too.
@@ -24,6 +25,13 @@ if "gpu" not in workflow.global_resources:
 
 NS = hconfig.resolve_namespace(CFG, workflow.basedir)
 CFG["namespace"] = NS
+try:
+    from harness.trust import check_earlier
+
+    check_earlier(Path(workflow.basedir) / "artifacts", NS, CFG["trust"]["earlier"])
+except ConfigError as exc:
+    print(exc, file=sys.stderr)
+    sys.exit(1)
 A = f"artifacts/{NS}"
 OPS = list(CFG["operations"])
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -19,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import ROOT
-from harness.errors import EvidenceError, ToolMissing
+from harness.errors import EvidenceError
 
 # Variables the captured process may see; everything else is dropped before nsys starts.
 ENV_ALLOWLIST = (
@@ -31,19 +30,9 @@ ENV_ALLOWLIST = (
 
 def find_nsys(configured: str | None) -> str:
     """The nsys to use: the config's `nsys.path`, else $NSYS, else nsys on PATH."""
-    tried: list[str] = []
-    for label, candidate in (("config nsys.path", configured), ("$NSYS", os.environ.get("NSYS"))):
-        if candidate:
-            tried.append(f"{label}={candidate}")
-            if Path(candidate).is_file() and os.access(candidate, os.X_OK):
-                return str(Path(candidate).resolve())
-    found = shutil.which("nsys")
-    if found:
-        return found
-    tried.append("PATH")
-    raise ToolMissing(
-        f"Nsight Systems (nsys) was not found (looked at {', '.join(tried)}); install it, put it on "
-        "PATH, or set NSYS or the config key nsys.path to its executable.")
+    from harness.locate import find_tool
+
+    return find_tool("nsys", "Nsight Systems", configured, "nsys.path", "NSYS")
 
 
 def minimal_env() -> dict[str, str]:

@@ -16,15 +16,12 @@ units, then one row per profiled kernel.
 from __future__ import annotations
 
 import csv
-import glob
-import os
 import re
-import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.errors import EvidenceError, ToolMissing
+from harness.errors import EvidenceError
 
 COUNTER_COLUMNS_FIXED = ["namespace", "op", "shape", "impl", "status", "reason", "kernel_index", "kernel",
                          "grid", "block", "source"]
@@ -59,23 +56,9 @@ def requested_metrics(metrics: Mapping[str, str]) -> list[str]:
 def find_ncu(configured: str | None) -> str:
     """The ncu to use: the config's `counters.ncu`, else $NCU, else ncu on PATH, else the newest
     /opt/nvidia/nsight-compute/*/ncu. ToolMissing names every place looked at."""
-    tried: list[str] = []
-    for label, candidate in (("config counters.ncu", configured), ("$NCU", os.environ.get("NCU"))):
-        if candidate:
-            tried.append(f"{label}={candidate}")
-            if Path(candidate).is_file() and os.access(candidate, os.X_OK):
-                return str(Path(candidate).resolve())
-    found = shutil.which("ncu")
-    if found:
-        return found
-    tried.append("PATH")
-    pattern = "/opt/nvidia/nsight-compute/*/ncu"
-    installed = sorted(glob.glob(pattern))
-    if installed:
-        return installed[-1]
-    tried.append(pattern)
-    raise ToolMissing(f"Nsight Compute (ncu) was not found (looked at {', '.join(tried)}); install it, put it "
-                      "on PATH, or set NCU or the config key counters.ncu to its executable.")
+    from harness.locate import find_tool
+
+    return find_tool("ncu", "Nsight Compute", configured, "counters.ncu", "NCU", ("/opt/nvidia/nsight-compute/*/ncu",))
 
 
 def profile_command(ncu: str, metrics: Mapping[str, str], range_name: str, report_base: str | Path,

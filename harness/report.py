@@ -231,11 +231,9 @@ def load_tables(inputs: Mapping[str, str]) -> dict[str, pd.DataFrame]:
 
 
 def _write(text: str, path: str | Path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".partial")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    from harness.atomic import write_text
+
+    write_text(text, path)
 
 
 def render_reports(cfg: Mapping[str, Any], inputs: Mapping[str, str], field_note: str | Path, issue_comment: str | Path,

@@ -17,11 +17,7 @@ from harness.errors import EvidenceError
 
 
 def _write_json(obj: Any, path: str | Path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".partial")
-    tmp.write_text(json.dumps(obj, indent=1, default=str) + "\n")
-    os.replace(tmp, path)
+    _write_text(json.dumps(obj, indent=1, default=str) + "\n", path)
 
 
 def build(op: str, impl: str, shapes: list[str], arch: str, census_out: str, external_cfg: dict[str, Any] | None = None,
@@ -49,11 +45,9 @@ def build(op: str, impl: str, shapes: list[str], arch: str, census_out: str, ext
 
 
 def _write_text(text: str, path: str | Path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".partial")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    from harness.atomic import write_text
+
+    write_text(text, path)
 
 
 def _lock(cfg: dict[str, Any], what: str, ns_dir: str | Path | None = None, op: str | None = None,

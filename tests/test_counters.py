@@ -126,7 +126,7 @@ def test_unavailable_reason_and_rows() -> None:
 def test_find_ncu_names_where_it_looked(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("NCU", raising=False)
-    monkeypatch.setattr(counters.glob, "glob", lambda pattern: [])
+    monkeypatch.setattr("harness.locate.glob.glob", lambda pattern: [])
     with pytest.raises(ToolMissing, match=r"looked at config counters.ncu=/nope, PATH, /opt/nvidia"):
         counters.find_ncu("/nope")
     fake = tmp_path / "ncu"

@@ -80,7 +80,7 @@ def test_permission_error_records_unavailable(cfg: dict, tmp_path: Path) -> None
 def test_no_ncu_records_unavailable(cfg: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     monkeypatch.delenv("NCU", raising=False)
-    monkeypatch.setattr("harness.counters.glob.glob", lambda pattern: [])
+    monkeypatch.setattr("harness.locate.glob.glob", lambda pattern: [])
     raw, table, log = outs(tmp_path)
     steps.counters(cfg, "layernorm", "4096x768", "cuda", raw, table, log)
     rows = read(table)

@@ -485,6 +485,13 @@ def _compare_table(name: str, bundled: Path, derived: Path, keys: list[str], sco
     return problems + diffs
 
 
+def _not_measured(record: Path) -> bool:
+    try:
+        return json.loads(record.read_text()).get("measured", True) is False
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def _check_tables(dest: Path, cfg: Mapping[str, Any], ns: str, work: Path, drift: list[str]) -> list[str]:
     """Re-derive kernel_time_detail, kernel_time and the sweep tables from the bundled exports."""
     import pandas as pd
@@ -515,6 +522,9 @@ def _check_tables(dest: Path, cfg: Mapping[str, Any], ns: str, work: Path, drift
     details, derivable = [], set()
     for job in jobs:
         export = exports.get(job)
+        record = cap / job[0] / job[1] / f"{job[2]}.json"
+        if export is None and record.is_file() and _not_measured(record):
+            continue  # its check failed: never captured, and the tables have no row of it
         if export is None:
             problems.append(f"The bundle has no export capture/{'/'.join(job)}.sqlite, so the kernel-time rows of "
                             f"({', '.join(job)}) cannot be re-derived.")
@@ -535,7 +545,9 @@ def _check_tables(dest: Path, cfg: Mapping[str, Any], ns: str, work: Path, drift
     tables.write_csv(detail.to_dict("records"), tables.KERNEL_TIME_DETAIL_COLUMNS, work / "kernel_time_detail.csv")
     try:
         ceilings = pd.read_csv(tdir / "ceilings.csv") if (tdir / "ceilings.csv").is_file() else None
-        kt = pd.DataFrame(tables.kernel_time_summary(detail, iterations, namespace, cache_mode, ceilings))
+        metas = [p.with_suffix(".json") for p in exports.values() if p.with_suffix(".json").is_file()]
+        kt = pd.DataFrame(tables.kernel_time_summary(detail, iterations, namespace, cache_mode, ceilings,
+                                                     tables.gpus_of_captures(metas)))
     except Exception as exc:  # noqa: BLE001 - an unknown operation, an unreadable ceilings table: one finding
         return problems + [f"The kernel-time summary cannot be re-derived from the bundle's exports "
                            f"({type(exc).__name__}: {_show(exc, 120)})."]
@@ -547,7 +559,8 @@ def _check_tables(dest: Path, cfg: Mapping[str, Any], ns: str, work: Path, drift
                                ["op", "shape", "impl"], derivable, drift)
     # A sweep row needs every implementation of its shape.
     whole = {(op, shape) for op in cfg["operations"] for shape in hconfig.shapes(cfg, op)
-             if all((op, shape, impl) in derivable for impl in hconfig.implementations(cfg, op))}
+             if all((op, shape, impl) in derivable or _not_measured(cap / op / shape / f"{impl}.json")
+                    for impl in hconfig.implementations(cfg, op))}
     if (tdir / "sweep.csv").is_file() or whole:
         problems += _compare_table("sweep.csv", tdir / "sweep.csv", work / "sweep.csv", ["op", "shape"], whole, drift)
     for op in cfg["operations"]:

@@ -123,6 +123,7 @@ def build_context(cfg: Mapping[str, Any], tables: Mapping[str, pd.DataFrame], pr
         "gpu_quiet": gpu_quiet(tables.get("gpu_state")),
         "cross_check": cross_check_context(tables.get("cross_check"), cfg.get("cross_check", {})),
         "variants": variants_context(tables.get("variants")),
+        "gpu_groups": gpu_groups(kt),
         "trust": trust.report_context(tables.get("controls"), tables.get("drift")),
     }
 
@@ -173,6 +174,17 @@ def _attach_measured(op: dict[str, Any]) -> None:
         row["measured"] = ({"achieved_occupancy_pct": m.get("achieved_occupancy_pct"),
                             "dram_gbps": (m["dram_bytes_per_s"] / 1e9) if m.get("dram_bytes_per_s") is not None else None,
                             "l2_hit_rate_pct": m.get("l2_hit_rate_pct")} if m else None)
+
+
+def gpu_groups(kt: pd.DataFrame) -> dict[str, Any] | None:
+    """Which GPUs measured the namespace, and every (op, shape) group whose captures came from more
+    than one (their ratios are left out of every table); None where the table records no GPU."""
+    if "gpu_uuid" not in kt or kt["gpu_uuid"].dropna().empty:
+        return None
+    known = kt.dropna(subset=["gpu_uuid"])
+    split = [{"op": op, "shape": shape, "gpus": sorted(str(u) for u in grp["gpu_uuid"].unique())}
+             for (op, shape), grp in known.groupby(["op", "shape"], sort=False) if grp["gpu_uuid"].nunique() > 1]
+    return {"uuids": sorted(str(u) for u in known["gpu_uuid"].unique()), "split": split}
 
 
 def variants_context(frame: pd.DataFrame | None) -> dict[str, Any] | None:

@@ -323,7 +323,8 @@ def all_tables(cfg: dict[str, Any], details: list[str], spans: list[str], checks
     ns, mode, iters = cfg["namespace"], cfg["cache_mode"], cfg["capture"]["iterations"]
     detail = tables.read_csvs(details)
     tables.write_csv(detail.to_dict("records"), tables.KERNEL_TIME_DETAIL_COLUMNS, outputs["kernel_time_detail"])
-    kt = pd.DataFrame(tables.kernel_time_summary(detail, iters, ns, mode, pd.read_csv(ceilings_csv)))
+    kt = pd.DataFrame(tables.kernel_time_summary(detail, iters, ns, mode, pd.read_csv(ceilings_csv),
+                                                 tables.gpus_of_captures(metas or [])))
     tables.write_csv(kt.to_dict("records"), tables.KERNEL_TIME_COLUMNS, outputs["kernel_time"])
     tables.write_csv(tables.read_csvs(spans).to_dict("records"), tables.SPAN_COLUMNS, outputs["span"])
     tables.write_csv(tables.check_rows(checks, ns), tables.CHECK_COLUMNS, outputs["check"])

@@ -8,6 +8,7 @@ the check records and the build census.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -26,6 +27,7 @@ KERNEL_TIME_COLUMNS = [
     "namespace", "op", "shape", "impl", "cache_mode", "iterations", "launches_per_iteration",
     "kernel_time_us", "main_kernel", "main_median_us", "main_min_us", "main_max_us", "kernels",
     "bytes_moved", "flops", "achieved_gbps", "achieved_tflops", "copy_bw_fraction", "fp32_peak_fraction",
+    "gpu_uuid",
 ]
 CEILING_COLUMNS = ["ceiling", "value", "unit", "median_ms", "min_ms", "max_ms", "repeats", "method"]
 SPAN_COLUMNS = [
@@ -46,7 +48,7 @@ SWEEP_IMPLS = ("cuda", "triton", "torch", "external")
 SWEEP_COLUMNS = [
     "namespace", "op", "shape", "cache_mode", "bytes_moved", "flops", "cuda_us", "triton_us", "torch_us",
     "external_us", "cuda_over_triton", "cuda_over_torch", "external_over_triton",
-    "cuda_over_triton_lo", "cuda_over_triton_hi", "cuda_vs_triton",
+    "cuda_over_triton_lo", "cuda_over_triton_hi", "cuda_vs_triton", "gpus",
 ]
 
 
@@ -88,9 +90,11 @@ def ceiling_values(ceilings: pd.DataFrame | None) -> dict[str, float]:
 
 
 def kernel_time_summary(detail: pd.DataFrame, iterations: int, namespace: str, cache_mode: str,
-                        ceilings: pd.DataFrame | None = None) -> list[dict[str, Any]]:
+                        ceilings: pd.DataFrame | None = None,
+                        gpus: Mapping[tuple[str, str, str], str] | None = None) -> list[dict[str, Any]]:
     """Kernel time per iteration = summed kernel durations inside the range / iterations; with the
-    operation's bytes and flops, the rates they imply and their fractions of the session's ceilings."""
+    operation's bytes and flops, the rates they imply and their fractions of the session's ceilings;
+    `gpus` maps (op, shape, impl) to the UUID of the GPU that captured it (gpus_of_captures)."""
     from harness import ops
 
     ceil = ceiling_values(ceilings)
@@ -115,8 +119,29 @@ def kernel_time_summary(detail: pd.DataFrame, iterations: int, namespace: str, c
             "bytes_moved": moved, "flops": flops, "achieved_gbps": gbps, "achieved_tflops": tflops,
             "copy_bw_fraction": gbps / ceil["copy_bandwidth"] if gbps and "copy_bandwidth" in ceil else None,
             "fp32_peak_fraction": tflops / ceil["fp32_matmul"] if tflops and "fp32_matmul" in ceil else None,
+            "gpu_uuid": (gpus or {}).get((str(op), str(shape), str(impl))),
         })
     return out
+
+
+def gpus_of_captures(metas: Iterable[str | Path]) -> dict[tuple[str, str, str], str]:
+    """(op, shape, impl) -> GPU UUID, from the capture records that name one."""
+    out = {}
+    for path in metas:
+        meta = json.loads(Path(path).read_text())
+        if meta.get("gpu_uuid") and meta.get("measured", True) is not False:
+            out[(str(meta.get("op")), str(meta.get("shape")), str(meta.get("impl")))] = str(meta["gpu_uuid"])
+    return out
+
+
+def same_gpu(a: Any, b: Any) -> bool:
+    """Whether two rows' GPUs may be compared: the same UUID, or one not recorded (older tables)."""
+    def uuid(row: Any) -> str | None:
+        value = row.get("gpu_uuid") if isinstance(row, Mapping) else None
+        return None if value is None or (isinstance(value, float) and math.isnan(value)) or value == "" else str(value)
+
+    ua, ub = uuid(a), uuid(b)
+    return ua is None or ub is None or ua == ub
 
 
 def check_rows(paths: Iterable[str | Path], namespace: str) -> list[dict[str, Any]]:
@@ -160,18 +185,25 @@ def sweep_rows(kernel_time: pd.DataFrame, namespace: str, cache_mode: str) -> li
     verdict (a difference inside the spread is no difference)."""
     out = []
     for (op, shape), grp in kernel_time.groupby(["op", "shape"], sort=False):
-        t = dict(zip(grp["impl"], grp["kernel_time_us"]))
         rows = {r["impl"]: r for r in grp.to_dict("records")}
+        # the evidence rule: a ratio is only taken between captures of one GPU
+        t = {impl: us for impl, us in zip(grp["impl"], grp["kernel_time_us"])}
+        uuids = {str(u) for u in grp["gpu_uuid"].dropna()} if "gpu_uuid" in grp else set()
         row: dict[str, Any] = {"namespace": namespace, "op": op, "shape": shape, "cache_mode": cache_mode,
                                "bytes_moved": grp["bytes_moved"].iloc[0] if "bytes_moved" in grp else None,
                                "flops": grp["flops"].iloc[0] if "flops" in grp else None}
         for impl in SWEEP_IMPLS:
             row[f"{impl}_us"] = t.get(impl)
-        row["cuda_over_triton"] = _ratio(t, "cuda", "triton")
-        row["cuda_over_torch"] = _ratio(t, "cuda", "torch")
-        row["external_over_triton"] = _ratio(t, "external", "triton")
-        lo, hi, verdict = ratio_interval(rows.get("cuda"), rows.get("triton"))
-        row.update({"cuda_over_triton_lo": lo, "cuda_over_triton_hi": hi, "cuda_vs_triton": verdict})
+        def comparable(a: str, b: str) -> bool:
+            return same_gpu(rows.get(a), rows.get(b))
+
+        row["cuda_over_triton"] = _ratio(t, "cuda", "triton") if comparable("cuda", "triton") else None
+        row["cuda_over_torch"] = _ratio(t, "cuda", "torch") if comparable("cuda", "torch") else None
+        row["external_over_triton"] = _ratio(t, "external", "triton") if comparable("external", "triton") else None
+        lo, hi, verdict = ratio_interval(rows.get("cuda"), rows.get("triton")) if comparable("cuda", "triton") else (
+            None, None, "different GPUs" if "cuda" in rows and "triton" in rows else None)
+        row.update({"cuda_over_triton_lo": lo, "cuda_over_triton_hi": hi, "cuda_vs_triton": verdict,
+                    "gpus": len(uuids) if uuids else None})
         out.append(row)
     return out
 

@@ -54,7 +54,7 @@ VARIANT_COLUMNS = ["namespace", "op", "shape", "variant", "base", "description",
 def variant_rows(kernel_time: list[Mapping[str, Any]], cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Each variant's kernel time against its base at every shape it was measured at, with the
     interval of the ratio from the spread of the launches and its verdict (tables.ratio_interval)."""
-    from harness.tables import ratio_interval
+    from harness.tables import ratio_interval, same_gpu
 
     by_key = {(r["op"], r["shape"], r["impl"]): r for r in kernel_time}
     out = []
@@ -63,6 +63,8 @@ def variant_rows(kernel_time: list[Mapping[str, Any]], cfg: Mapping[str, Any]) -
         if name is None:
             continue
         ref = by_key.get((op, shape, base))
+        if ref is not None and not same_gpu(row, ref):
+            ref = None  # never a ratio across two GPUs
         lo, hi, verdict = ratio_interval(row, ref)
         block = (cfg["operations"][op].get("variants") or {}).get(name, {})
         out.append({"namespace": cfg["namespace"], "op": op, "shape": shape, "variant": impl, "base": base,

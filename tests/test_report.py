@@ -231,3 +231,24 @@ def test_cross_check_tolerance() -> None:
     assert bad["agree"] is False and bad["difference_us"] == pytest.approx(4.1)
     none = graph_replay.compare(k, None, 0.1, 1.5, "n", "hot")
     assert none["agree"] is None and none["status"] == "missing"
+
+
+def test_no_comparison_spans_two_gpus(tmp_path: Path) -> None:
+    paths = make_tables(tmp_path)
+    cfg = paths.pop("cfg")
+    kt = pd.read_csv(paths["kernel_time"])
+    # the default shape's cuda was captured on another GPU than its triton and torch
+    kt["gpu_uuid"] = "GPU-a"
+    kt.loc[(kt["shape"] == SHAPES[0]) & (kt["impl"] == "cuda"), "gpu_uuid"] = "GPU-b"
+    tables.write_csv(kt.to_dict("records"), tables.KERNEL_TIME_COLUMNS, paths["kernel_time"])
+    sweep = tables.sweep_rows(kt, "test-ns", "hot")
+    by = {r["shape"]: r for r in sweep}
+    assert by[SHAPES[0]]["cuda_over_triton"] is None and by[SHAPES[0]]["cuda_over_torch"] is None
+    assert by[SHAPES[0]]["cuda_vs_triton"] == "different GPUs" and by[SHAPES[0]]["gpus"] == 2
+    assert by[SHAPES[1]]["cuda_over_triton"] is not None and by[SHAPES[1]]["gpus"] == 1
+    tables.write_csv(sweep, tables.SWEEP_COLUMNS, paths["sweep"])
+    report.render_reports(cfg, paths, tmp_path / "fn.md", tmp_path / "ic.md", [str(tmp_path / "figures" / "layernorm_sweep.svg")])
+    note = (tmp_path / "fn.md").read_text()
+    assert f"**Groups measured on more than one GPU** (their ratios are left out of every table; rerun them): layernorm {SHAPES[0]} (GPU-a, GPU-b)." in note
+    assert "2 GPUs measured this namespace (GPU-a, GPU-b)" in note
+    assert "No claim: the comparison lacks a cuda or triton measurement at the default shape." in note

@@ -38,6 +38,8 @@
 //   LN_MIN_BLOCKS  0: __launch_bounds__(BLOCK) only; k > 0: __launch_bounds__(BLOCK, k), which asks
 //                  the compiler to fit k blocks per SM (a register budget of 65536 / (k * BLOCK));
 //                  -1: as many blocks as fill the SM's 2048 threads (32 registers per thread).
+//   LN_ONE_PASS    0: exact two-pass statistics (below); 1: one pass, sum and sum of squares of the
+//                  shifted row, fewer shuffles and instructions.
 #ifndef LN_LOAD_NC
 #define LN_LOAD_NC 1
 #endif
@@ -46,6 +48,9 @@
 #endif
 #ifndef LN_MIN_BLOCKS
 #define LN_MIN_BLOCKS 0
+#endif
+#ifndef LN_ONE_PASS
+#define LN_ONE_PASS 0
 #endif
 #if LN_MIN_BLOCKS > 0
 #define LN_BOUNDS(BLOCK) __launch_bounds__(BLOCK, LN_MIN_BLOCKS)
@@ -161,6 +166,34 @@ __device__ __forceinline__ void ln_row(const float* __restrict__ x, const float*
         }
     }
 
+#if LN_ONE_PASS
+    // 2-3 (variant one_pass). One pass over the shifted row: sum and sum of squares, both reduced
+    // in each warp (two independent butterflies), one shared-memory exchange behind one barrier,
+    // then var = E[d^2] - E[d]^2 of the shifted values d = x - x[0]. The shift keeps E[d]^2 within
+    // a few times var for a row whose spread is not tiny against its offset from x[0].
+    float sum = 0.0f;
+    float sq = 0.0f;
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) {
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {
+            sum += v[s][k];  // masked slots hold zeros
+            sq = fmaf(v[s][k], v[s][k], sq);
+        }
+    }
+    const float warp_sum = ln_butterfly_sum<32>(sum);
+    const float warp_sq = ln_butterfly_sum<32>(sq);
+    if (lane == 0) {
+        warp_partials[warp][0] = warp_sum;
+        warp_partials[warp][1] = warp_sq;
+    }
+    __syncthreads();
+    const int other = lane & (NWARPS - 1);
+    const float inv_n = __fdividef(1.0f, static_cast<float>(n));
+    const float mean = ln_butterfly_sum<NWARPS>(warp_partials[other][0]) * inv_n;  // of the shifted row
+    const float mean_sq = ln_butterfly_sum<NWARPS>(warp_partials[other][1]) * inv_n;
+    const float rstd = rsqrtf(fmaxf(fmaf(-mean, mean, mean_sq), 0.0f) + eps);
+#else
     // 2. Warp-level two-pass over the shifted row: sum, warp mean, squared deviations from it.
     float sum = 0.0f;
 #pragma unroll
@@ -201,6 +234,7 @@ __device__ __forceinline__ void ln_row(const float* __restrict__ x, const float*
     const float o_dev = o_mean - mean;
     const float m2_total = ln_butterfly_sum<NWARPS>(fmaf(o_count * o_dev, o_dev, o_m2));
     const float rstd = rsqrtf(fmaf(m2_total, inv_n, eps));
+#endif
 
     // 4. Normalise, scale, shift, store.
 #pragma unroll

@@ -36,6 +36,6 @@ for f in $( [ "${STATS:-0}" = 1 ] && ls artifacts/"$ns"/capture/*/*/*.sqlite 2>/
   nsys stats -r cuda_gpu_kern_sum,nvtx_kern_sum --format csv --force-export false -o "/tmp/stats/$tag" "$f" >/dev/null 2>&1 \
     || echo "nsys stats failed on $f"
 done
-tar czf "$OUT/evidence.tgz" --exclude='*.nsys-rep' "artifacts/$ns" "report/$ns" -C /tmp stats 2>/dev/null
+tar czf "$OUT/evidence.tgz" --exclude='*.nsys-rep' --exclude='*.ncu-rep' "artifacts/$ns" "report/$ns" -C /tmp stats 2>/dev/null
 ls -la "$OUT"
 exit "$rc"

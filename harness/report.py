@@ -114,6 +114,8 @@ def build_context(cfg: Mapping[str, Any], tables: Mapping[str, pd.DataFrame], pr
                                          cfg.get("trust", {}).get("control", "triton"), cfg.get("counters", {})),
         })
         _attach_measured(operations[-1])
+        d_gpus = d_kt["gpu_uuid"].dropna().unique() if "gpu_uuid" in d_kt else []
+        operations[-1]["default_split"] = len(d_gpus) > 1  # its figures are not put side by side
     gpus = provenance.get("gpus", [])
     return {
         "namespace": cfg["namespace"], "cache_mode": cfg["cache_mode"], "capture": cfg["capture"],

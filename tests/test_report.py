@@ -252,3 +252,5 @@ def test_no_comparison_spans_two_gpus(tmp_path: Path) -> None:
     assert f"**Groups measured on more than one GPU** (their ratios are left out of every table; rerun them): layernorm {SHAPES[0]} (GPU-a, GPU-b)." in note
     assert "2 GPUs measured this namespace (GPU-a, GPU-b)" in note
     assert "No claim: the comparison lacks a cuda or triton measurement at the default shape." in note
+    comment = (tmp_path / "ic.md").read_text()
+    assert f"| layernorm (captured on more than one GPU: not compared; rerun the group) | {SHAPES[0]} | n/a | n/a | n/a | n/a |" in comment

@@ -19,13 +19,28 @@ GRAPH_COLUMNS = ["op", "shape", "impl", "status", "reason", "calls_per_replay", 
                  "graph_median_us", "graph_min_us", "graph_max_us"]
 
 CROSS_CHECK_COLUMNS = ["namespace", "op", "shape", "impl", "cache_mode", "kernel_time_us", "kernels_per_call",
-                       "graph_median_us", "graph_min_us", "graph_max_us", "difference_us", "allowed_us",
+                       "graph_median_us", "graph_min_us", "graph_max_us", "replays", "difference_us", "allowed_us",
                        "agree", "status", "reason"]
 
 
-def replay_times(call: Callable[[], Any], calls_per_replay: int, replays: int) -> list[float]:
-    """Per-call time (µs) of each of `replays` timed replays of a graph of `calls_per_replay` calls.
-    Raises whatever CUDA graph capture raises when the call cannot be captured."""
+MIN_REPLAYS = 3
+
+
+def replays_within(replays: int, first_replay_s: float, max_seconds: float) -> int:
+    """How many timed replays to make: the configured number, fewer when they would take longer
+    than `max_seconds` at the first (untimed) replay's duration, but never fewer than MIN_REPLAYS."""
+    if first_replay_s <= 0:
+        return replays
+    return max(min(replays, MIN_REPLAYS), min(replays, int(max_seconds / first_replay_s)))
+
+
+def replay_times(call: Callable[[], Any], calls_per_replay: int, replays: int,
+                 max_seconds: float = float("inf")) -> list[float]:
+    """Per-call time (µs) of each timed replay of a graph of `calls_per_replay` calls: `replays`
+    of them, or fewer where they would take over `max_seconds` (replays_within). Raises whatever
+    CUDA graph capture raises when the call cannot be captured."""
+    import time
+
     import torch
 
     torch.cuda.synchronize()
@@ -41,6 +56,10 @@ def replay_times(call: Callable[[], Any], calls_per_replay: int, replays: int) -
             call()
     graph.replay()  # warm: the first replay uploads the graph
     torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    graph.replay()
+    torch.cuda.synchronize()
+    replays = replays_within(replays, time.perf_counter() - t0, max_seconds)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     out = []
     for _ in range(replays):
@@ -53,13 +72,14 @@ def replay_times(call: Callable[[], Any], calls_per_replay: int, replays: int) -
     return out
 
 
-def measure(op: str, shape: str, impl: str, call: Callable[[], Any], calls_per_replay: int, replays: int) -> dict[str, Any]:
+def measure(op: str, shape: str, impl: str, call: Callable[[], Any], calls_per_replay: int, replays: int,
+            max_seconds: float = float("inf")) -> dict[str, Any]:
     """One row of the graph table: the replay timing, or status 'not capturable' with the reason
     (the cross-check is then skipped for that implementation, and the report says so)."""
     row: dict[str, Any] = {"op": op, "shape": shape, "impl": impl, "calls_per_replay": calls_per_replay,
                            "replays": replays}
     try:
-        times = replay_times(call, calls_per_replay, replays)
+        times = replay_times(call, calls_per_replay, replays, max_seconds)
     except Exception as exc:  # a library call that synchronises or allocates cannot be captured
         import torch
 
@@ -68,8 +88,8 @@ def measure(op: str, shape: str, impl: str, call: Callable[[], Any], calls_per_r
         row.update(status="not capturable", reason=f"{type(exc).__name__}: {first}", graph_median_us=None,
                    graph_min_us=None, graph_max_us=None)
         return row
-    row.update(status="ok", reason="", graph_median_us=statistics.median(times), graph_min_us=min(times),
-               graph_max_us=max(times))
+    row.update(status="ok", reason="", replays=len(times), graph_median_us=statistics.median(times),
+               graph_min_us=min(times), graph_max_us=max(times))
     return row
 
 
@@ -86,10 +106,11 @@ def compare(kernel: Mapping[str, Any], graph: Mapping[str, Any] | None, rtol: fl
                            "impl": kernel["impl"], "cache_mode": cache_mode, "kernel_time_us": kt,
                            "kernels_per_call": per_call, "allowed_us": allowed}
     if not graph or graph.get("status") != "ok":
-        row.update(graph_median_us=None, graph_min_us=None, graph_max_us=None, difference_us=None, agree=None,
+        row.update(graph_median_us=None, graph_min_us=None, graph_max_us=None, replays=None, difference_us=None, agree=None,
                    status=(graph or {}).get("status", "missing"), reason=(graph or {}).get("reason", "no replay timing"))
         return row
     g = float(graph["graph_median_us"])
     row.update(graph_median_us=g, graph_min_us=graph["graph_min_us"], graph_max_us=graph["graph_max_us"],
+               replays=graph.get("replays"),
                difference_us=g - kt, agree=abs(g - kt) <= allowed, status="ok", reason="")
     return row

@@ -211,7 +211,7 @@ def cross_check_context(frame: pd.DataFrame | None, cc: Mapping[str, Any]) -> di
     return {"rows": rows if cc.get("enabled", True) else [], "compared": len(compared),
             "disagree": [r for r in compared if str(r.get("agree")).lower() != "true"],
             "skipped": [r for r in rows if r.get("status") != "ok"],
-            "replays": cc.get("replays"), "rtol": cc.get("rtol", 0.1), "atol_us_per_kernel": cc.get("atol_us_per_kernel", 0)}
+            "replays": cc.get("replays"), "max_seconds": cc.get("max_seconds", 1.0), "rtol": cc.get("rtol", 0.1), "atol_us_per_kernel": cc.get("atol_us_per_kernel", 0)}
 
 
 def gpu_quiet(state: pd.DataFrame | None) -> dict[str, Any] | None:

@@ -56,7 +56,7 @@ def measure(cfg: dict[str, Any], op_name: str, shape: str, impls: list[str],
 
         for impl in impls:
             graph_rows.append(graph_replay.measure(op_name, shape, impl, calls[impl], cfg["capture"]["iterations"],
-                                                   cfg["cross_check"]["replays"]))
+                                                   cfg["cross_check"]["replays"], cfg["cross_check"]["max_seconds"]))
     return rows
 
 

@@ -254,3 +254,13 @@ def test_no_comparison_spans_two_gpus(tmp_path: Path) -> None:
     assert "No claim: the comparison lacks a cuda or triton measurement at the default shape." in note
     comment = (tmp_path / "ic.md").read_text()
     assert f"| layernorm (captured on more than one GPU: not compared; rerun the group) | {SHAPES[0]} | n/a | n/a | n/a | n/a |" in comment
+
+
+def test_graph_replays_are_capped_by_time_but_never_below_three() -> None:
+    from harness import graph_replay
+
+    assert graph_replay.replays_within(20, 0.001, 1.0) == 20
+    assert graph_replay.replays_within(20, 0.42, 1.0) == 3  # matmul 4096^3: 100 calls of 4.2 ms
+    assert graph_replay.replays_within(20, 0.2, 1.0) == 5
+    assert graph_replay.replays_within(2, 5.0, 1.0) == 2  # never more than asked
+    assert graph_replay.replays_within(20, 0.0, 1.0) == 20

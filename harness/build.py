@@ -73,7 +73,8 @@ def build_census(op: str, impl: str, shapes: Sequence[Sequence[int]], arch: str 
     if outdir is not None:
         outdir = Path(outdir)
         outdir.mkdir(parents=True, exist_ok=True)
-    plan = module.variants_for(impl, shapes)
+    with cuda_module.variant_options(variant[1] if variant else ()):  # dispatch may read the defines
+        plan = module.variants_for(impl, shapes)
     rows: list[dict[str, Any]] = []
     if variant is not None and impl != "cuda":
         raise EvidenceError(f"Variants vary our CUDA kernels (preprocessor defines), not {impl!r}.")

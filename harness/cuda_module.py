@@ -99,6 +99,17 @@ def variant_options(options: tuple[str, ...]) -> Any:
         _VARIANT_OPTIONS = saved
 
 
+def active_defines() -> dict[str, str]:
+    """The -DNAME=value defines of the variant being launched or built (empty for a base
+    implementation): host-side dispatch that depends on a variant's switches reads them here."""
+    out = {}
+    for option in _VARIANT_OPTIONS:
+        if option.startswith("-D"):
+            name, _, value = option[2:].partition("=")
+            out[name] = value or "1"
+    return out
+
+
 def get_function(filename: str, name_expression: str,
                  options: tuple[str, ...] = RUNTIME_OPTIONS) -> Any:
     """The `cupy.RawKernel` for one name expression (e.g. "layernorm_fwd_vec4<128, 2>").

@@ -57,6 +57,10 @@ class CudaVariant:
     vec_b: int
     """Floats per copy of B and per store of C: 4 (N % 4 == 0) or 1."""
 
+    tile: int = 64
+    """64: matmul_f32<VEC_B> (64 x 64 x 32 tiles); 128: matmul_f32_128 (128 x 128 x 8 tiles, the
+    variant tile128, for N % 4 == 0 and K % 4 == 0)."""
+
     source: str = CUDA_SOURCE
     block: int = CUDA_THREADS
     dynamic_smem: int = 0
@@ -64,12 +68,13 @@ class CudaVariant:
     @property
     def kernel(self) -> str:
         """The name expression that instantiates it, e.g. 'matmul_f32<4>'."""
-        return f"matmul_f32<{self.vec_b}>"
+        return "matmul_f32_128" if self.tile == 128 else f"matmul_f32<{self.vec_b}>"
 
     @property
     def specialization(self) -> str:
         """Short description for tables, e.g. 'tile=64x64x32 vec_b=4 block=256'."""
-        return f"tile={'x'.join(map(str, CUDA_TILE))} vec_b={self.vec_b} block={self.block}"
+        tile = "128x128x8" if self.tile == 128 else "x".join(map(str, CUDA_TILE))
+        return f"tile={tile} vec_b={self.vec_b} block={self.block}"
 
 
 @dataclass(frozen=True)
@@ -140,14 +145,19 @@ def _check_dims(m: int, n: int, k: int) -> None:
 
 
 def cuda_variant(m: int, n: int, k: int) -> CudaVariant:
-    """The CUDA specialization that serves an M x N x K product (see the module docstring)."""
+    """The CUDA specialization that serves an M x N x K product (see the module docstring); under
+    the variant tile128 (-DMM_TILE128=1), matmul_f32_128 where N % 4 == 0 and K % 4 == 0."""
+    from harness.cuda_module import active_defines
+
     _check_dims(m, n, k)
+    if active_defines().get("MM_TILE128", "0") != "0" and n % 4 == 0 and k % 4 == 0:
+        return CudaVariant(vec_b=4, tile=128)
     return CudaVariant(vec_b=4 if n % 4 == 0 else 1)
 
 
-def cuda_grid(m: int, n: int) -> int:
-    """Blocks of the CUDA launch: one per 64 x 64 tile of C."""
-    return math.ceil(m / CUDA_TILE[0]) * math.ceil(n / CUDA_TILE[1])
+def cuda_grid(m: int, n: int, tile: int = CUDA_TILE[0]) -> int:
+    """Blocks of the CUDA launch: one per tile x tile block of C."""
+    return math.ceil(m / tile) * math.ceil(n / tile)
 
 
 def triton_variant(m: int, n: int, k: int) -> TritonVariant:
@@ -224,7 +234,7 @@ def launch_cuda(a: Any, b: Any, out: Any) -> None:
         kernel = cuda_module.get_function(CUDA_SOURCE, v.kernel)
     args = (*(cuda_module.pointer(t) for t in (a, b, out)), numpy.int32(m), numpy.int32(n),
             numpy.int32(k))
-    cuda_module.launch(kernel, (cuda_grid(m, n), 1, 1), (v.block, 1, 1), args, device=a.device)
+    cuda_module.launch(kernel, (cuda_grid(m, n, v.tile), 1, 1), (v.block, 1, 1), args, device=a.device)
 
 
 def launch_triton(a: Any, b: Any, out: Any) -> None:

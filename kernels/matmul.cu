@@ -82,6 +82,20 @@ __device__ __forceinline__ void mm_cp_async_wait() {
 
 // ----------------------------------------------------------------------------- the kernel
 
+// Grouped tile order (GROUP_M tile rows per group, column-major inside a group): the first row
+// m0 and column n0 of the BM x BN tile of C that block blockIdx.x computes.
+template <int BM, int BN>
+__device__ __forceinline__ void mm_tile_origin(const int M, const int N, int& m0, int& n0) {
+    const int tiles_m = (M + BM - 1) / BM;
+    const int tiles_n = (N + BN - 1) / BN;
+    const int pid = blockIdx.x;
+    const int per_group = MM_GROUP_M * tiles_n;
+    const int first_m = (pid / per_group) * MM_GROUP_M;
+    const int group_rows = min(tiles_m - first_m, MM_GROUP_M);
+    m0 = (first_m + (pid % per_group) % group_rows) * BM;
+    n0 = ((pid % per_group) / group_rows) * BN;
+}
+
 struct MmSmem {
     float a[2][MM_BLOCK_K][MM_BLOCK_M + MM_PAD_A];  // A^T tiles: [stage][k][m]
     float b[2][MM_BLOCK_K][MM_BLOCK_N];             // B tiles:   [stage][k][n]
@@ -189,17 +203,8 @@ matmul_f32(const float* __restrict__ A, const float* __restrict__ B, float* __re
     static_assert(VEC_B == 4 || VEC_B == 1, "VEC_B is 4 (N % 4 == 0) or 1");
     __shared__ __align__(16) MmSmem sm;
 
-    // Grouped tile order (GROUP_M tile rows per group, column-major inside a group).
-    const int tiles_m = (M + MM_BLOCK_M - 1) / MM_BLOCK_M;
-    const int tiles_n = (N + MM_BLOCK_N - 1) / MM_BLOCK_N;
-    const int pid = blockIdx.x;
-    const int per_group = MM_GROUP_M * tiles_n;
-    const int first_m = (pid / per_group) * MM_GROUP_M;
-    const int group_rows = min(tiles_m - first_m, MM_GROUP_M);
-    const int tile_m = first_m + (pid % per_group) % group_rows;
-    const int tile_n = (pid % per_group) / group_rows;
-    const int m0 = tile_m * MM_BLOCK_M;
-    const int n0 = tile_n * MM_BLOCK_N;
+    int m0, n0;
+    mm_tile_origin<MM_BLOCK_M, MM_BLOCK_N>(M, N, m0, n0);
 
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
@@ -229,3 +234,122 @@ matmul_f32(const float* __restrict__ A, const float* __restrict__ B, float* __re
 
     mm_store<VEC_B>(C, M, N, m0 + tm, n0 + tn, acc);
 }
+
+// ----------------------------------------------------------------------------- 128 x 128 tiles
+
+// Variant tile128 (config: operations.matmul.variants; -DMM_TILE128=1 makes the host launch it
+// where N % 4 == 0 and K % 4 == 0, and matmul_f32<VEC_B> elsewhere):
+//     matmul_f32_128   128 x 128 x 8 tiles, 256 threads, 8 x 8 outputs per thread held as two
+//                      4 x 4 blocks 64 rows and 64 columns apart (so the 128-bit shared-memory
+//                      reads of a warp are conflict-free), A and B read as float4 from global
+//                      memory into registers while the previous tile is multiplied, then stored
+//                      to the other of two shared-memory stages (one barrier per K tile).
+// Takes (A, B, C, M, N, K) like matmul_f32; needs N % 4 == 0, K % 4 == 0 and 16-byte aligned
+// A, B, C; launch with blockDim.x == 256, gridDim.x == ceil(M / 128) * ceil(N / 128).
+
+#ifndef MM_TILE128
+#define MM_TILE128 0
+#endif
+#if MM_TILE128  // compiled only for the variant, so the base kernel's build holds matmul_f32<VEC_B> alone
+
+#define MM2_BM 128
+#define MM2_BN 128
+#define MM2_BK 8
+#define MM2_THREADS 256
+
+struct Mm2Smem {
+    float a[2][MM2_BK][MM2_BM];  // A^T tiles: [stage][k][m]
+    float b[2][MM2_BK][MM2_BN];  // B tiles:   [stage][k][n]
+};
+
+// This thread's share of K-tile k0: a float4 of A (row tid / 2, k k0 + 4 (tid % 2)) and a float4
+// of B (row k0 + tid / 32, columns 4 (tid % 32)); zeros outside the matrices.
+__device__ __forceinline__ void mm2_fetch(const float* __restrict__ A, const float* __restrict__ B,
+                                          const int M, const int N, const int K, const int m0,
+                                          const int n0, const int k0, float4& a, float4& b) {
+    const int tid = threadIdx.x;
+    const int row = m0 + (tid >> 1);
+    const int ka = k0 + 4 * (tid & 1);
+    a = (row < M && ka < K) ? *reinterpret_cast<const float4*>(A + static_cast<long long>(row) * K + ka)
+                            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    const int kb = k0 + (tid >> 5);
+    const int col = n0 + 4 * (tid & 31);
+    b = (kb < K && col < N) ? *reinterpret_cast<const float4*>(B + static_cast<long long>(kb) * N + col)
+                            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+}
+
+// Store the fetched float4s into stage s: A transposed, B as is.
+__device__ __forceinline__ void mm2_stash(Mm2Smem& sm, const int s, const float4& a, const float4& b) {
+    const int tid = threadIdx.x;
+    const int m = tid >> 1;
+    const int k = 4 * (tid & 1);
+    sm.a[s][k + 0][m] = a.x;
+    sm.a[s][k + 1][m] = a.y;
+    sm.a[s][k + 2][m] = a.z;
+    sm.a[s][k + 3][m] = a.w;
+    *reinterpret_cast<float4*>(&sm.b[s][tid >> 5][4 * (tid & 31)]) = b;
+}
+
+__global__ void __launch_bounds__(MM2_THREADS, 2)
+matmul_f32_128(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+               const int M, const int N, const int K) {
+    __shared__ __align__(16) Mm2Smem sm;
+
+    int m0, n0;
+    mm_tile_origin<MM2_BM, MM2_BN>(M, N, m0, n0);
+
+    const int tx = threadIdx.x & 15;  // columns 4 tx .. 4 tx + 3 and 64 + 4 tx ..
+    const int ty = threadIdx.x >> 4;  // rows    4 ty .. 4 ty + 3 and 64 + 4 ty ..
+
+    float acc[8][8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
+    }
+
+    const int ktiles = (K + MM2_BK - 1) / MM2_BK;
+    float4 fa, fb;
+    mm2_fetch(A, B, M, N, K, m0, n0, 0, fa, fb);
+    mm2_stash(sm, 0, fa, fb);
+    __syncthreads();
+    for (int kt = 0; kt < ktiles; ++kt) {
+        const int s = kt & 1;
+        const bool more = kt + 1 < ktiles;
+        if (more) mm2_fetch(A, B, M, N, K, m0, n0, (kt + 1) * MM2_BK, fa, fb);  // in flight below
+#pragma unroll
+        for (int k = 0; k < MM2_BK; ++k) {
+            const float4 a0 = *reinterpret_cast<const float4*>(&sm.a[s][k][4 * ty]);
+            const float4 a1 = *reinterpret_cast<const float4*>(&sm.a[s][k][64 + 4 * ty]);
+            const float4 b0 = *reinterpret_cast<const float4*>(&sm.b[s][k][4 * tx]);
+            const float4 b1 = *reinterpret_cast<const float4*>(&sm.b[s][k][64 + 4 * tx]);
+            const float av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+            const float bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+#pragma unroll
+                for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+            }
+        }
+        // Stage s ^ 1 was last read in iteration kt - 1, which every thread finished before the
+        // barrier that ended it; the barrier below publishes the new tile before kt + 1 reads it.
+        if (more) mm2_stash(sm, s ^ 1, fa, fb);
+        __syncthreads();
+    }
+
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const int row = m0 + (i < 4 ? 4 * ty + i : 64 + 4 * ty + (i - 4));
+        if (row >= M) continue;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int col = n0 + 64 * h + 4 * tx;  // N % 4 == 0: the float4 is wholly in or out
+            if (col < N) {
+                *reinterpret_cast<float4*>(C + static_cast<long long>(row) * N + col) =
+                    make_float4(acc[i][4 * h], acc[i][4 * h + 1], acc[i][4 * h + 2], acc[i][4 * h + 3]);
+            }
+        }
+    }
+}
+
+#endif  // MM_TILE128

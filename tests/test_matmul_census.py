@@ -216,3 +216,29 @@ def test_build_census_triton(tmp_path: Path) -> None:
     aligned, odd = rows
     assert aligned["st_global_128"] > 0 and aligned["st_global_32"] == 0
     assert odd["st_global_128"] == 0 and odd["st_global_32"] > 0  # N = 1001: no 16-byte rows
+
+
+def test_tile128_variant_dispatch_and_census() -> None:
+    """The variant tile128 (-DMM_TILE128=1) launches matmul_f32_128 where N % 4 == 0 and K % 4 == 0
+    and the base kernel elsewhere; its census comes from the compiler with that define."""
+    from harness import config, cuda_module, variants
+    from harness.build import build_census
+    from harness.matmul_kernels import cuda_grid, cuda_variant
+
+    assert cuda_variant(1024, 1024, 1024).kernel == "matmul_f32<4>"
+    with cuda_module.variant_options(("-DMM_TILE128=1",)):
+        assert cuda_variant(1024, 1024, 1024).kernel == "matmul_f32_128"
+        assert cuda_variant(1024, 1022, 1024).kernel == "matmul_f32<1>"  # N % 4 != 0
+        assert cuda_variant(1024, 1024, 1022).kernel == "matmul_f32<4>"  # K % 4 != 0
+    assert cuda_grid(1000, 1000, 128) == 8 * 8 and cuda_grid(1000, 1000) == 16 * 16
+    if cuda_module.load_nvrtc() is None:
+        pytest.skip("NVRTC is not available here")
+    cfg = config.load(config.ROOT / "config.yaml")
+    options = variants.compiler_options(cfg["operations"]["matmul"], "cuda.tile128")
+    rows = build_census("matmul", "cuda", [(1024, 1024, 1024), (1024, 1022, 1024)], variant=("cuda.tile128", options))
+    by = {r["kernel"]: r for r in rows}
+    assert set(by) == {"matmul_f32_128", "matmul_f32<1>"}
+    big = by["matmul_f32_128"]
+    assert big["impl"] == "cuda.tile128" and "-DMM_TILE128=1" in big["options"]
+    assert big["registers"] <= 128 and big["spill_stores"] == 0  # __launch_bounds__(256, 2)
+    assert big["ld_global_128"] >= 2 and big["st_global_128"] >= 2 and big["static_smem"] == 2 * 2 * 8 * 128 * 4

@@ -50,6 +50,25 @@ def _write_text(text: str, path: str | Path) -> None:
     write_text(text, path)
 
 
+def _preload(impls: list[str]) -> None:
+    """Import what the implementations launch with before the GPU lock is taken: importing touches
+    no GPU (no CUDA context exists until the first CUDA call, inside the lock), and it is most of a
+    GPU job's start-up, so a job waiting for the lock (snakemake --resources gpu=2 on one GPU) has
+    it done by the time the lock is free."""
+    import importlib
+
+    wanted = ["torch"]
+    if any(i.split(".")[0] in ("cuda", "external") for i in impls):
+        wanted += ["cupy", "harness.cuda_module"]
+    if any(i == "triton" for i in impls):
+        wanted += ["triton"]
+    for name in wanted:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass  # the step itself says what is missing, in one sentence
+
+
 def _lock(cfg: dict[str, Any], what: str, ns_dir: str | Path | None = None, op: str | None = None,
           shape: str | None = None) -> Any:
     """The GPU lock every GPU step holds (harness.gpulock), with the configured timeout. The jobs of
@@ -85,6 +104,7 @@ def check(cfg: dict[str, Any], op: str, shape: str, impl: str, out: str) -> None
     from harness.check import crash_message, failure, run_check
     from harness.watchdog import deadline
 
+    _preload([impl])
     with _lock(cfg, f"check {op} {shape} {impl}", Path(out).parents[3], op, shape) as uuid:
         with deadline(float(cfg["timeouts"]["check_s"]), f"the check of {op} {shape} {impl}"):
             try:
@@ -170,6 +190,7 @@ def span(cfg: dict[str, Any], op: str, shape: str, impls: list[str], samples_out
         for impl in skipped:
             print(f"span: {op} {shape} {impl} failed its check and is not timed")
     graph_rows: list[dict[str, Any]] = []
+    _preload(impls)
     with _lock(cfg, f"span {op} {shape}", Path(summary_out).parents[2], op, shape):
         with deadline(float(cfg["timeouts"]["span_s"]), f"the spans of {op} {shape}"):
             rows = spans.measure(cfg, op, shape, impls, graph_rows) if impls else []

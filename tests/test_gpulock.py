@@ -256,3 +256,16 @@ shutil.copy("{export}", base + ".sqlite")
     assert "CUDA_VISIBLE_DEVICES" not in os.environ  # put back after the step
     rec = json.loads((tmp_path / "ns" / "logs" / "gpu" / "layernorm" / "4096x768.json").read_text())
     assert rec["group"] == "gpu-layernorm-4096x768" and rec["gpu_uuid"] == FAKE[1]
+
+
+def test_preloading_creates_no_cuda_context() -> None:
+    """The imports a GPU job does before taking the lock start no CUDA context (a context is GPU
+    work, which only the lock holder may do)."""
+    import subprocess
+    import sys
+
+    code = ("from harness import steps; steps._preload(['cuda', 'triton', 'torch', 'cuda.one_pass']); "
+            "import torch; print(torch.cuda.is_initialized())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "False"

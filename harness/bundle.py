@@ -486,8 +486,10 @@ def _compare_table(name: str, bundled: Path, derived: Path, keys: list[str], sco
 
 
 def _not_measured(record: Path) -> bool:
+    from harness import tables
+
     try:
-        return json.loads(record.read_text()).get("measured", True) is False
+        return not tables.measured(json.loads(record.read_text()))
     except (OSError, ValueError, AttributeError):
         return False
 

@@ -95,18 +95,10 @@ def to_base(value: str, unit: str) -> float | None:
     except ValueError:
         return None
     unit = unit.strip()
-    m = re.fullmatch(r"([KMGTP]?)byte(?:/s(?:econd)?)?", unit)
+    m = re.fullmatch(r"([KMGTP]?)byte(?:/[a-z]+)?", unit)  # Mbyte, Tbyte/s, Kbyte/block
     if m:
         return number * _PREFIX[m.group(1)]
-    m = re.fullmatch(r"([KMGTP]?)byte/([a-z]+)", unit)  # e.g. Kbyte/block
-    if m:
-        return number * _PREFIX[m.group(1)]
-    if unit in _TIME:
-        return number * _TIME[unit]
-    m = re.fullmatch(r"([KMGTP]?)(?:cycle|inst|warp|sector|request)/(?:ns|nsecond|us|usecond|ms|msecond|s|second)", unit)
-    if m:  # rates are not converted (none in the default set); keep the number
-        return number
-    return number
+    return number * _TIME.get(unit, 1.0)
 
 
 def read_raw_csv(path: str | Path) -> list[dict[str, Any]]:
@@ -160,9 +152,10 @@ def counter_rows(kernels: list[dict[str, Any]], metrics: Mapping[str, str], name
 
 
 def unavailable_rows(reason: str, metrics: Mapping[str, str], namespace: str, op: str, shape: str,
-                     impl: str) -> list[dict[str, Any]]:
-    """The one row that records counters could not be read for (op, shape, impl), and why."""
-    row: dict[str, Any] = {"namespace": namespace, "op": op, "shape": shape, "impl": impl, "status": "unavailable",
+                     impl: str, status: str = "unavailable") -> list[dict[str, Any]]:
+    """The one row that records counters were not read for (op, shape, impl), and why: `status`
+    'unavailable' (not on this host) or 'not measured' (the check failed)."""
+    row: dict[str, Any] = {"namespace": namespace, "op": op, "shape": shape, "impl": impl, "status": status,
                            "reason": reason, "kernel_index": None, "kernel": "", "grid": "", "block": "",
                            "source": SOURCE}
     row.update({column: None for column in metrics})

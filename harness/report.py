@@ -240,8 +240,7 @@ TABLES = ("kernel_time", "kernel_time_detail", "span", "check", "sweep", "census
 
 
 def load_tables(inputs: Mapping[str, str]) -> dict[str, pd.DataFrame]:
-    names = TABLES
-    return {n: pd.read_csv(inputs[n]) for n in names if n in inputs}
+    return {n: pd.read_csv(inputs[n]) for n in TABLES if n in inputs}
 
 
 def _write(text: str, path: str | Path) -> None:

@@ -171,7 +171,9 @@ def capture(cfg: dict[str, Any], op: str, shape: str, impl: str, meta: str, log:
 
 def measured(meta: str | Path) -> bool:
     """Whether a capture record stands for a capture (False: its check failed, nothing was timed)."""
-    return json.loads(Path(meta).read_text()).get("measured", True) is not False
+    from harness.tables import measured as record_measured
+
+    return record_measured(json.loads(Path(meta).read_text()))
 
 
 def span(cfg: dict[str, Any], op: str, shape: str, impls: list[str], samples_out: str, summary_out: str,
@@ -220,16 +222,18 @@ def counters(cfg: dict[str, Any], op: str, shape: str, impl: str, raw_out: str, 
 
     c, metrics = cfg["counters"], cfg["counters"]["metrics"]
     ident = (cfg["namespace"], op, shape, impl)
+
+    def without_counters(reason: str, status: str = "unavailable") -> None:
+        print(f"counters {status}: {reason}")
+        tables.write_csv(ctr.unavailable_rows(reason, metrics, *ident, status=status), ctr.columns(metrics), table_out)
+        _write_text("", raw_out)
+
     if check_json:
         from harness.check import read_check
 
         record = read_check(check_json)
         if not record["passed"]:
-            print(f"counters not read: {record.get('error')}")
-            rows = ctr.unavailable_rows(f"not measured: {record.get('error') or 'its check failed'}", metrics, *ident)
-            rows[0]["status"] = "not measured"
-            tables.write_csv(rows, ctr.columns(metrics), table_out)
-            _write_text("", raw_out)
+            without_counters(f"not measured: {record.get('error') or 'its check failed'}", "not measured")
             return
     raw, table = Path(raw_out), Path(table_out)
     raw.parent.mkdir(parents=True, exist_ok=True)
@@ -240,9 +244,7 @@ def counters(cfg: dict[str, Any], op: str, shape: str, impl: str, raw_out: str, 
     try:
         ncu = ctr.find_ncu(c["ncu"])
     except ToolMissing as exc:
-        print(f"counters unavailable: {exc}")
-        tables.write_csv(ctr.unavailable_rows(str(exc), metrics, *ident), ctr.columns(metrics), table)
-        _write_text("", raw)
+        without_counters(str(exc))
         return
     target_cfg = json.loads(json.dumps(cfg))
     target_cfg["capture"].update(warmup=c["warmup"], iterations=c["iterations"])
@@ -258,9 +260,7 @@ def counters(cfg: dict[str, Any], op: str, shape: str, impl: str, raw_out: str, 
                                  what=f"ncu profile of {op} {shape} {impl}")
     reason = ctr.unavailable_reason(output)
     if reason:
-        print(f"counters unavailable on this host: {reason}")
-        tables.write_csv(ctr.unavailable_rows(reason, metrics, *ident), ctr.columns(metrics), table)
-        _write_text("", raw)
+        without_counters(reason)
         return
     if rc != 0 or not tmp_rep.is_file():
         raise EvidenceError(f"ncu profile of {op} {shape} {impl} failed (exit status {rc}, report "

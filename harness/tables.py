@@ -124,12 +124,18 @@ def kernel_time_summary(detail: pd.DataFrame, iterations: int, namespace: str, c
     return out
 
 
+def measured(record: Mapping[str, Any]) -> bool:
+    """Whether a capture record stands for a capture ('measured': false when its check failed and
+    nothing was timed; records from before the key existed are captures)."""
+    return record.get("measured", True) is not False
+
+
 def gpus_of_captures(metas: Iterable[str | Path]) -> dict[tuple[str, str, str], str]:
     """(op, shape, impl) -> GPU UUID, from the capture records that name one."""
     out = {}
     for path in metas:
         meta = json.loads(Path(path).read_text())
-        if meta.get("gpu_uuid") and meta.get("measured", True) is not False:
+        if meta.get("gpu_uuid") and measured(meta):
             out[(str(meta.get("op")), str(meta.get("shape")), str(meta.get("impl")))] = str(meta["gpu_uuid"])
     return out
 

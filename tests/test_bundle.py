@@ -25,9 +25,11 @@ SECRET = "ghp_FAKE_bundle_secret_0123456789abcdef"
 NS = "test-bundle"
 
 
-def make_namespace(root: Path, ns: str = NS, with_ceilings: bool = True, secret: bool = True) -> None:
+def make_namespace(root: Path, ns: str = NS, with_ceilings: bool = True, secret: bool = True,
+                   failed: str | None = None) -> None:
     """A namespace as the pipeline leaves it: the three real layernorm exports as captures, tables
-    and reports made from them by the pipeline's own steps, small synthetic spans, checks, census."""
+    and reports made from them by the pipeline's own steps, small synthetic spans, checks, census.
+    `failed` names an implementation whose check failed: no export, a 'not measured' record."""
     cfg = config.validate({"namespace": ns, "implementations": IMPLS,
                            "capture": {"warmup": 10, "iterations": 100, "range": "capture"},
                            "operations": {"layernorm": {"default": SHAPE, "sweep": [SHAPE],
@@ -42,12 +44,17 @@ def make_namespace(root: Path, ns: str = NS, with_ceilings: bool = True, secret:
         cap.with_suffix(".json").write_text(json.dumps({"op": "layernorm", "shape": SHAPE, "impl": impl,
                                                         "nsys_version": "2025.3.1", "env_rows_removed": 0}))
         cap.with_suffix(".nsys-rep").write_bytes(b"raw nsys report, not scrubbable")
+        if impl == failed:  # as steps.capture leaves an implementation whose check failed
+            cap.unlink()
+            cap.with_suffix(".nsys-rep").unlink()
+            cap.with_suffix(".json").write_text(json.dumps({"op": "layernorm", "shape": SHAPE, "impl": impl,
+                                                            "measured": False, "reason": "check failed: planted"}))
         detail = art / "kernel_time" / "layernorm" / SHAPE / f"{impl}.csv"
         steps.kernel_time(str(cap.with_suffix(".json")), "capture", 100, "layernorm", SHAPE, impl, str(detail))
         details.append(str(detail))
         check = art / "check" / "layernorm" / SHAPE / f"{impl}.json"
         check.parent.mkdir(parents=True, exist_ok=True)
-        check.write_text(json.dumps({"op": "layernorm", "shape": SHAPE, "impl": impl, "passed": True,
+        check.write_text(json.dumps({"op": "layernorm", "shape": SHAPE, "impl": impl, "passed": impl != failed,
                                      "max_abs_err": 1e-6 * (i + 1), "max_rel_err": 2e-6, "rel_l2_err": 3e-7,
                                      "atol": 1e-4, "rtol": 1e-4, "nonfinite_outputs": 0, "unwritten_outputs": 0,
                                      "elements": 3145728}))
@@ -380,3 +387,13 @@ def test_committed_namespaces_differ_only_by_drift_never_by_numbers(ns: str, tmp
     assert all("\n" not in p and p.endswith(".") for p in problems)
     assert not any(re.search(r"line \d+: .* in the bundle, .* from the tables", p) for p in problems)
     assert not any("SHA-256" in p for p in problems)
+
+
+def test_a_namespace_with_a_failed_implementation_verifies(tmp_path: Path) -> None:
+    """The implementation whose check failed has no export and no row in the kernel-time tables by
+    design; verify re-derives the others and finds nothing missing."""
+    make_namespace(tmp_path, secret=False, failed="cuda")
+    out = bundle.make_bundle(NS, tmp_path / "b.tar.gz", root=tmp_path)
+    assert bundle.verify(out) == []
+    kt = pd.read_csv(tmp_path / "artifacts" / NS / "tables" / "kernel_time.csv")
+    assert set(kt["impl"]) == {"triton", "torch"}

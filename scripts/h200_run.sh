@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Run on the lent H200 (developers' device tool), from the repository root:
 #   source gpu-env.sh && bash scripts/h200_run.sh [snakemake targets...]
-# Environment: CONFIGFILE=F merges F over config.yaml; NAMESPACE=N writes namespace N (--config); RUN_TESTS=0 skips the GPU tests; STATS=1 runs nsys stats on every capture; PIPELINE=0 skips the pipeline; SNAKE_TIMEOUT
-# (seconds, default 540) stops snakemake with SIGINT, so it removes incomplete outputs and its
-# lock, and a second call on the same (warm) machine resumes. EVIDENCE_GIT_COMMIT names the
-# commit (the device copy has no .git). Everything worth keeping is packed into $OUT.
+# Environment: CONFIGFILE=F merges F over config.yaml; NAMESPACE=N writes namespace N (--config);
+# RUN_TESTS=0 skips the GPU tests (TEST_ARGS narrows them); STATS=1 runs nsys stats on every
+# capture; PIPELINE=0 skips the pipeline; CORES (default 4); GPU_SLOTS=K lets K GPU jobs start at
+# once (on one GPU the lock still lets one measure at a time: the others import and wait);
+# SNAKE_TIMEOUT (seconds, default 540) stops snakemake with SIGINT, so it removes incomplete
+# outputs and its lock, and a second call on the same (warm) machine resumes. EVIDENCE_GIT_COMMIT
+# names the commit (the device copy has no .git). Everything worth keeping is packed into $OUT.
 set -uo pipefail
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -21,7 +24,7 @@ if [ "${RUN_TESTS:-1}" = 1 ]; then
 fi
 if [ "${PIPELINE:-1}" = 1 ]; then
   t1=$(date +%s)
-  timeout -s INT "${SNAKE_TIMEOUT:-540}" snakemake "${@:-report}" --cores 4 --keep-going --rerun-incomplete ${CONFIGFILE:+--configfile "$CONFIGFILE"} ${NAMESPACE:+--config namespace="$NAMESPACE"} >> "$OUT/snakemake.txt" 2>&1
+  timeout -s INT "${SNAKE_TIMEOUT:-540}" snakemake "${@:-report}" --cores "${CORES:-4}" ${GPU_SLOTS:+--resources gpu="$GPU_SLOTS"} --keep-going --rerun-incomplete ${CONFIGFILE:+--configfile "$CONFIGFILE"} ${NAMESPACE:+--config namespace="$NAMESPACE"} >> "$OUT/snakemake.txt" 2>&1
   rc=$?
   grep -E "Error in rule|steps \(|CheckFailed|check failed|no CUDA|not found" "$OUT/snakemake.txt" | tail -25
   echo "snakemake: $(( $(date +%s) - t1 )) s, rc=$rc" | tee -a "$OUT/snakemake.txt"

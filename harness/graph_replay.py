@@ -29,7 +29,7 @@ MIN_REPLAYS = 3
 def replays_within(replays: int, first_replay_s: float, max_seconds: float) -> int:
     """How many timed replays to make: the configured number, fewer when they would take longer
     than `max_seconds` at the first (untimed) replay's duration, but never fewer than MIN_REPLAYS."""
-    if first_replay_s <= 0:
+    if first_replay_s <= 0 or max_seconds == float("inf"):
         return replays
     return max(min(replays, MIN_REPLAYS), min(replays, int(max_seconds / first_replay_s)))
 

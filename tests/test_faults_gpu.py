@@ -7,6 +7,7 @@ processes, as the workflow's jobs do."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -35,7 +36,11 @@ def run_check_process(cfg: dict, impl: str, out: Path, timeout: float = 120) -> 
     code = ("import json, sys; from harness import steps; from harness.jobs import run_step; "
             f"cfg = json.load(open({str(cfg_path)!r})); "
             f"run_step(None, lambda: steps.check(cfg, 'transpose', {SHAPE!r}, {impl!r}, {str(out)!r}))")
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    # the test already holds the GPU's lock (conftest), so the child takes a lock of its own folder
+    # (a lock in the real folder would wait for the test until the timeout)
+    env = {**os.environ, "EVIDENCE_LOCK_DIR": str(out.parents[5] / "child-locks")}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                          env=env)
 
 
 def ns(tmp: Path, impl: str) -> Path:

@@ -264,3 +264,4 @@ def test_graph_replays_are_capped_by_time_but_never_below_three() -> None:
     assert graph_replay.replays_within(20, 0.2, 1.0) == 5
     assert graph_replay.replays_within(2, 5.0, 1.0) == 2  # never more than asked
     assert graph_replay.replays_within(20, 0.0, 1.0) == 20
+    assert graph_replay.replays_within(20, 0.5, float("inf")) == 20  # no cap (the default)

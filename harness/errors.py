@@ -15,3 +15,9 @@ class CheckFailed(EvidenceError):
 
 class ToolMissing(EvidenceError):
     """A required external tool (GPU, nsys, compiler) is not available."""
+
+
+class GPUFault(EvidenceError):
+    """A kernel crashed on the GPU (illegal address, launch failure): the process's CUDA context is
+    dead, so the job ends at once after its sentence, without the interpreter's teardown (which
+    would only add the libraries' own errors about unloading modules from that context)."""

@@ -4,12 +4,13 @@ ends the job with one sentence (in the log and on stderr) instead of a traceback
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.errors import EvidenceError
+from harness.errors import EvidenceError, GPUFault
 
 
 def run_step(log_path: str | Path | None, step: Callable[[], Any]) -> Any:
@@ -25,4 +26,7 @@ def run_step(log_path: str | Path | None, step: Callable[[], Any]) -> Any:
                 print(str(exc), file=fh, flush=True)
                 if fh is not sys.stderr:
                     print(str(exc), file=sys.stderr, flush=True)
+                if isinstance(exc, GPUFault):
+                    fh.flush()
+                    os._exit(1)  # a dead CUDA context: skip the teardown and its noise
                 sys.exit(1)

@@ -13,7 +13,7 @@ from typing import Any
 
 
 from harness.config import parse_shape
-from harness.errors import EvidenceError
+from harness.errors import EvidenceError, GPUFault
 
 
 def _write_json(obj: Any, path: str | Path) -> None:
@@ -113,7 +113,7 @@ def check(cfg: dict[str, Any], op: str, shape: str, impl: str, out: str) -> None
                 message = crash_message(exc, op, shape, impl)
                 if message is None:
                     raise
-                raise EvidenceError(message) from None
+                raise GPUFault(message) from None
     record["gpu_uuid"] = uuid
     record["error"] = failure(record)
     print(json.dumps(record, indent=1))

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from harness import ROOT, config, report, steps, tables, watchdog
-from harness.errors import EvidenceError
+from harness.errors import EvidenceError, GPUFault
 
 OP, SHAPE = "layernorm", "4096x768"
 
@@ -57,11 +57,29 @@ def test_a_crash_fails_its_own_job_in_one_sentence(cfg: dict, tmp_path: Path, mo
 
     monkeypatch.setattr("harness.check.run_check", crash)
     out = ns_path(tmp_path, "check", OP, SHAPE, "cuda.json")
-    with pytest.raises(EvidenceError) as err:
+    with pytest.raises(GPUFault) as err:
         steps.check(cfg, OP, SHAPE, "cuda", out)
     text = str(err.value)
     assert text.startswith(f"{OP} {SHAPE} cuda crashed on the GPU (RuntimeError: ") and "\n" not in text
     assert not Path(out).exists()
+
+
+def test_a_crash_ends_the_process_after_its_sentence_without_teardown(tmp_path: Path) -> None:
+    """After a GPU fault the CUDA context is dead; the interpreter's teardown would make the
+    libraries unload modules from it and print their own tracebacks after our sentence (seen on
+    the H200 with CuPy). The job ends at once: its sentence is the last line, no exit hook runs."""
+    import subprocess
+    import sys
+
+    code = ("import atexit; from harness.jobs import run_step; from harness.errors import GPUFault\n"
+            "atexit.register(lambda: print('teardown ran', flush=True))\n"
+            "def step():\n    raise GPUFault('transpose 1024x1024 external crashed on the GPU (planted).')\n"
+            f"run_step({str(tmp_path / 'job.log')!r}, step)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == "transpose 1024x1024 external crashed on the GPU (planted)."
+    assert "teardown ran" not in proc.stdout + proc.stderr
+    assert (tmp_path / "job.log").read_text().strip() == "transpose 1024x1024 external crashed on the GPU (planted)."
 
 
 def test_an_ordinary_bug_is_not_disguised_as_a_crash(cfg: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

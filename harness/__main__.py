@@ -6,6 +6,8 @@ Commands:
   config [FILE [OVERRIDE ...]]                                    validate a config file (overrides merged over it)
   history build [--artifacts DIR] [--out FILE]                    rebuild the SQLite index of every retained namespace
   bundle NAMESPACE [--out FILE] [--include-reports]               one archive of a namespace for a pull request
+  compare A B [--out FILE.csv]                                    kernel times of two namespaces, each against its launch spread
+  retrust NAMESPACE                                               re-derive a namespace's controls, drift and reports (CPU)
   verify BUNDLE                                                    check a bundle: hashes, re-derived tables, report figures
                                                                    (exit 0 verified, 1 mismatches, 2 unusable input)
 
@@ -18,7 +20,7 @@ import sys
 
 from harness.errors import EvidenceError
 
-USAGE = "usage: python -m harness {nsys,target,config,history,bundle,verify} ..."
+USAGE = "usage: python -m harness {nsys,target,config,history,compare,retrust,bundle,verify} ..."
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,6 +38,14 @@ def main(argv: list[str] | None = None) -> int:
             from harness import history
 
             return history.main(rest)
+        if command == "compare":
+            from harness import compare
+
+            return compare.main(rest)
+        if command == "retrust":
+            from harness import retrust
+
+            return retrust.main(rest)
         if command in ("bundle", "verify"):
             from harness import bundle
 

@@ -113,6 +113,7 @@ def build_context(cfg: Mapping[str, Any], tables: Mapping[str, pd.DataFrame], pr
                                          impls + [i for i in implementations(cfg, op) if i not in impls],
                                          cfg.get("trust", {}).get("control", "triton"), cfg.get("counters", {})),
         })
+        operations[-1]["load"] = load_flags(tables.get("gpu_state"), tables.get("controls"), op)
         _attach_measured(operations[-1])
         d_gpus = d_kt["gpu_uuid"].dropna().unique() if "gpu_uuid" in d_kt else []
         operations[-1]["default_split"] = len(d_gpus) > 1  # its figures are not put side by side
@@ -232,6 +233,24 @@ def gpu_quiet(state: pd.DataFrame | None) -> dict[str, Any] | None:
         "waited_max_s": float(pd.to_numeric(state["waited_s"], errors="coerce").fillna(0).max()),
         "disturbed": _records(disturbed[["op", "shape", "impl", "flags"]]),
     }
+
+
+def load_flags(state: pd.DataFrame | None, controls: pd.DataFrame | None, op: str) -> dict[str, Any]:
+    """What says an operation's captures were not taken on a quiet GPU: its captures that NVML saw
+    disturbed (gpu_state.csv: another compute process or a slowing throttle reason during the
+    capture) and the shapes whose control came back above its band (controls.csv). Both are put at
+    the operation's claim and in the issue comment, not only in the method section."""
+    disturbed: list[dict[str, Any]] = []
+    if state is not None and not state.empty and "disturbed" in state:
+        rows = state[(state["op"] == op) & (state["disturbed"].astype(str).str.lower() == "true")]
+        disturbed = _records(rows[["shape", "impl", "flags"]])
+    under_load: list[dict[str, Any]] = []
+    if controls is not None and not controls.empty and "under_load" in controls:
+        rows = controls[(controls["op"] == op) & (controls["under_load"].astype(str).str.lower() == "true")]
+        under_load = _records(rows[["shape", "control", "kernel_time_us", "band_lo_us", "band_hi_us"]])
+    captures = int((state["op"] == op).sum()) if state is not None and not state.empty else 0
+    return {"disturbed": disturbed, "under_load": under_load, "captures": captures,
+            "any": bool(disturbed or under_load)}
 
 
 TABLES = ("kernel_time", "kernel_time_detail", "span", "check", "sweep", "census", "ceilings", "controls", "drift",

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness import config, report, tables
+from harness import ROOT, config, report, tables
 from harness.spans import summarise
 
 SHAPES = ["4096x768", "1024x2048"]
@@ -265,3 +265,29 @@ def test_graph_replays_are_capped_by_time_but_never_below_three() -> None:
     assert graph_replay.replays_within(2, 5.0, 1.0) == 2  # never more than asked
     assert graph_replay.replays_within(20, 0.0, 1.0) == 20
     assert graph_replay.replays_within(20, 0.5, float("inf")) == 20  # no cap (the default)
+
+
+def render_retained(ns: str, tmp: Path) -> tuple[str, str]:
+    """Both reports of a committed H200 namespace, re-rendered from its tables with its own config."""
+    art = ROOT / "artifacts" / ns
+    cfg = json.loads((art / "provenance.json").read_text())["config"]
+    inputs = {t: str(art / "tables" / f"{t}.csv") for t in report.TABLES if (art / "tables" / f"{t}.csv").is_file()}
+    inputs["provenance"] = str(art / "provenance.json")
+    report.render_reports(cfg, inputs, tmp / "fn.md", tmp / "ic.md")
+    return (tmp / "fn.md").read_text(), (tmp / "ic.md").read_text()
+
+
+def test_a_loaded_run_is_flagged_at_its_claim_and_in_the_issue_comment(tmp_path: Path) -> None:
+    # h200-loaded-1: scripts/gpu_load.py ran beside the captures on the H200 (NVML saw it)
+    note, comment = render_retained("h200-loaded-1", tmp_path)
+    claim = note.split("### Claim", 1)[1].split("### Shape sweep", 1)[0]
+    assert "**Not a quiet GPU.** 3 of this operation's 3 captures were disturbed" in claim
+    assert "another compute process ran beside the captured one" in claim
+    assert comment.count("**Not a quiet GPU:** layernorm (3 of 3 captures disturbed)") == 1
+
+
+def test_a_quiet_run_is_not_flagged(tmp_path: Path) -> None:
+    # h200-ops-1: the full configuration on a quiet H200 (every control inside its band)
+    note, comment = render_retained("h200-ops-1", tmp_path)
+    assert "Not a quiet GPU" not in note + comment
+    assert note.count("### Claim") == 5

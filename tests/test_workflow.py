@@ -57,7 +57,8 @@ def test_sweep_and_shape_targets() -> None:
         assert counts["capture"] == len(config.shapes(cfg, op)) * len(config.implementations(cfg, op))
         assert "span" not in counts  # the sweep is kernel time only
     shape = cfg["operations"]["layernorm"]["default"]
-    proc = run_snakemake("-n", "--forceall", f"artifacts/{cfg['namespace']}/tables/shape/layernorm/{shape}.csv")
+    ns = config.resolve_namespace(cfg, ROOT)
+    proc = run_snakemake("-n", "--forceall", f"artifacts/{ns}/tables/shape/layernorm/{shape}.csv")
     assert proc.returncode == 0, proc.stderr
     counts = job_counts(proc.stdout)
     assert counts["capture"] == len(config.implementations(cfg, "layernorm")) and counts["span"] == 1

@@ -27,7 +27,7 @@ def test_defaults_are_filled_in() -> None:
     cfg = config.validate({"namespace": "x", "operations": {"layernorm": {
         "default": "8x8", "sweep": ["8x8"], "tolerance": {"atol": 1e-4, "rtol": 1e-4}}}})
     assert cfg["capture"]["iterations"] == 100
-    assert cfg["span"] == {"samples": 300, "rounds": 3, "warmup": 20}
+    assert cfg["span"] == {"samples": 300, "rounds": 3, "warmup": 20, "exclusive": True}
     assert cfg["implementations"] == ["cuda", "triton", "torch"]
     assert cfg["arch"] == "sm_90"
     assert cfg["operations"]["layernorm"]["eps"] == 1e-5
@@ -40,6 +40,7 @@ def test_defaults_are_filled_in() -> None:
         (("capture", "iterations"), 0, "capture.iterations"),
         (("capture", "iterations"), "many", "capture.iterations"),
         (("span", "rounds"), -1, "span.rounds"),
+        (("span", "exclusive"), "False", "span.exclusive"),  # what --config span={exclusive: false} passes
         (("implementations",), ["cuda", "cudnn"], "implementations[1]"),
         (("operations", "layernorm", "sweep"), ["4096x768", "0x768"], "operations.layernorm.sweep[1]"),
         (("operations", "layernorm", "default"), "4096*768", "operations.layernorm.default"),

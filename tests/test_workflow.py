@@ -81,3 +81,27 @@ def test_report_without_gpu_ends_in_one_sentence() -> None:
     assert proc.returncode != 0
     assert "no CUDA GPU is visible here" in proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
+
+
+def threads_by_rule(output: str) -> dict[str, set[int]]:
+    """Each rule's threads in a dry run's job listing (1 where the listing names none)."""
+    found: dict[str, set[int]] = {}
+    for block in re.split(r"\n(?=\s*(?:local)?rule \w+:)", output):
+        m = re.match(r"\s*(?:local)?rule (\w+):", block)
+        if m:
+            t = re.search(r"^\s*threads: (\d+)", block, re.M)
+            found.setdefault(m.group(1), set()).add(int(t.group(1)) if t else 1)
+    return found
+
+
+def test_a_span_runs_alone_on_the_cpu(tmp_path: Path) -> None:
+    # the span times the launch path: beside other jobs it came out up to 1.56x longer on the H200
+    proc = run_snakemake("-n", "--forceall", "report", "--cores", "8", "--resources", "gpu=3")
+    assert proc.returncode == 0, proc.stderr
+    threads = threads_by_rule(proc.stdout)
+    assert threads["span"] == {8}
+    assert threads["capture"] == {1} and threads["check"] == {1}
+    (tmp_path / "shared.yaml").write_text("span: {exclusive: false}\n")
+    shared = run_snakemake("-n", "--forceall", "report", "--cores", "8", "--configfile", str(tmp_path / "shared.yaml"))
+    assert shared.returncode == 0, shared.stderr
+    assert threads_by_rule(shared.stdout)["span"] == {1}

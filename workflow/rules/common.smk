@@ -32,6 +32,11 @@ try:
 except ConfigError as exc:
     print(exc, file=sys.stderr)
     sys.exit(1)
+# An event span times the launch path on the CPU as well as the kernels: beside other jobs (imports,
+# exports, nsys post-processing) it came out up to 1.56x longer on the H200 (h200-ops-1, gpu=3,
+# against h200-ops-solo-1). Locally a span job therefore takes every core, so it runs alone; under
+# a cluster executor its group holds an allocation of its own.
+SPAN_THREADS = workflow.cores if CFG["span"]["exclusive"] and workflow.local_exec else 1
 A = f"artifacts/{NS}"
 OPS = list(CFG["operations"])
 

@@ -83,6 +83,7 @@ rule span:
     params:
         cfg=CFG,
         impls=lambda wc: impls_of(wc.op),
+    threads: SPAN_THREADS
     resources:
         gpu=1,
     script:

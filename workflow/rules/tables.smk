@@ -39,6 +39,8 @@ rule sweep:
         ],
     output:
         table=f"{A}/tables/sweep_{{op}}.csv",
+        kernel_time=f"{A}/tables/sweep_{{op}}_kernel_time.csv",
+        variants=f"{A}/tables/sweep_{{op}}_variants.csv",
     log:
         f"{A}/logs/tables/sweep_{{op}}.log",
     params:

@@ -3,6 +3,7 @@
 import re
 import sys
 from pathlib import Path
+from snakemake.exceptions import WorkflowError
 
 # The harness package is installed by the set-up command (pip install -e .); the line below
 # lets the Snakefile itself load from a bare checkout too.
@@ -36,7 +37,16 @@ except ConfigError as exc:
 # exports, nsys post-processing) it came out up to 1.56x longer on the H200 (h200-ops-1, gpu=3,
 # against h200-ops-solo-1). Locally a span job therefore takes every core, so it runs alone; under
 # a cluster executor its group holds an allocation of its own.
-SPAN_THREADS = workflow.cores if CFG["span"]["exclusive"] and workflow.local_exec else 1
+def _span_threads():
+    if not (CFG["span"]["exclusive"] and workflow.local_exec):
+        return 1
+    try:
+        return workflow.cores
+    except WorkflowError:  # a job run by a cluster executor, where no total of cores is set
+        return 1
+
+
+SPAN_THREADS = _span_threads()
 A = f"artifacts/{NS}"
 OPS = list(CFG["operations"])
 

@@ -128,6 +128,7 @@ def build_context(cfg: Mapping[str, Any], tables: Mapping[str, pd.DataFrame], pr
         "variants": variants_context(tables.get("variants")),
         "gpu_groups": gpu_groups(kt),
         "trust": trust.report_context(tables.get("controls"), tables.get("drift")),
+        "spans_shared": spans_shared_cpu(cfg, provenance),
     }
 
 
@@ -251,6 +252,26 @@ def load_flags(state: pd.DataFrame | None, controls: pd.DataFrame | None, op: st
     captures = int((state["op"] == op).sum()) if state is not None and not state.empty else 0
     return {"disturbed": disturbed, "under_load": under_load, "captures": captures,
             "any": bool(disturbed or under_load)}
+
+
+def spans_shared_cpu(cfg: Mapping[str, Any], provenance: Mapping[str, Any]) -> dict[str, int] | None:
+    """Whether the run's event spans may have shared the CPU with other jobs: the spans were not
+    exclusive (`span.exclusive` false, or a configuration from before the key existed) and a
+    command of the run allowed more than one job at once (`--cores N`, `--resources gpu=K`).
+    Returns the largest N and K seen, or None. A span times the launch path on the CPU: on the
+    H200 such spans came out up to 1.56x longer (h200-ops-1 against h200-ops-solo-1)."""
+    import re
+
+    if (cfg.get("span") or {}).get("exclusive", False):
+        return None
+    cores = gpus = 1
+    for command in provenance.get("commands") or []:
+        text = str(command)
+        for m in re.finditer(r"(?:--cores|-c|-j|--jobs)[ =](\d+)", text):
+            cores = max(cores, int(m.group(1)))
+        for m in re.finditer(r"\bgpu=(\d+)", text):
+            gpus = max(gpus, int(m.group(1)))
+    return {"cores": cores, "gpu_jobs": gpus} if cores > 1 or gpus > 1 else None
 
 
 TABLES = ("kernel_time", "kernel_time_detail", "span", "check", "sweep", "census", "ceilings", "controls", "drift",

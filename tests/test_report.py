@@ -291,3 +291,22 @@ def test_a_quiet_run_is_not_flagged(tmp_path: Path) -> None:
     note, comment = render_retained("h200-ops-1", tmp_path)
     assert "Not a quiet GPU" not in note + comment
     assert note.count("### Claim") == 5
+
+
+@pytest.mark.parametrize(("exclusive", "commands", "expected"), [
+    (None, ["2026-11-29T12:00:00+00:00 snakemake report --cores 8 --resources gpu=3 --keep-going"], {"cores": 8, "gpu_jobs": 3}),
+    (False, ["2026-11-29T12:00:00+00:00 snakemake report --cores 4"], {"cores": 4, "gpu_jobs": 1}),
+    (None, ["2026-11-29T12:00:00+00:00 snakemake --cores 1 report"], None),
+    (True, ["2026-11-29T12:00:00+00:00 snakemake report --cores 8 --resources gpu=3"], None),
+])
+def test_spans_that_shared_the_cpu_are_said(exclusive: bool | None, commands: list[str], expected: dict | None) -> None:
+    span = {"samples": 300} if exclusive is None else {"samples": 300, "exclusive": exclusive}  # None: a config from before the key
+    assert report.spans_shared_cpu({"span": span}, {"commands": commands}) == expected
+
+
+def test_the_full_run_says_its_spans_shared_the_cpu(tmp_path: Path) -> None:
+    # h200-ops-1 ran with --cores 8 --resources gpu=3 before spans ran alone: its spans came out up
+    # to 1.56x those of h200-ops-solo-1
+    note, comment = render_retained("h200-ops-1", tmp_path)
+    assert note.count("**These spans shared the CPU with other jobs** (the run allowed 8 jobs at once, 3 of them GPU jobs") == 5
+    assert "taken while other jobs shared the CPU" in comment

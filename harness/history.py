@@ -53,14 +53,22 @@ def namespace_dirs(artifacts: str | Path) -> list[Path]:
     return sorted((p for p in artifacts.iterdir() if p.is_dir() and (p / "tables").is_dir()), key=lambda p: p.name)
 
 
-def read_provenance(ns_dir: str | Path) -> dict[str, Any]:
-    """The namespace's provenance.json, or {} where it has none (or it cannot be read as JSON)."""
-    path = Path(ns_dir) / "provenance.json"
+def _json_dict(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def read_provenance(ns_dir: str | Path) -> dict[str, Any]:
+    """The namespace's provenance.json; for a namespace that only sweep targets wrote, the latest
+    of its `tables/sweep_<op>_provenance.json`; {} where it has none (or none reads as JSON)."""
+    whole = _json_dict(Path(ns_dir) / "provenance.json")
+    if whole:
+        return whole
+    sweeps = [d for d in (_json_dict(p) for p in sorted((Path(ns_dir) / "tables").glob("sweep_*_provenance.json"))) if d]
+    return max(sweeps, key=lambda d: str(d.get("date_utc", ""))) if sweeps else {}
 
 
 def provenance_date(provenance: dict[str, Any]) -> datetime.datetime | None:

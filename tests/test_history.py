@@ -147,3 +147,15 @@ def test_cli_build(synthetic: Path, tmp_path: Path, capsys: pytest.CaptureFixtur
 def test_missing_artifacts_raises(tmp_path: Path) -> None:
     with pytest.raises(EvidenceError):
         history.build_index(tmp_path / "absent", tmp_path / "h.sqlite")
+
+
+def test_a_namespace_of_sweeps_only_is_dated_by_its_latest_sweep(tmp_path: Path) -> None:
+    ns = tmp_path / "sweeps-only"
+    (ns / "tables").mkdir(parents=True)
+    (ns / "tables" / "sweep_matmul_provenance.json").write_text(json.dumps({"date_utc": "2026-11-29T12:34:50+00:00", "op": "m"}))
+    (ns / "tables" / "sweep_softmax_provenance.json").write_text(json.dumps({"date_utc": "2026-11-29T13:00:00+00:00", "op": "s"}))
+    (ns / "tables" / "sweep_transpose_provenance.json").write_text("{not json")
+    assert history.read_provenance(ns)["op"] == "s"
+    (ns / "provenance.json").write_text(json.dumps({"date_utc": "2026-11-29T09:00:00+00:00", "op": "whole"}))
+    assert history.read_provenance(ns)["op"] == "whole"  # a report run's own provenance comes first
+    assert history.read_provenance(tmp_path / "nothing") == {}

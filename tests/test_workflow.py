@@ -56,6 +56,7 @@ def test_sweep_and_shape_targets() -> None:
         counts = job_counts(proc.stdout)
         assert counts["capture"] == len(config.shapes(cfg, op)) * len(config.implementations(cfg, op))
         assert "span" not in counts  # the sweep is kernel time only
+        assert counts["sweep_provenance"] == 1 and "provenance" not in counts  # its own, from its captures only
     shape = cfg["operations"]["layernorm"]["default"]
     ns = config.resolve_namespace(cfg, ROOT)
     proc = run_snakemake("-n", "--forceall", f"artifacts/{ns}/tables/shape/layernorm/{shape}.csv")

@@ -49,6 +49,23 @@ rule sweep:
         "../scripts/sweep.py"
 
 
+rule sweep_provenance:
+    input:
+        captures=lambda wc: [
+            f"{A}/capture/{wc.op}/{shape}/{impl}.json"
+            for shape in shapes_of(wc.op)
+            for impl in impls_of(wc.op)
+        ],
+    output:
+        provenance=f"{A}/tables/sweep_{{op}}_provenance.json",
+    log:
+        f"{A}/logs/sweep_provenance_{{op}}.log",
+    params:
+        cfg=CFG,
+    script:
+        "../scripts/provenance.py"
+
+
 for _op in OPS:
 
     rule:
@@ -56,6 +73,7 @@ for _op in OPS:
             f"sweep_{_op}"
         input:
             table=f"{A}/tables/sweep_{_op}.csv",
+            provenance=f"{A}/tables/sweep_{_op}_provenance.json",
 
 
 rule tables:

@@ -624,10 +624,9 @@ def _check_reports(dest: Path, cfg: Mapping[str, Any], ns: str, work: Path, comm
     missing = [f"tables/{t}.csv" for t in RENDER_TABLES if not (tdir / f"{t}.csv").is_file()]
     if missing:
         return [f"The bundle lacks {', '.join(missing)}, so its reports cannot be re-rendered from its tables."]
-    from harness.report import TABLES
+    from harness.report import table_inputs
 
-    inputs = {t: str(tdir / f"{t}.csv") for t in TABLES if (tdir / f"{t}.csv").is_file()}
-    inputs["provenance"] = str(art / "provenance.json")
+    inputs = table_inputs(art)
     out = work / "report"
     with_figures = (rep / "figures").is_dir()
     try:

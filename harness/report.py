@@ -216,6 +216,11 @@ def cross_check_context(frame: pd.DataFrame | None, cc: Mapping[str, Any]) -> di
             "replays": cc.get("replays"), "max_seconds": cc.get("max_seconds", 1.0), "rtol": cc.get("rtol", 0.1), "atol_us_per_kernel": cc.get("atol_us_per_kernel", 0)}
 
 
+def _flagged(frame: pd.DataFrame, column: str) -> pd.Series:
+    """Rows whose boolean column is true (the CSVs hold it as True/False or true/false)."""
+    return frame[column].astype(str).str.lower() == "true"
+
+
 def gpu_quiet(state: pd.DataFrame | None) -> dict[str, Any] | None:
     """The GPU's state before the captures, in ranges ('quiet GPU at 0% / 76-110 W'), and the
     captures marked as disturbed, from gpu_state.csv; None where the table is absent or empty."""
@@ -227,7 +232,7 @@ def gpu_quiet(state: pd.DataFrame | None) -> dict[str, Any] | None:
             return "n/a"
         lo, hi = vals.min(), vals.max()
         return f"{lo:g}" if lo == hi else f"{lo:g}-{hi:g}"
-    disturbed = state[state["disturbed"].astype(str).str.lower() == "true"]
+    disturbed = state[_flagged(state, "disturbed")]
     return {
         "captures": len(state), "utilization": span_of("before_utilization_pct"), "power": span_of("before_power_w"),
         "sm_clock": span_of("before_sm_clock_mhz"), "processes": span_of("before_compute_processes"),
@@ -243,11 +248,11 @@ def load_flags(state: pd.DataFrame | None, controls: pd.DataFrame | None, op: st
     the operation's claim and in the issue comment, not only in the method section."""
     disturbed: list[dict[str, Any]] = []
     if state is not None and not state.empty and "disturbed" in state:
-        rows = state[(state["op"] == op) & (state["disturbed"].astype(str).str.lower() == "true")]
+        rows = state[(state["op"] == op) & _flagged(state, "disturbed")]
         disturbed = _records(rows[["shape", "impl", "flags"]])
     under_load: list[dict[str, Any]] = []
     if controls is not None and not controls.empty and "under_load" in controls:
-        rows = controls[(controls["op"] == op) & (controls["under_load"].astype(str).str.lower() == "true")]
+        rows = controls[(controls["op"] == op) & _flagged(controls, "under_load")]
         under_load = _records(rows[["shape", "control", "kernel_time_us", "band_lo_us", "band_hi_us"]])
     captures = int((state["op"] == op).sum()) if state is not None and not state.empty else 0
     return {"disturbed": disturbed, "under_load": under_load, "captures": captures,
@@ -277,6 +282,14 @@ def spans_shared_cpu(cfg: Mapping[str, Any], provenance: Mapping[str, Any]) -> d
 TABLES = ("kernel_time", "kernel_time_detail", "span", "check", "sweep", "census", "ceilings", "controls", "drift",
           "gpu_state", "counters", "cross_check", "variants")
 """Every table a report is rendered from (tables/<name>.csv)."""
+
+
+def table_inputs(ns_dir: str | Path) -> dict[str, str]:
+    """The render's inputs from a namespace folder: each of TABLES it has, and its provenance."""
+    tdir = Path(ns_dir) / "tables"
+    inputs = {t: str(tdir / f"{t}.csv") for t in TABLES if (tdir / f"{t}.csv").is_file()}
+    inputs["provenance"] = str(Path(ns_dir) / "provenance.json")
+    return inputs
 
 
 def load_tables(inputs: Mapping[str, str]) -> dict[str, pd.DataFrame]:

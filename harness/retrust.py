@@ -23,13 +23,10 @@ from pathlib import Path
 from harness import ROOT, steps
 from harness.errors import EvidenceError
 
-TRUST_TABLES = ("controls", "drift")
-
-
-def retrust(namespace: str, artifacts: str | Path = ROOT / "artifacts", reports: str | Path = ROOT / "report") -> dict:
-    """Rerun the trust step and the render of `namespace`; returns the trust step's summary lines."""
+def retrust(namespace: str, artifacts: str | Path = ROOT / "artifacts", reports: str | Path = ROOT / "report") -> None:
+    """Rerun the trust step and the render of `namespace`, and note the command in its provenance."""
     from harness.atomic import write_text
-    from harness.report import TABLES
+    from harness.report import table_inputs
 
     ns_dir = Path(artifacts) / namespace
     prov_path = ns_dir / "provenance.json"
@@ -41,8 +38,7 @@ def retrust(namespace: str, artifacts: str | Path = ROOT / "artifacts", reports:
         raise EvidenceError(f"retrust: the provenance of {namespace} does not hold that namespace's configuration.")
     tdir = ns_dir / "tables"
     steps.trust(cfg, str(tdir / "controls.csv"), str(tdir / "drift.csv"))
-    inputs = {t: str(tdir / f"{t}.csv") for t in TABLES if (tdir / f"{t}.csv").is_file()}
-    inputs["provenance"] = str(prov_path)
+    inputs = table_inputs(ns_dir)
     out = Path(reports) / namespace
     figures = [str(out / "figures" / f"{op}_sweep.svg") for op in cfg["operations"]] if (out / "figures").is_dir() else []
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
@@ -51,7 +47,6 @@ def retrust(namespace: str, artifacts: str | Path = ROOT / "artifacts", reports:
         "from the namespaces retained before it, reports re-rendered; no measurement changed)")
     write_text(json.dumps(provenance, indent=1) + "\n", prov_path)
     steps.render(cfg, inputs, str(out / "field_note.md"), str(out / "issue_comment.md"), figures)
-    return {"controls": str(tdir / "controls.csv"), "drift": str(tdir / "drift.csv")}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -318,8 +318,7 @@ def shape_table(cfg: dict[str, Any], details: list[str], span_csv: str, out: str
     tables.write_csv(merged.to_dict("records"), list(merged.columns), out)
 
 
-def sweep(cfg: dict[str, Any], details: list[str], out: str, kernel_time_out: str | None = None,
-          variants_out: str | None = None) -> None:
+def sweep(cfg: dict[str, Any], details: list[str], out: str, kernel_time_out: str, variants_out: str) -> None:
     """One operation's sweep: the sweep table (cuda, triton, torch and external side by side), and
     beside it every implementation's kernel time with its launch spread, variants included, and
     each variant against its base (so a variant measured by a sweep alone is retained with its
@@ -329,10 +328,8 @@ def sweep(cfg: dict[str, Any], details: list[str], out: str, kernel_time_out: st
     detail = tables.read_csvs(details)
     kt = pd.DataFrame(tables.kernel_time_summary(detail, cfg["capture"]["iterations"], cfg["namespace"], cfg["cache_mode"]))
     tables.write_csv(tables.sweep_rows(kt, cfg["namespace"], cfg["cache_mode"]), tables.SWEEP_COLUMNS, out)
-    if kernel_time_out:
-        tables.write_csv(kt.to_dict("records"), tables.KERNEL_TIME_COLUMNS, kernel_time_out)
-    if variants_out:
-        tables.write_csv(variants.variant_rows(kt.to_dict("records"), cfg), variants.VARIANT_COLUMNS, variants_out)
+    tables.write_csv(kt.to_dict("records"), tables.KERNEL_TIME_COLUMNS, kernel_time_out)
+    tables.write_csv(variants.variant_rows(kt.to_dict("records"), cfg), variants.VARIANT_COLUMNS, variants_out)
 
 
 def ceilings(cfg: dict[str, Any], out: str) -> None:

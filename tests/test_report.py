@@ -271,9 +271,7 @@ def render_retained(ns: str, tmp: Path) -> tuple[str, str]:
     """Both reports of a committed H200 namespace, re-rendered from its tables with its own config."""
     art = ROOT / "artifacts" / ns
     cfg = json.loads((art / "provenance.json").read_text())["config"]
-    inputs = {t: str(art / "tables" / f"{t}.csv") for t in report.TABLES if (art / "tables" / f"{t}.csv").is_file()}
-    inputs["provenance"] = str(art / "provenance.json")
-    report.render_reports(cfg, inputs, tmp / "fn.md", tmp / "ic.md")
+    report.render_reports(cfg, report.table_inputs(art), tmp / "fn.md", tmp / "ic.md")
     return (tmp / "fn.md").read_text(), (tmp / "ic.md").read_text()
 
 

@@ -10,6 +10,10 @@ CUDA paths (kernels/layernorm.cu), one thread block per row, the row held in reg
     n % 4 == 0, 1024 < n <= 8192   vec4,   256 threads up to n = 4096, 512 above (2..4 slots)
     n % 4 != 0, n <= 8192          scalar, 128 / 256 / 512 / 1024 threads for n up to
                                    1024 / 2048 / 4096 / 8192 (at most 8 slots)
+or, where the warp-per-row path is on (n % 4 == 0, n <= 1024): one warp per row, 4 rows per
+128-thread block, SLOTS = ceil(n / 128). Each block path loads w and b either with x or late, just
+before the store (LATE_WB). The choices per width are `default_late_wb` and `default_warp_rows`;
+the variants' defines LN_LATE_WB and LN_WARP_ROWS override them for one run (kernels/layernorm.md).
 Triton (kernels/layernorm_triton.py): one program per row, BLOCK_N = next power of two >= n,
 num_warps from BLOCK_N, N a compile-time constant.
 """
@@ -36,6 +40,23 @@ TRITON_SOURCE = "layernorm_triton.py"
 MAX_WIDTH = 8192
 """Widest row either implementation supports (the row lives in registers)."""
 
+WARP_MAX_WIDTH = 1024
+"""Widest row the warp-per-row path serves (8 float4 slots per lane)."""
+
+WARP_ROWS_PER_BLOCK = 4
+"""Rows (warps) per block of the warp-per-row path."""
+
+
+def default_late_wb(n: int) -> bool:
+    """Whether the block paths load w and b late at width n, unless LN_LATE_WB says otherwise."""
+    return False
+
+
+def default_warp_rows(n: int) -> bool:
+    """Whether the warp-per-row path serves width n (n % 4 == 0, n <= WARP_MAX_WIDTH), unless
+    LN_WARP_ROWS says otherwise."""
+    return False
+
 
 # ----------------------------------------------------------------------------- dispatch
 
@@ -45,27 +66,42 @@ class CudaVariant:
     """One compiled specialization of kernels/layernorm.cu."""
 
     path: str
-    """'rows128' (vec4, n <= 1024), 'wide' (vec4, n > 1024) or 'scalar' (n % 4 != 0)."""
+    """'rows128' (vec4, n <= 1024), 'wide' (vec4, n > 1024), 'scalar' (n % 4 != 0), each one block
+    per row, or 'warp' (vec4, n <= 1024, one warp per row)."""
     vec: int
     """Floats per access: 4 (128-bit) or 1 (32-bit)."""
     block: int
-    """Threads per block (one block per row)."""
+    """Threads per block."""
     slots: int
     """Vectors each thread holds in registers."""
+    late_wb: bool = False
+    """w and b loaded just before the store instead of with x (always so on the warp path)."""
 
     source: str = CUDA_SOURCE
     dynamic_smem: int = 0
 
     @property
+    def rows_per_block(self) -> int:
+        """Rows one block normalises: a warp each on the warp path, else 1."""
+        return self.block // 32 if self.path == "warp" else 1
+
+    def grid(self, rows: int) -> int:
+        """Blocks of the launch for `rows` rows."""
+        return -(-rows // self.rows_per_block)
+
+    @property
     def kernel(self) -> str:
-        """The name expression that instantiates it, e.g. 'layernorm_fwd_vec4<128, 2>'."""
+        """The name expression that instantiates it, e.g. 'layernorm_fwd_vec4<128, 2, false>'."""
+        if self.path == "warp":
+            return f"layernorm_fwd_warp_vec4<{self.slots}, {self.rows_per_block}>"
         name = "layernorm_fwd_vec4" if self.vec == 4 else "layernorm_fwd_scalar"
-        return f"{name}<{self.block}, {self.slots}>"
+        return f"{name}<{self.block}, {self.slots}, {'true' if self.late_wb else 'false'}>"
 
     @property
     def specialization(self) -> str:
-        """Short description for tables, e.g. 'rows128 vec4 block=128 slots=2'."""
-        return f"{self.path} vec{self.vec} block={self.block} slots={self.slots}"
+        """Short description for tables, e.g. 'rows128 vec4 block=128 slots=2 late_wb'."""
+        late = " late_wb" if self.late_wb else ""
+        return f"{self.path} vec{self.vec} block={self.block} slots={self.slots}{late}"
 
 
 @dataclass(frozen=True)
@@ -119,14 +155,30 @@ def _check_width(n: int) -> None:
         raise EvidenceError(f"Layer-norm width {n} is outside the supported range 1..{MAX_WIDTH}.")
 
 
+def _switch(name: str, default: bool) -> bool:
+    """A dispatch switch: the variant's -D define where it sets one (0 or 1), else the default."""
+    from harness.cuda_module import active_defines
+
+    value = active_defines().get(name)
+    if value is None:
+        return default
+    if value not in ("0", "1"):
+        raise EvidenceError(f"Layer-norm switch {name} is {value!r}, but must be 0 or 1.")
+    return value == "1"
+
+
 def cuda_variant(n: int) -> CudaVariant:
     """The CUDA specialization that serves rows of width n (see the module docstring)."""
     _check_width(n)
+    if n % 4 == 0 and n <= WARP_MAX_WIDTH and _switch("LN_WARP_ROWS", default_warp_rows(n)):
+        return CudaVariant("warp", 4, 32 * WARP_ROWS_PER_BLOCK, math.ceil(n / 128), late_wb=True)
+    late = _switch("LN_LATE_WB", default_late_wb(n))
     if n % 4 == 0:
         block = 128 if n <= 1024 else (256 if n <= 4096 else 512)
-        return CudaVariant("rows128" if n <= 1024 else "wide", 4, block, math.ceil(n / (4 * block)))
+        return CudaVariant("rows128" if n <= 1024 else "wide", 4, block, math.ceil(n / (4 * block)),
+                           late)
     block = 128 if n <= 1024 else (256 if n <= 2048 else (512 if n <= 4096 else 1024))
-    return CudaVariant("scalar", 1, block, math.ceil(n / block))
+    return CudaVariant("scalar", 1, block, math.ceil(n / block), late)
 
 
 def triton_variant(n: int) -> TritonVariant:
@@ -193,8 +245,9 @@ def launch_cuda(x: Any, w: Any, b: Any, eps: float, out: Any) -> None:
     v = cuda_variant(n)
     with cuda_module.on_device(x.device):
         kernel = cuda_module.get_function(CUDA_SOURCE, v.kernel)
-    args = (*(cuda_module.pointer(t) for t in (x, w, b, out)), numpy.int32(n), numpy.float32(eps))
-    cuda_module.launch(kernel, (rows, 1, 1), (v.block, 1, 1), args, device=x.device)
+    sizes = (numpy.int32(rows), numpy.int32(n)) if v.path == "warp" else (numpy.int32(n),)
+    args = (*(cuda_module.pointer(t) for t in (x, w, b, out)), *sizes, numpy.float32(eps))
+    cuda_module.launch(kernel, (v.grid(rows), 1, 1), (v.block, 1, 1), args, device=x.device)
 
 
 def launch_triton(x: Any, w: Any, b: Any, eps: float, out: Any) -> None:

@@ -43,6 +43,9 @@ CUDA_TILE = (64, 64, 32)
 CUDA_THREADS = 256
 """Threads per block of the CUDA kernel."""
 
+TILE128_MIN_TILES = 132
+"""Fewest 128 x 128 tiles of C for which matmul_f32_128 serves (the H200's SM count)."""
+
 MAX_DIM = 2**31 - 1
 """Largest M, N or K (the kernels take them as 32-bit integers)."""
 
@@ -58,8 +61,8 @@ class CudaVariant:
     """Floats per copy of B and per store of C: 4 (N % 4 == 0) or 1."""
 
     tile: int = 64
-    """64: matmul_f32<VEC_B> (64 x 64 x 32 tiles); 128: matmul_f32_128 (128 x 128 x 8 tiles, the
-    variant tile128, for N % 4 == 0 and K % 4 == 0)."""
+    """64: matmul_f32<VEC_B> (64 x 64 x 32 tiles); 128: matmul_f32_128 (128 x 128 x 8 tiles, for
+    N % 4 == 0 and K % 4 == 0)."""
 
     source: str = CUDA_SOURCE
     block: int = CUDA_THREADS
@@ -145,12 +148,21 @@ def _check_dims(m: int, n: int, k: int) -> None:
 
 
 def cuda_variant(m: int, n: int, k: int) -> CudaVariant:
-    """The CUDA specialization that serves an M x N x K product (see the module docstring); under
-    the variant tile128 (-DMM_TILE128=1), matmul_f32_128 where N % 4 == 0 and K % 4 == 0."""
+    """The CUDA specialization that serves an M x N x K product (see the module docstring); the
+    variants' define MM_TILE (64 or 128) replaces the dispatch by the tile size it names, where
+    that kernel can serve the shape."""
     from harness.cuda_module import active_defines
 
     _check_dims(m, n, k)
-    if active_defines().get("MM_TILE128", "0") != "0" and n % 4 == 0 and k % 4 == 0:
+    forced = active_defines().get("MM_TILE")
+    if forced not in (None, "64", "128"):
+        raise EvidenceError(f"Matrix-product switch MM_TILE is {forced!r}, but must be 64 or 128.")
+    fits_128 = n % 4 == 0 and k % 4 == 0
+    if forced is None:
+        want_128 = cuda_grid(m, n, 128) >= TILE128_MIN_TILES
+    else:
+        want_128 = forced == "128"
+    if fits_128 and want_128:
         return CudaVariant(vec_b=4, tile=128)
     return CudaVariant(vec_b=4 if n % 4 == 0 else 1)
 

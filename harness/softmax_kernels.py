@@ -55,7 +55,8 @@ WARP_MAX = 1024
 
 REGISTER_MAX_VEC4 = 32768
 """Widest n % 4 == 0 row a block holds in registers (1024 threads x 8 float4); wider rows take
-the two-pass online kernel. Lower it (e.g. to 16384) to send 32768 through the online kernel."""
+the two-pass online kernel. A variant's define SM_REGISTER_MAX_VEC4 lowers it for one run (the
+variant online_wide sends 32768 through the online kernel)."""
 
 REGISTER_MAX_SCALAR = 8192
 """Widest n % 4 != 0 row a block holds in registers (1024 threads x 8 floats)."""
@@ -115,13 +116,27 @@ def _check_width(n: int) -> None:
         raise EvidenceError(f"Softmax width {n} is outside the supported range 1..{MAX_WIDTH}.")
 
 
+def _register_max_vec4() -> int:
+    """REGISTER_MAX_VEC4, or the variant's define SM_REGISTER_MAX_VEC4 where it sets one (it may
+    only lower it: a wider row does not fit a block's registers)."""
+    from harness.cuda_module import active_defines
+
+    value = active_defines().get("SM_REGISTER_MAX_VEC4")
+    if value is None:
+        return REGISTER_MAX_VEC4
+    if not value.isdigit() or not WARP_MAX <= int(value) <= REGISTER_MAX_VEC4:
+        raise EvidenceError(f"Softmax switch SM_REGISTER_MAX_VEC4 is {value!r}, but must be a "
+                            f"whole number from {WARP_MAX} to {REGISTER_MAX_VEC4}.")
+    return int(value)
+
+
 def cuda_variant(n: int) -> CudaVariant:
     """The CUDA specialization that serves rows of width n (see the module docstring)."""
     _check_width(n)
     vec = 4 if n % 4 == 0 else 1
     if n <= WARP_MAX:
         return CudaVariant("warp", vec, 32 * WARP_ROWS, math.ceil(n / (32 * vec)))
-    if vec == 4 and n <= REGISTER_MAX_VEC4:
+    if vec == 4 and n <= _register_max_vec4():
         block = 256 if n <= 4096 else (512 if n <= 8192 else 1024)
         return CudaVariant("block", 4, block, math.ceil(n / (4 * block)))
     if vec == 1 and n <= REGISTER_MAX_SCALAR:

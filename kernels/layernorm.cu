@@ -20,12 +20,24 @@
 // Every term is a sum of squares about a nearby centre, so there is no E[x^2] - E[x]^2
 // cancellation. Butterfly all-reduces with + give bitwise-identical results in all lanes.
 
-// Entry points (name expressions; the host picks BLOCK, SLOTS from the width n):
-//     layernorm_fwd_vec4<BLOCK, SLOTS>   n % 4 == 0: 128-bit loads and stores (ld/st.global.v4.f32);
-//                                         needs x, w, b, y 16-byte aligned.
-//     layernorm_fwd_scalar<BLOCK, SLOTS> any n: 32-bit loads and stores.
+// Entry points (name expressions; the host picks BLOCK, SLOTS, LATE_WB from the width n):
+//     layernorm_fwd_vec4<BLOCK, SLOTS, LATE_WB>   n % 4 == 0: 128-bit loads and stores
+//                                                  (ld/st.global.v4.f32); needs x, w, b, y
+//                                                  16-byte aligned.
+//     layernorm_fwd_scalar<BLOCK, SLOTS, LATE_WB> any n: 32-bit loads and stores.
 // Both take (x, w, b, y, n, eps) with x, y of shape [gridDim.x, n], w, b of shape [n], and must be
 // launched with blockDim.x == BLOCK, gridDim.x == rows and SLOTS * VEC * BLOCK >= n.
+// LATE_WB false: w and b are loaded with x, before the statistics (3 * SLOTS * VEC floats held in
+// registers through the reductions); true: w and b are loaded in the final loop, just before their
+// use (SLOTS * VEC floats held), which frees registers for occupancy at the cost of one L1 round
+// trip after the barrier.
+//     layernorm_fwd_warp_vec4<SLOTS, WARPS>        n % 4 == 0, n <= 32 * 4 * SLOTS: one warp per
+//                                                  row, WARPS rows per block, no shared memory and
+//                                                  no barrier (the whole row is in one warp's
+//                                                  registers, so its statistics are shuffles only);
+//                                                  w and b loaded late. Takes (x, w, b, y, rows, n,
+//                                                  eps); launch with blockDim.x == 32 * WARPS,
+//                                                  gridDim.x == ceil(rows / WARPS).
 
 #define LN_FULL_MASK 0xffffffffu
 
@@ -40,6 +52,11 @@
 //                  -1: as many blocks as fill the SM's 2048 threads (32 registers per thread).
 //   LN_ONE_PASS    0: exact two-pass statistics (below); 1: one pass, sum and sum of squares of the
 //                  shifted row, fewer shuffles and instructions.
+// Two more switches are read by the host's dispatch (harness/layernorm_kernels.py), which picks
+// the entry point and template arguments per width; the device code does not test them:
+//   LN_LATE_WB     0 or 1: LATE_WB at every width instead of the dispatch's choice.
+//   LN_WARP_ROWS   0 or 1: the warp-per-row kernel off or on (for n % 4 == 0, n <= 1024) instead of
+//                  the dispatch's choice.
 #ifndef LN_LOAD_NC
 #define LN_LOAD_NC 1
 #endif
@@ -123,8 +140,9 @@ __device__ __forceinline__ void ln_store<1>(float* __restrict__ p, int i, const 
 #endif
 }
 
-// Normalise one row with a block of BLOCK threads, SLOTS slots of VEC floats per thread.
-template <int VEC, int BLOCK, int SLOTS>
+// Normalise one row with a block of BLOCK threads, SLOTS slots of VEC floats per thread; w and b
+// loaded with x (LATE_WB false) or just before the store (true).
+template <int VEC, int BLOCK, int SLOTS, bool LATE_WB>
 __device__ __forceinline__ void ln_row(const float* __restrict__ x, const float* __restrict__ w,
                                        const float* __restrict__ b, float* __restrict__ y,
                                        const int n, const float eps) {
@@ -142,8 +160,9 @@ __device__ __forceinline__ void ln_row(const float* __restrict__ x, const float*
     const float* __restrict__ xr = x + row_offset;
     float* __restrict__ yr = y + row_offset;
 
-    // 1. Load x, w and b: all 3 * SLOTS loads are independent and issued before any use, so w and b
-    //    (cache hits, shared by all rows) arrive while the statistics are computed. The row is
+    // 1. Load x (and, unless LATE_WB, w and b): all loads are independent and issued before any
+    //    use, so w and b (cache hits, shared by all rows) arrive while the statistics are
+    //    computed; LATE_WB leaves them to step 4 and holds a third of the registers. The row is
     //    kept shifted by its first element (one broadcast load): sums of x - x[0] stay at the
     //    scale of the spread, so a mean far from zero costs no precision, and the shift cancels
     //    in x - mean.
@@ -156,8 +175,10 @@ __device__ __forceinline__ void ln_row(const float* __restrict__ x, const float*
         const int i = s * BLOCK + tid;
         if (i < nvec) {
             ln_load<VEC>(xr, i, v[s]);
-            ln_load<VEC>(w, i, wv[s]);
-            ln_load<VEC>(b, i, bv[s]);
+            if (!LATE_WB) {
+                ln_load<VEC>(w, i, wv[s]);
+                ln_load<VEC>(b, i, bv[s]);
+            }
 #pragma unroll
             for (int k = 0; k < VEC; ++k) v[s][k] -= shift;
         } else {
@@ -241,6 +262,10 @@ __device__ __forceinline__ void ln_row(const float* __restrict__ x, const float*
     for (int s = 0; s < SLOTS; ++s) {
         const int i = s * BLOCK + tid;
         if (i < nvec) {
+            if (LATE_WB) {
+                ln_load<VEC>(w, i, wv[s]);
+                ln_load<VEC>(b, i, bv[s]);
+            }
             float out[VEC];
 #pragma unroll
             for (int k = 0; k < VEC; ++k) out[k] = fmaf((v[s][k] - mean) * rstd, wv[s][k], bv[s][k]);
@@ -250,19 +275,84 @@ __device__ __forceinline__ void ln_row(const float* __restrict__ x, const float*
 }
 
 // n % 4 == 0: the row as float4 vectors; x, w, b, y 16-byte aligned.
-template <int BLOCK, int SLOTS>
+template <int BLOCK, int SLOTS, bool LATE_WB>
 __global__ void LN_BOUNDS(BLOCK)
 layernorm_fwd_vec4(const float* __restrict__ x, const float* __restrict__ w,
                    const float* __restrict__ b, float* __restrict__ y, const int n,
                    const float eps) {
-    ln_row<4, BLOCK, SLOTS>(x, w, b, y, n, eps);
+    ln_row<4, BLOCK, SLOTS, LATE_WB>(x, w, b, y, n, eps);
 }
 
 // Any n: the row as single floats.
-template <int BLOCK, int SLOTS>
+template <int BLOCK, int SLOTS, bool LATE_WB>
 __global__ void LN_BOUNDS(BLOCK)
 layernorm_fwd_scalar(const float* __restrict__ x, const float* __restrict__ w,
                      const float* __restrict__ b, float* __restrict__ y, const int n,
                      const float eps) {
-    ln_row<1, BLOCK, SLOTS>(x, w, b, y, n, eps);
+    ln_row<1, BLOCK, SLOTS, LATE_WB>(x, w, b, y, n, eps);
+}
+
+// n % 4 == 0, n <= 128 * SLOTS: one warp per row, WARPS rows per block. Vector i = s * 32 + lane of
+// the row sits in slot s of lane `lane`. The warp holds the whole (shifted) row, so the exact
+// two-pass statistics need no partials: mean by one butterfly, then the squared deviations from
+// it by another. A warp past the last row returns at once (there is no barrier to wait at).
+template <int SLOTS, int WARPS>
+__global__ void LN_BOUNDS(32 * WARPS)
+layernorm_fwd_warp_vec4(const float* __restrict__ x, const float* __restrict__ w,
+                        const float* __restrict__ b, float* __restrict__ y, const int rows,
+                        const int n, const float eps) {
+    const int lane = threadIdx.x & 31;
+    const int row = blockIdx.x * WARPS + (threadIdx.x >> 5);
+    if (row >= rows) return;
+    const int nvec = n / 4;
+    const long long row_offset = static_cast<long long>(row) * n;
+    const float* __restrict__ xr = x + row_offset;
+    float* __restrict__ yr = y + row_offset;
+
+    const float shift = LN_LDG(xr);
+    float v[SLOTS][4];
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) {
+        const int i = s * 32 + lane;
+        if (i < nvec) {
+            ln_load<4>(xr, i, v[s]);
+#pragma unroll
+            for (int k = 0; k < 4; ++k) v[s][k] -= shift;
+        } else {
+#pragma unroll
+            for (int k = 0; k < 4; ++k) v[s][k] = 0.0f;
+        }
+    }
+    float sum = 0.0f;
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) sum += v[s][k];  // masked slots hold zeros
+    }
+    const float inv_n = __fdividef(1.0f, static_cast<float>(n));
+    const float mean = ln_butterfly_sum<32>(sum) * inv_n;  // of the shifted row
+    float m2 = 0.0f;
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) {
+        if (s * 32 + lane < nvec) {
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float d = v[s][k] - mean;
+                m2 = fmaf(d, d, m2);
+            }
+        }
+    }
+    const float rstd = rsqrtf(fmaf(ln_butterfly_sum<32>(m2), inv_n, eps));
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) {
+        const int i = s * 32 + lane;
+        if (i < nvec) {
+            float wv[4], bv[4], out[4];
+            ln_load<4>(w, i, wv);
+            ln_load<4>(b, i, bv);
+#pragma unroll
+            for (int k = 0; k < 4; ++k) out[k] = fmaf((v[s][k] - mean) * rstd, wv[k], bv[k]);
+            ln_store<4>(yr, i, out);
+        }
+    }
 }

@@ -237,8 +237,10 @@ matmul_f32(const float* __restrict__ A, const float* __restrict__ B, float* __re
 
 // ----------------------------------------------------------------------------- 128 x 128 tiles
 
-// Variant tile128 (config: operations.matmul.variants; -DMM_TILE128=1 makes the host launch it
-// where N % 4 == 0 and K % 4 == 0, and matmul_f32<VEC_B> elsewhere):
+// Second kernel, for large products (the host dispatches by shape: harness/matmul_kernels.py
+// launches it where N % 4 == 0, K % 4 == 0 and C has at least as many 128 x 128 tiles as the H200
+// has SMs, and matmul_f32<VEC_B> elsewhere; the variants tile64 and tile128, -DMM_TILE=64 or 128,
+// make the host launch one kernel at every shape):
 //     matmul_f32_128   128 x 128 x 8 tiles, 256 threads, 8 x 8 outputs per thread held as two
 //                      4 x 4 blocks 64 rows and 64 columns apart (so the 128-bit shared-memory
 //                      reads of a warp are conflict-free), A and B read as float4 from global
@@ -246,11 +248,6 @@ matmul_f32(const float* __restrict__ A, const float* __restrict__ B, float* __re
 //                      to the other of two shared-memory stages (one barrier per K tile).
 // Takes (A, B, C, M, N, K) like matmul_f32; needs N % 4 == 0, K % 4 == 0 and 16-byte aligned
 // A, B, C; launch with blockDim.x == 256, gridDim.x == ceil(M / 128) * ceil(N / 128).
-
-#ifndef MM_TILE128
-#define MM_TILE128 0
-#endif
-#if MM_TILE128  // compiled only for the variant, so the base kernel's build holds matmul_f32<VEC_B> alone
 
 #define MM2_BM 128
 #define MM2_BN 128
@@ -352,4 +349,3 @@ matmul_f32_128(const float* __restrict__ A, const float* __restrict__ B, float* 
     }
 }
 
-#endif  // MM_TILE128

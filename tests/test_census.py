@@ -308,6 +308,33 @@ def test_cuda_variant_covers_every_width_without_empty_slots() -> None:
         assert (v.vec == 4) == (n % 4 == 0)
 
 
+def test_switches_override_the_dispatch() -> None:
+    """LN_LATE_WB and LN_WARP_ROWS (the variants late_params and warp_rows) replace the dispatch's
+    choice for one run; the warp path serves only n % 4 == 0 up to 1024, 4 rows per block."""
+    with cuda_module.variant_options(("-DLN_LATE_WB=1",)):
+        assert cuda_variant(768) == CudaVariant("rows128", 4, 128, 2, late_wb=True)
+        assert cuda_variant(771).late_wb and cuda_variant(4096).kernel == "layernorm_fwd_vec4<256, 4, true>"
+    with cuda_module.variant_options(("-DLN_LATE_WB=0",)):
+        assert not any(cuda_variant(n).late_wb for n in (768, 2048, 4096, 771))
+    with cuda_module.variant_options(("-DLN_WARP_ROWS=1",)):
+        warp = cuda_variant(768)
+        assert (warp.path, warp.block, warp.slots, warp.rows_per_block) == ("warp", 128, 6, 4)
+        assert warp.kernel == "layernorm_fwd_warp_vec4<6, 4>" and warp.grid(4097) == 1025
+        assert cuda_variant(1024).slots == 8 and cuda_variant(4).slots == 1
+        assert cuda_variant(2048).path == "wide" and cuda_variant(770).path == "scalar"
+    with cuda_module.variant_options(("-DLN_WARP_ROWS=0",)):
+        assert cuda_variant(768).path == "rows128" and cuda_variant(768).grid(4097) == 4097
+    with cuda_module.variant_options(("-DLN_LATE_WB=yes",)), pytest.raises(EvidenceError, match="LN_LATE_WB"):
+        cuda_variant(768)
+
+
+def test_warp_path_holds_every_width_it_serves() -> None:
+    with cuda_module.variant_options(("-DLN_WARP_ROWS=1",)):
+        for n in range(4, 1025, 4):
+            v = cuda_variant(n)
+            assert v.path == "warp" and (v.slots - 1) * 128 < n <= v.slots * 128, n
+
+
 @pytest.mark.parametrize("n", [0, -1, MAX_WIDTH + 1])
 def test_widths_out_of_range_are_refused(n: int) -> None:
     with pytest.raises(EvidenceError, match="outside the supported range"):
@@ -327,7 +354,8 @@ def test_variants_for_groups_shapes_by_specialization() -> None:
     shapes = [(4096, 768), (8192, 768), (1024, 2048), (4096, 4096), (4096, 768)]
     cuda = variants_for("cuda", shapes)
     assert [v.variant.kernel for v in cuda] == [
-        "layernorm_fwd_vec4<128, 2>", "layernorm_fwd_vec4<256, 2>", "layernorm_fwd_vec4<256, 4>"]
+        "layernorm_fwd_vec4<128, 2, false>", "layernorm_fwd_vec4<256, 2, false>",
+        "layernorm_fwd_vec4<256, 4, false>"]
     assert cuda[0].shapes_text == "4096x768;8192x768"
     triton = variants_for("triton", shapes)
     assert [v.variant.specialization for v in triton] == [
@@ -368,7 +396,7 @@ def test_build_census_cuda(tmp_path: Path, compiler: str) -> None:
                            cuda_compiler=compiler)
     assert [tuple(r) for r in rows] == [CENSUS_COLUMNS] * 2
     vec4, scalar = rows
-    assert vec4["kernel"] == "layernorm_fwd_vec4<128, 2>" and vec4["shapes"] == "4096x768;8192x768"
+    assert vec4["kernel"] == "layernorm_fwd_vec4<128, 2, false>" and vec4["shapes"] == "4096x768;8192x768"
     assert vec4["compiler"].lower().startswith(compiler)
     assert "-ftz=true" in vec4["options"] and "-arch=sm_90" in vec4["options"]
     assert (vec4["ld_global_128"], vec4["ld_global_32"], vec4["st_global_128"]) == (6, 1, 2)
@@ -381,7 +409,7 @@ def test_build_census_cuda(tmp_path: Path, compiler: str) -> None:
             (cuda_module.KERNELS_DIR / "layernorm.cu").read_bytes()).hexdigest()
     written = {p.name for p in tmp_path.iterdir()}
     for suffix in ("ptx", "sass", "ptxas.log", "res-usage.txt", "cubin"):
-        assert f"cuda_layernorm_fwd_vec4_128_2.{suffix}" in written
+        assert f"cuda_layernorm_fwd_vec4_128_2_false.{suffix}" in written
 
 
 def test_build_census_triton(tmp_path: Path) -> None:
@@ -416,10 +444,10 @@ def test_compile_offline_falls_back_to_nvcc_without_nvrtc(monkeypatch: pytest.Mo
     if cuda_module.find_tool("nvcc") is None:
         pytest.skip("nvcc is not installed")
     monkeypatch.setattr(cuda_module, "load_nvrtc", lambda: None)
-    build = cuda_module.compile_offline("layernorm.cu", ["layernorm_fwd_scalar<128, 1>"])
+    build = cuda_module.compile_offline("layernorm.cu", ["layernorm_fwd_scalar<128, 1, false>"])
     assert build.compiler.startswith("nvcc ")
     assert "--device-as-default-execution-space" not in build.options
-    assert build.lowered["layernorm_fwd_scalar<128, 1>"] in build.ptx
-    assert census.parse_ptxas_log(build.ptxas_log)[build.lowered["layernorm_fwd_scalar<128, 1>"]].registers > 0
+    assert build.lowered["layernorm_fwd_scalar<128, 1, false>"] in build.ptx
+    assert census.parse_ptxas_log(build.ptxas_log)[build.lowered["layernorm_fwd_scalar<128, 1, false>"]].registers > 0
     with pytest.raises(ToolMissing, match="NVRTC"):
-        cuda_module.compile_offline("layernorm.cu", ["layernorm_fwd_scalar<128, 1>"], compiler="nvrtc")
+        cuda_module.compile_offline("layernorm.cu", ["layernorm_fwd_scalar<128, 1, false>"], compiler="nvrtc")

@@ -72,6 +72,21 @@ def test_matches_float64_reference(impl: str, rows: int, n: int) -> None:
     _check(out, _reference(x, w, b, EPS))
 
 
+@pytest.mark.parametrize("switch", ["-DLN_LATE_WB=1", "-DLN_LATE_WB=0", "-DLN_WARP_ROWS=1",
+                                    "-DLN_WARP_ROWS=0"])
+@pytest.mark.parametrize("rows", ROWS)
+@pytest.mark.parametrize("n", WIDTHS)
+def test_every_dispatch_choice_matches_float64_reference(switch: str, rows: int, n: int) -> None:
+    """Each of the dispatch's choices (w and b loaded early or late; the warp-per-row path, whose
+    last block has idle warps when rows % 4 != 0) is right wherever it can be chosen."""
+    from harness import cuda_module
+
+    x, w, b = _inputs(rows, n, seed=1000 * n + rows + 17)
+    with cuda_module.variant_options((switch,)):
+        out = _run("cuda", x, w, b)
+    _check(out, _reference(x, w, b, EPS))
+
+
 @pytest.mark.parametrize("impl", sorted(LAUNCHERS))
 def test_repeated_runs_are_identical(impl: str) -> None:
     """No race: the same inputs give bitwise the same output every time."""

@@ -65,9 +65,10 @@ def test_triton_dispatch(shape: tuple[int, int, int]) -> None:
 def test_variants_for_groups_shapes() -> None:
     shapes = [*SWEEP, (1000, 1001, 999), (1024, 1024, 1024)]
     cuda = variants_for("cuda", shapes)
-    assert [v.variant.kernel for v in cuda] == ["matmul_f32<4>", "matmul_f32<1>"]
-    assert cuda[0].shapes_text == "1024x1024x1024;2048x2048x2048;4096x4096x4096;4096x4096x1024"
-    assert cuda[1].shapes_text == "1000x1001x999"
+    assert [v.variant.kernel for v in cuda] == ["matmul_f32<4>", "matmul_f32_128", "matmul_f32<1>"]
+    assert cuda[0].shapes_text == "1024x1024x1024"
+    assert cuda[1].shapes_text == "2048x2048x2048;4096x4096x4096;4096x4096x1024"
+    assert cuda[2].shapes_text == "1000x1001x999"
     triton = variants_for("triton", shapes)  # M, N, K are constexprs: one variant per shape
     assert [v.shapes for v in triton] == [(s,) for s in [*SWEEP, (1000, 1001, 999)]]
     with pytest.raises(EvidenceError, match="not ours"):
@@ -138,26 +139,29 @@ def _census_or_skip(impl: str, shapes: list[tuple[int, int, int]], outdir: Path)
         pytest.skip(f"{impl} census tools missing: {exc}")
 
 
-def _sass_ops(path: Path) -> Counter[str]:
-    (ops,) = census.sass_opcodes(path.read_text()).values()
-    return Counter(ops)
+def _sass_ops(path: Path, symbol: str) -> Counter[str]:
+    """The SASS opcodes of one kernel of the module's file (matmul.cu always holds matmul_f32_128
+    beside the template instance that was asked for)."""
+    return Counter(census.sass_opcodes(path.read_text())[symbol])
 
 
-def _ptx_ops(path: Path) -> Counter[str]:
+def _ptx_ops(path: Path, symbol: str) -> Counter[str]:
     text = census._strip_ptx_comments(path.read_text())  # inline asm sits between comments
-    (entry,) = [body for _, is_entry, body in census._ptx_functions(text) if is_entry]
+    (entry,) = [body for name, is_entry, body in census._ptx_functions(text) if is_entry and name == symbol]
     return Counter(census.ptx_opcodes(entry))
 
 
 def test_build_census_cuda(tmp_path: Path) -> None:
     from harness.build import CENSUS_COLUMNS
 
-    rows = _census_or_skip("cuda", [(1024, 1024, 1024), (2048, 2048, 2048), (1000, 1001, 999)],
-                           tmp_path)
-    assert [tuple(r) for r in rows] == [CENSUS_COLUMNS] * 2
-    vec4, vec1 = rows
-    assert vec4["kernel"] == "matmul_f32<4>" and vec4["shapes"] == "1024x1024x1024;2048x2048x2048"
+    rows = _census_or_skip("cuda", [(1024, 1024, 1024), (1024, 768, 512), (2048, 2048, 2048),
+                                    (1000, 1001, 999)], tmp_path)
+    assert [tuple(r) for r in rows] == [CENSUS_COLUMNS] * 3
+    vec4, big, vec1 = rows
+    assert vec4["kernel"] == "matmul_f32<4>" and vec4["shapes"] == "1024x1024x1024;1024x768x512"
+    assert big["kernel"] == "matmul_f32_128" and big["shapes"] == "2048x2048x2048"  # the dispatch
     assert vec1["kernel"] == "matmul_f32<1>" and vec1["shapes"] == "1000x1001x999"
+    rows = [vec4, vec1]
     bm, bn, bk = CUDA_TILE
     smem = 4 * (2 * bk * (bm + 4) + 2 * bk * bn)  # two stages of A^T (rows padded by 4) and B
     for row in rows:
@@ -175,16 +179,16 @@ def test_build_census_cuda(tmp_path: Path) -> None:
     assert (vec4["st_global_128"], vec4["st_global_32"], vec4["sass_stg_128"]) == (4, 0, 4)
     assert (vec1["st_global_128"], vec1["st_global_32"], vec1["sass_stg_32"]) == (0, 16, 16)
 
-    for kernel, b_copies in (("matmul_f32_4", {"LDGSTS.E.BYPASS.128": 2 * 2}),
-                             ("matmul_f32_1", {"LDGSTS.E": 2 * 8})):
-        sass = _sass_ops(tmp_path / f"cuda_{kernel}.sass")
+    for kernel, row, b_copies in (("matmul_f32_4", vec4, {"LDGSTS.E.BYPASS.128": 2 * 2}),
+                                  ("matmul_f32_1", vec1, {"LDGSTS.E": 2 * 8})):
+        sass = _sass_ops(tmp_path / f"cuda_{kernel}.sass", row["symbol"])
         a_copies = 2 * 8  # A: 8 4-byte copies per thread per tile, at 2 call sites
         expected = Counter({"LDGSTS.E": a_copies}) + Counter(b_copies)
         assert {op: n for op, n in sass.items() if op.startswith("LDGSTS")} == dict(expected)
         assert sass["LDS.128"] == 2 * bk  # one float4 of A^T and one of B per k
         assert sum(n for op, n in sass.items() if op.startswith("FFMA")) == 16 * bk
         assert not any(op.startswith(("HMMA", "HGMMA")) for op in sass)
-        ptx = _ptx_ops(tmp_path / f"cuda_{kernel}.ptx")
+        ptx = _ptx_ops(tmp_path / f"cuda_{kernel}.ptx", row["symbol"])
         assert ptx["cp.async.ca.shared.global"] == a_copies + (b_copies.get("LDGSTS.E", 0))
         assert ptx["cp.async.cg.shared.global"] == b_copies.get("LDGSTS.E.BYPASS.128", 0)
         assert ptx["cp.async.wait_group"] == 1 and ptx["cp.async.commit_group"] == 2
@@ -205,7 +209,7 @@ def test_build_census_triton(tmp_path: Path) -> None:
         assert row["registers"] > 0
         assert (row["spill_stores"], row["spill_loads"], row["sass_local"]) == (0, 0, 0)
         (sass_path,) = tmp_path.glob(f"triton_matmul_fwd_M_{v.m}_N_{v.n}_K_{v.k}_*.sass")
-        sass = _sass_ops(sass_path)
+        sass = _sass_ops(sass_path, row["symbol"])
         ptx = sass_path.with_suffix(".ptx").read_text()
         # IEEE FP32: FMAs, no tensor-core instruction (TF32 would be mma/wgmma)
         assert "mma" not in ptx and "tf32" not in ptx
@@ -218,18 +222,31 @@ def test_build_census_triton(tmp_path: Path) -> None:
     assert odd["st_global_128"] == 0 and odd["st_global_32"] > 0  # N = 1001: no 16-byte rows
 
 
-def test_tile128_variant_dispatch_and_census() -> None:
-    """The variant tile128 (-DMM_TILE128=1) launches matmul_f32_128 where N % 4 == 0 and K % 4 == 0
-    and the base kernel elsewhere; its census comes from the compiler with that define."""
+def test_dispatch_by_shape_and_the_tile_variants() -> None:
+    """matmul_f32_128 serves where C has at least 132 tiles of 128 x 128 and N % 4 == K % 4 == 0;
+    the 64 x 64 kernel elsewhere. The variants' MM_TILE=64 / 128 put one kernel at every shape it
+    can serve; anything else is refused."""
     from harness import config, cuda_module, variants
     from harness.build import build_census
-    from harness.matmul_kernels import cuda_grid, cuda_variant
+    from harness.errors import EvidenceError
+    from harness.matmul_kernels import TILE128_MIN_TILES, cuda_grid, cuda_variant
 
-    assert cuda_variant(1024, 1024, 1024).kernel == "matmul_f32<4>"
-    with cuda_module.variant_options(("-DMM_TILE128=1",)):
+    assert cuda_variant(1024, 1024, 1024).kernel == "matmul_f32<4>"  # 64 tiles of 128 x 128
+    assert cuda_variant(2048, 2048, 2048).kernel == "matmul_f32_128"  # 256
+    assert cuda_variant(4096, 4096, 1024).kernel == "matmul_f32_128"
+    assert cuda_variant(4096, 4094, 4096).kernel == "matmul_f32<1>"  # N % 4 != 0
+    # The boundary: 132 tiles (12 x 11) serve with 128, 131 do not exist as a grid, 120 (12 x 10) not.
+    assert cuda_grid(12 * 128, 11 * 128, 128) == TILE128_MIN_TILES == 132
+    assert cuda_variant(12 * 128, 11 * 128, 512).tile == 128
+    assert cuda_variant(12 * 128, 10 * 128, 512).tile == 64
+    with cuda_module.variant_options(("-DMM_TILE=128",)):
         assert cuda_variant(1024, 1024, 1024).kernel == "matmul_f32_128"
         assert cuda_variant(1024, 1022, 1024).kernel == "matmul_f32<1>"  # N % 4 != 0
         assert cuda_variant(1024, 1024, 1022).kernel == "matmul_f32<4>"  # K % 4 != 0
+    with cuda_module.variant_options(("-DMM_TILE=64",)):
+        assert cuda_variant(4096, 4096, 4096).kernel == "matmul_f32<4>"
+    with cuda_module.variant_options(("-DMM_TILE=96",)), pytest.raises(EvidenceError, match="MM_TILE"):
+        cuda_variant(4096, 4096, 4096)
     assert cuda_grid(1000, 1000, 128) == 8 * 8 and cuda_grid(1000, 1000) == 16 * 16
     if cuda_module.load_nvrtc() is None:
         pytest.skip("NVRTC is not available here")
@@ -239,6 +256,6 @@ def test_tile128_variant_dispatch_and_census() -> None:
     by = {r["kernel"]: r for r in rows}
     assert set(by) == {"matmul_f32_128", "matmul_f32<1>"}
     big = by["matmul_f32_128"]
-    assert big["impl"] == "cuda.tile128" and "-DMM_TILE128=1" in big["options"]
+    assert big["impl"] == "cuda.tile128" and "-DMM_TILE=128" in big["options"]
     assert big["registers"] <= 128 and big["spill_stores"] == 0  # __launch_bounds__(256, 2)
     assert big["ld_global_128"] >= 2 and big["st_global_128"] >= 2 and big["static_smem"] == 2 * 2 * 8 * 128 * 4

@@ -102,6 +102,21 @@ def test_triton_dispatch(n: int, kernel: str, block_n: int, warps: int, stages: 
     assert v.aligned_args() == (0, 1) and v.block == 32 * warps
 
 
+def test_register_limit_switch() -> None:
+    """The variant online_wide's SM_REGISTER_MAX_VEC4 sends wider rows through the online kernel;
+    it can only lower the limit."""
+    from harness import cuda_module
+
+    assert cuda_variant(32768).path == "block"
+    with cuda_module.variant_options(("-DSM_REGISTER_MAX_VEC4=16384",)):
+        assert cuda_variant(32768).path == "online" and cuda_variant(16384).path == "block"
+        assert cuda_variant(4096) == CudaVariant("block", 4, 256, 4)
+    for bad in ("65536", "512", "x"):
+        with cuda_module.variant_options((f"-DSM_REGISTER_MAX_VEC4={bad}",)), \
+                pytest.raises(EvidenceError, match="SM_REGISTER_MAX_VEC4"):
+            cuda_variant(32768)
+
+
 def test_dispatch_refuses_bad_widths() -> None:
     for n in (0, -4, MAX_WIDTH + 1):
         with pytest.raises(EvidenceError, match="outside the supported range"):

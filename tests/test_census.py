@@ -288,13 +288,14 @@ def test_sass_access_bits() -> None:
 
 
 @pytest.mark.parametrize(("n", "expected"), [
-    (768, CudaVariant("rows128", 4, 128, 2)), (1024, CudaVariant("rows128", 4, 128, 2)),
-    (4, CudaVariant("rows128", 4, 128, 1)), (1000, CudaVariant("rows128", 4, 128, 2)),
-    (2048, CudaVariant("wide", 4, 256, 2)), (4096, CudaVariant("wide", 4, 256, 4)),
-    (8192, CudaVariant("wide", 4, 512, 4)), (771, CudaVariant("scalar", 1, 128, 7)),
-    (33, CudaVariant("scalar", 1, 128, 1)), (8191, CudaVariant("scalar", 1, 1024, 8)),
+    (768, CudaVariant("rows128", 4, 128, 2, True)), (1024, CudaVariant("rows128", 4, 128, 2, True)),
+    (4, CudaVariant("rows128", 4, 128, 1, True)), (1000, CudaVariant("rows128", 4, 128, 2, True)),
+    (2048, CudaVariant("wide", 4, 256, 2, True)), (4096, CudaVariant("wide", 4, 256, 4, True)),
+    (8192, CudaVariant("wide", 4, 512, 4, True)), (771, CudaVariant("scalar", 1, 128, 7, True)),
+    (33, CudaVariant("scalar", 1, 128, 1, True)), (8191, CudaVariant("scalar", 1, 1024, 8, True)),
 ])
 def test_cuda_variant(n: int, expected: CudaVariant) -> None:
+    """The dispatch: block paths with w and b loaded late at every width (h200-dispatch-1)."""
     assert cuda_variant(n) == expected
 
 
@@ -309,7 +310,7 @@ def test_cuda_variant_covers_every_width_without_empty_slots() -> None:
 
 
 def test_switches_override_the_dispatch() -> None:
-    """LN_LATE_WB and LN_WARP_ROWS (the variants late_params and warp_rows) replace the dispatch's
+    """LN_LATE_WB and LN_WARP_ROWS (the variants early_params and warp_rows) replace the dispatch's
     choice for one run; the warp path serves only n % 4 == 0 up to 1024, 4 rows per block."""
     with cuda_module.variant_options(("-DLN_LATE_WB=1",)):
         assert cuda_variant(768) == CudaVariant("rows128", 4, 128, 2, late_wb=True)
@@ -354,8 +355,8 @@ def test_variants_for_groups_shapes_by_specialization() -> None:
     shapes = [(4096, 768), (8192, 768), (1024, 2048), (4096, 4096), (4096, 768)]
     cuda = variants_for("cuda", shapes)
     assert [v.variant.kernel for v in cuda] == [
-        "layernorm_fwd_vec4<128, 2, false>", "layernorm_fwd_vec4<256, 2, false>",
-        "layernorm_fwd_vec4<256, 4, false>"]
+        "layernorm_fwd_vec4<128, 2, true>", "layernorm_fwd_vec4<256, 2, true>",
+        "layernorm_fwd_vec4<256, 4, true>"]
     assert cuda[0].shapes_text == "4096x768;8192x768"
     triton = variants_for("triton", shapes)
     assert [v.variant.specialization for v in triton] == [
@@ -396,7 +397,7 @@ def test_build_census_cuda(tmp_path: Path, compiler: str) -> None:
                            cuda_compiler=compiler)
     assert [tuple(r) for r in rows] == [CENSUS_COLUMNS] * 2
     vec4, scalar = rows
-    assert vec4["kernel"] == "layernorm_fwd_vec4<128, 2, false>" and vec4["shapes"] == "4096x768;8192x768"
+    assert vec4["kernel"] == "layernorm_fwd_vec4<128, 2, true>" and vec4["shapes"] == "4096x768;8192x768"
     assert vec4["compiler"].lower().startswith(compiler)
     assert "-ftz=true" in vec4["options"] and "-arch=sm_90" in vec4["options"]
     assert (vec4["ld_global_128"], vec4["ld_global_32"], vec4["st_global_128"]) == (6, 1, 2)
@@ -409,7 +410,7 @@ def test_build_census_cuda(tmp_path: Path, compiler: str) -> None:
             (cuda_module.KERNELS_DIR / "layernorm.cu").read_bytes()).hexdigest()
     written = {p.name for p in tmp_path.iterdir()}
     for suffix in ("ptx", "sass", "ptxas.log", "res-usage.txt", "cubin"):
-        assert f"cuda_layernorm_fwd_vec4_128_2_false.{suffix}" in written
+        assert f"cuda_layernorm_fwd_vec4_128_2_true.{suffix}" in written
 
 
 def test_build_census_triton(tmp_path: Path) -> None:

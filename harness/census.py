@@ -100,6 +100,9 @@ class ResUsage:
     constant: dict[int, int] = field(default_factory=dict)
 
 
+SYSTEM_SMEM_BYTES = 1024
+"""Shared memory per block that sm_80 and later reserve for the system (in ResUsage.shared)."""
+
 _RE_RES_FUNC = re.compile(r"^\s*Function\s+(\S+?):\s*$")
 _RE_RES_FIELD = re.compile(r"([A-Z]+)(?:\[(\d+)\])?:(\d+)")
 

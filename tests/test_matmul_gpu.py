@@ -221,7 +221,7 @@ def test_bad_arguments_are_refused_in_one_sentence(impl: str) -> None:
 @pytest.mark.parametrize("shape", [(1024, 1024, 1024), (1000, 1001, 999)])
 def test_cuda_census_matches_the_loaded_kernel(shape: tuple[int, int, int]) -> None:
     """The offline census (same NVRTC options) reports what CuPy compiled and loaded."""
-    from harness import census, cuda_module
+    from harness import cuda_module
     from harness.matmul_kernels import CUDA_SOURCE
 
     v = cuda_variant(*shape)
@@ -230,11 +230,12 @@ def test_cuda_census_matches_the_loaded_kernel(shape: tuple[int, int, int]) -> N
     with cuda_module.on_device(a.device):
         kernel = cuda_module.get_function(CUDA_SOURCE, v.kernel)
         runtime_regs, runtime_local = kernel.num_regs, kernel.local_size_bytes
-    build = cuda_module.compile_offline(CUDA_SOURCE, [v.kernel], arch=device_arch(),
-                                        compiler="nvrtc")
-    info = census.parse_ptxas_log(build.ptxas_log)[build.lowered[v.kernel]]
-    assert runtime_regs == info.registers
-    assert runtime_local == 0 and info.spill_stores == 0
+    from harness.build import build_census
+
+    (row,) = [r for r in build_census("matmul", "cuda", [shape], arch=device_arch(),
+                                      cuda_compiler="nvrtc") if r["kernel"] == v.kernel]
+    assert runtime_regs == row["registers"]
+    assert runtime_local == 0 and row["spill_stores"] == 0 and row["sass_local"] == 0
 
 
 @gpu

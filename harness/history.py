@@ -25,6 +25,7 @@ import json
 import os
 import re
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +112,13 @@ def _version_number(text: Any) -> str | None:
     return match.group(0) if match else str(text)
 
 
+def gpu_model(gpus: Sequence[Mapping[str, Any]]) -> str | None:
+    """The GPU model(s) a namespace ran on, each name once ('NVIDIA H200' for a run spread over
+    two H200s), so namespaces compare by model whatever number of GPUs each used."""
+    names = sorted({str(g.get("name")) for g in gpus})
+    return "; ".join(names) or None
+
+
 def namespace_row(ns_dir: str | Path, order: int | None = None) -> dict[str, Any]:
     """The `namespaces` row of one namespace, from its provenance.json."""
     ns_dir = Path(ns_dir)
@@ -131,7 +139,7 @@ def namespace_row(ns_dir: str | Path, order: int | None = None) -> dict[str, Any
         "has_provenance": bool(prov),
         "commit": git.get("commit"),
         "dirty": None if dirty is None else bool(dirty),
-        "gpu_name": "; ".join(str(g.get("name")) for g in gpus) or None,
+        "gpu_name": gpu_model(gpus),
         "gpu_uuid": "; ".join(str(g.get("uuid")) for g in gpus) or None,
         "gpu_count": len(gpus),
         "nsys_version": _version_number(versions.get("nsys")),

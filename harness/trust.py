@@ -61,6 +61,9 @@ class Retained:
     gpu: str | None = None
     under_load: set[tuple[str, str]] = field(default_factory=set)
     """(op, shape) whose control that namespace itself found above its band (its controls.csv)."""
+    disturbed: bool = False
+    """True where NVML saw another process or a slowing throttle reason during any of its captures
+    (its gpu_state.csv); such a namespace is never the one drift is bounded against."""
 
 
 def _read(path: Path) -> pd.DataFrame | None:
@@ -68,8 +71,7 @@ def _read(path: Path) -> pd.DataFrame | None:
 
 
 def _gpu_name(provenance: Mapping[str, Any]) -> str | None:
-    gpus = provenance.get("gpus") or []
-    return "; ".join(str(g.get("name")) for g in gpus) or None
+    return history.gpu_model(provenance.get("gpus") or [])
 
 
 def _loaded_points(controls: pd.DataFrame | None) -> set[tuple[str, str]]:
@@ -77,6 +79,12 @@ def _loaded_points(controls: pd.DataFrame | None) -> set[tuple[str, str]]:
         return set()
     flagged = controls[controls["under_load"].map(_truthy)]
     return {(str(r.op), str(r.shape)) for r in flagged.itertuples()}
+
+
+def _any_disturbed(state: pd.DataFrame | None) -> bool:
+    if state is None or state.empty or "disturbed" not in state:
+        return False
+    return bool(state["disturbed"].map(_truthy).any())
 
 
 def _truthy(value: Any) -> bool:
@@ -94,7 +102,8 @@ def load_namespace(ns_dir: str | Path) -> Retained:
                     kernel_time=kt if kt is not None else pd.DataFrame(columns=["op", "shape", "impl", "kernel_time_us"]),
                     census=_read(tables / "census.csv"),
                     gpu=_gpu_name(history.read_provenance(ns_dir)),
-                    under_load=_loaded_points(_read(tables / "controls.csv")))
+                    under_load=_loaded_points(_read(tables / "controls.csv")),
+                    disturbed=_any_disturbed(_read(tables / "gpu_state.csv")))
 
 
 def _from_index(db: sqlite_utils.Database) -> list[Retained]:
@@ -413,7 +422,8 @@ def choose_earlier(artifacts: str | Path, current: str, configured: str | None =
     """The namespace to bound drift against: `configured` when given (it must exist under
     `artifacts` with tables); else the most recent namespace dated before `current` (by provenance
     date; all others when `current` is not retained yet) that shares at least one (op, shape) with
-    it and, where both record one, ran on the same GPU model. None when there is none."""
+    it, ran on the same GPU model where both record one, and was taken clean: no capture disturbed
+    (NVML) and no control above its band. None when there is none."""
     artifacts = Path(artifacts)
     order = history.namespaces_in_order(artifacts)
     if configured:
@@ -431,6 +441,8 @@ def choose_earlier(artifacts: str | Path, current: str, configured: str | None =
     for name in reversed(candidates):
         other = load_namespace(artifacts / name)
         if cur.gpu is not None and other.gpu is not None and cur.gpu != other.gpu:
+            continue
+        if other.disturbed or other.under_load:
             continue
         if mine & _op_shapes(other):
             return name

@@ -16,6 +16,10 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
   command -v nsys && nsys --version
   python3 -c "import torch, triton, cupy, snakemake, sqlite_utils; print('torch', torch.__version__, 'triton', triton.__version__, 'cupy', cupy.__version__, 'snakemake', snakemake.__version__)"
 } 2>&1 | tee -a "$OUT/env.txt"
+# The namespace this run writes, resolved before snakemake runs: once its report is finished,
+# 'auto' resolves to the next one, and the evidence packed below would miss it.
+ns=${NAMESPACE:-$(python3 -c "import sys; from harness import config; c = config.load('config.yaml', *sys.argv[1:]); print(config.resolve_namespace(c, '.'))" ${CONFIGFILE:-})}
+echo "namespace: $ns" | tee -a "$OUT/env.txt"
 rc=0
 if [ "${RUN_TESTS:-1}" = 1 ]; then
   t0=$(date +%s)
@@ -29,7 +33,6 @@ if [ "${PIPELINE:-1}" = 1 ]; then
   grep -E "Error in rule|steps \(|CheckFailed|check failed|no CUDA|not found" "$OUT/snakemake.txt" | tail -25
   echo "snakemake: $(( $(date +%s) - t1 )) s, rc=$rc" | tee -a "$OUT/snakemake.txt"
 fi
-ns=${NAMESPACE:-$(python3 -c "import sys; from harness import config; c = config.load('config.yaml', *sys.argv[1:]); print(config.resolve_namespace(c, '.'))" ${CONFIGFILE:-})}
 # STATS=1: nsys stats' own figures for every capture, to test the reader against (~2 s each)
 mkdir -p /tmp/stats
 for f in $( [ "${STATS:-0}" = 1 ] && ls artifacts/"$ns"/capture/*/*/*.sqlite 2>/dev/null ); do

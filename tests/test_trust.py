@@ -380,9 +380,42 @@ def test_loaded_capture_is_flagged_then_kept_out_of_later_bands(tmp_path: Path) 
     row = s3["controls"].iloc[0]
     # s2's loaded capture does not widen s3's band: only s1 is in it
     assert row["namespaces"] == "s1" and row["status"] == "inside"
-    assert s3["earlier"] == "s2" and s3["bound"]["count"] == 2
+    # and drift is bounded against s1, the last clean run, not against the loaded s2
+    assert s3["earlier"] == "s1" and s3["bound"]["count"] == 2
     ctx = trust.report_context(s3["controls"], s3["drift"])
     assert ctx["control"] == "triton" and ctx["margin"] == 0.05 and ctx["any_band"]
     assert ctx["by_key"]["layernorm 4096x768"]["status"] == "inside" and ctx["under_load"] == []
     ctx2 = trust.report_context(art / "s2" / "tables" / "controls.csv", art / "s2" / "tables" / "drift.csv")
     assert [r["shape"] for r in ctx2["under_load"]] == ["4096x768"] and ctx2["under_load"][0]["under_load"] is True
+
+
+def test_choose_earlier_skips_loaded_and_disturbed_namespaces(tmp_path: Path) -> None:
+    """Drift is bounded against a clean run: a later namespace whose captures NVML marked disturbed
+    (h200-loaded-1 was one) or whose control came back above its band is passed over."""
+    art = tmp_path / "artifacts"
+    write_namespace(art, "quiet", "2026-12-01T00:00:00+00:00", [kt(*LN, "triton", 1.0)])
+    write_namespace(art, "loaded", "2026-12-02T00:00:00+00:00", [kt(*LN, "triton", 1.0)],
+                    controls=[{"op": LN[0], "shape": LN[1], "control": "triton", "under_load": True}])
+    ns = write_namespace(art, "disturbed", "2026-12-03T00:00:00+00:00", [kt(*LN, "triton", 1.0)])
+    pd.DataFrame([{"op": LN[0], "shape": LN[1], "impl": "triton", "disturbed": True},
+                  {"op": LN[0], "shape": LN[1], "impl": "cuda", "disturbed": False}]).to_csv(
+        ns / "tables" / "gpu_state.csv", index=False)
+    write_namespace(art, "current", "2026-12-04T00:00:00+00:00", [kt(*LN, "triton", 1.0)])
+    assert trust.choose_earlier(art, "current") == "quiet"
+    assert trust.load_namespace(ns).disturbed and not trust.load_namespace(art / "quiet").disturbed
+
+
+def test_a_run_over_two_gpus_of_one_model_compares_with_one_gpu_runs(tmp_path: Path) -> None:
+    """A namespace whose groups ran on two H200s records both; its GPU model is still 'NVIDIA
+    H200', so drift and bands take the one-GPU namespaces before it."""
+    art = tmp_path / "artifacts"
+    write_namespace(art, "one-gpu", "2026-12-01T00:00:00+00:00", [kt(*LN, "triton", 1.0)])
+    two = write_namespace(art, "two-gpus", "2026-12-02T00:00:00+00:00", [kt(*LN, "triton", 1.0)])
+    prov = json.loads((two / "provenance.json").read_text())
+    prov["gpus"] = [{"name": "NVIDIA H200", "uuid": "a"}, {"name": "NVIDIA H200", "uuid": "b"}]
+    (two / "provenance.json").write_text(json.dumps(prov))
+    assert trust.load_namespace(two).gpu == "NVIDIA H200"
+    assert trust.choose_earlier(art, "two-gpus") == "one-gpu"
+    from harness import history
+    assert history.namespace_row(two)["gpu_name"] == "NVIDIA H200"
+    assert history.namespace_row(two)["gpu_count"] == 2

@@ -16,7 +16,7 @@ from typing import Any
 import jinja2
 import pandas as pd
 
-from harness import ROOT, trust
+from harness import ROOT, history, trust
 
 TEMPLATES = ROOT / "report" / "templates"
 IMPL_ORDER = ["cuda", "triton", "torch", "external"]
@@ -54,6 +54,15 @@ def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
 def _impl_sorted(frame: pd.DataFrame) -> pd.DataFrame:
     order = {impl: i for i, impl in enumerate(IMPL_ORDER)}
     return frame.assign(_o=frame["impl"].map(order)).sort_values(["_o"], kind="stable").drop(columns="_o")
+
+
+def gpu_label(gpus: list[Mapping[str, Any]]) -> str:
+    """'NVIDIA H200', or 'NVIDIA H200 (2 GPUs)' for a namespace whose jobs ran on two of them."""
+    model = history.gpu_model(gpus)
+    if model is None:
+        return "unknown GPU"
+    uuids = {str(g.get("uuid")) for g in gpus}
+    return f"{model} ({len(uuids)} GPUs)" if len(uuids) > 1 else model
 
 
 def build_context(cfg: Mapping[str, Any], tables: Mapping[str, pd.DataFrame], provenance: Mapping[str, Any],
@@ -117,11 +126,12 @@ def build_context(cfg: Mapping[str, Any], tables: Mapping[str, pd.DataFrame], pr
         _attach_measured(operations[-1])
         d_gpus = d_kt["gpu_uuid"].dropna().unique() if "gpu_uuid" in d_kt else []
         operations[-1]["default_split"] = len(d_gpus) > 1  # its figures are not put side by side
+        operations[-1]["default_gpus"] = sorted(str(u) for u in d_gpus)
     gpus = provenance.get("gpus", [])
     return {
         "namespace": cfg["namespace"], "cache_mode": cfg["cache_mode"], "capture": cfg["capture"],
         "span_cfg": cfg["span"], "operations": operations, "provenance": provenance,
-        "gpu_name": ", ".join(g["name"] for g in gpus) or "unknown GPU",
+        "gpu_name": gpu_label(gpus),
         "impl_label": IMPL_LABEL, "ceilings": _records(ceilings),
         "gpu_quiet": gpu_quiet(tables.get("gpu_state")),
         "cross_check": cross_check_context(tables.get("cross_check"), cfg.get("cross_check", {})),

@@ -251,7 +251,9 @@ def test_no_comparison_spans_two_gpus(tmp_path: Path) -> None:
     note = (tmp_path / "fn.md").read_text()
     assert f"**Groups measured on more than one GPU** (their ratios are left out of every table; rerun them): layernorm {SHAPES[0]} (GPU-a, GPU-b)." in note
     assert "2 GPUs measured this namespace (GPU-a, GPU-b)" in note
-    assert "No claim: the comparison lacks a cuda or triton measurement at the default shape." in note
+    assert ("No claim: at the default shape our kernels were captured on different GPUs (GPU-a, GPU-b), "
+            "and kernel times are compared only between captures of one GPU.") in note
+    assert "lacks a cuda or triton measurement" not in note
     comment = (tmp_path / "ic.md").read_text()
     assert f"| layernorm (captured on more than one GPU: not compared; rerun the group) | {SHAPES[0]} | n/a | n/a | n/a | n/a |" in comment
 
@@ -308,3 +310,11 @@ def test_the_full_run_says_its_spans_shared_the_cpu(tmp_path: Path) -> None:
     note, comment = render_retained("h200-ops-1", tmp_path)
     assert note.count("**These spans shared the CPU with other jobs** (the run allowed 8 jobs at once, 3 of them GPU jobs") == 5
     assert "taken while other jobs shared the CPU" in comment
+
+
+def test_gpu_label_names_the_model_once() -> None:
+    from harness.report import gpu_label
+
+    assert gpu_label([{"name": "NVIDIA H200", "uuid": "a"}]) == "NVIDIA H200"
+    assert gpu_label([{"name": "NVIDIA H200", "uuid": "a"}, {"name": "NVIDIA H200", "uuid": "b"}]) == "NVIDIA H200 (2 GPUs)"
+    assert gpu_label([]) == "unknown GPU"

@@ -135,6 +135,7 @@ def test_slurm_submits_each_group_as_one_job_with_one_gpu(tmp_path: Path) -> Non
     raw["namespace"] = "cluster-test"
     shape = raw["operations"]["layernorm"]["default"]
     raw["operations"] = {"layernorm": {**raw["operations"]["layernorm"], "sweep": [shape]}}
+    raw["variants"] = [v for v in raw["variants"] if v.startswith("layernorm.")]
     work.mkdir()
     (work / "config.yaml").write_text(yaml.safe_dump(raw))
     impls = config.implementations(config.validate(raw), "layernorm")

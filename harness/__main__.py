@@ -8,6 +8,7 @@ Commands:
   bundle NAMESPACE [--out FILE] [--include-reports]               one archive of a namespace for a pull request
   compare A B [--out FILE.csv]                                    kernel times of two namespaces, each against its launch spread
   retrust NAMESPACE                                               re-derive a namespace's controls, drift and reports (CPU)
+  regroup NAMESPACE [--dry-run]                                   clear the groups measured on more than one GPU, to re-measure them
   verify BUNDLE                                                    check a bundle: hashes, re-derived tables, report figures
                                                                    (exit 0 verified, 1 mismatches, 2 unusable input)
 
@@ -20,7 +21,7 @@ import sys
 
 from harness.errors import EvidenceError
 
-USAGE = "usage: python -m harness {nsys,target,config,history,compare,retrust,bundle,verify} ..."
+USAGE = "usage: python -m harness {nsys,target,config,history,compare,retrust,regroup,bundle,verify} ..."
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,6 +47,10 @@ def main(argv: list[str] | None = None) -> int:
             from harness import retrust
 
             return retrust.main(rest)
+        if command == "regroup":
+            from harness import regroup
+
+            return regroup.main(rest)
         if command in ("bundle", "verify"):
             from harness import bundle
 

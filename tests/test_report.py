@@ -249,7 +249,7 @@ def test_no_comparison_spans_two_gpus(tmp_path: Path) -> None:
     tables.write_csv(sweep, tables.SWEEP_COLUMNS, paths["sweep"])
     report.render_reports(cfg, paths, tmp_path / "fn.md", tmp_path / "ic.md", [str(tmp_path / "figures" / "layernorm_sweep.svg")])
     note = (tmp_path / "fn.md").read_text()
-    assert f"**Groups measured on more than one GPU** (their ratios are left out of every table; rerun them): layernorm {SHAPES[0]} (GPU-a, GPU-b)." in note
+    assert f"**Groups measured on more than one GPU** (their ratios are left out of every table; `python -m harness regroup test-ns`, then the report target, re-measures them): layernorm {SHAPES[0]} (GPU-a, GPU-b)." in note
     assert "2 GPUs measured this namespace (GPU-a, GPU-b)" in note
     assert ("No claim: at the default shape our kernels were captured on different GPUs (GPU-a, GPU-b), "
             "and kernel times are compared only between captures of one GPU.") in note

@@ -151,14 +151,16 @@ def retained(history_like: Any) -> list[Retained]:
 
 def kernel_identity(census: pd.DataFrame | None, op: str, impl: str, shape: str) -> frozenset[tuple[str, ...]]:
     """The census rows of (op, impl) that serve `shape`, as a set of (kernel, specialization,
-    source_sha256, compiler, options); empty where the census has none."""
+    source_sha256, compiler, options); empty where the census has none. The census names shapes by
+    their dimensions, so a shape with a tag ('65536x1048576x64-powerlaw', another graph through the
+    same kernels) is served by the rows of its dimensions ('65536x1048576x64')."""
     if census is None or census.empty or not {"op", "impl", "shapes"} <= set(census.columns):
         return frozenset()
     rows = census[(census["op"].astype(str) == op) & (census["impl"].astype(str) == impl)]
     out = set()
     for rec in rows.to_dict("records"):
         served = [s.strip() for s in str(rec.get("shapes") if rec.get("shapes") is not None else "").split(";")]
-        if shape in served:
+        if shape in served or shape.split("-", 1)[0] in served:
             out.add(tuple("" if _missing(rec.get(c)) else str(rec.get(c)) for c in IDENTITY_COLUMNS))
     return frozenset(out)
 

@@ -419,3 +419,16 @@ def test_a_run_over_two_gpus_of_one_model_compares_with_one_gpu_runs(tmp_path: P
     from harness import history
     assert history.namespace_row(two)["gpu_name"] == "NVIDIA H200"
     assert history.namespace_row(two)["gpu_count"] == 2
+
+
+def test_a_tagged_shape_takes_the_identity_of_its_dimensions() -> None:
+    """The census lists 65536x1048576x64 for the kernels that also serve the power-law graph of
+    that size (h200-ops-1 and -2 do): the tagged shape is served by them, so its control band is
+    not set aside as 'missing'."""
+    census = pd.DataFrame([{"op": "neighbor_aggregation", "impl": "triton", "shapes": "65536x1048576x64",
+                            "kernel": "neighbor_sum", "specialization": "F=64", "source_sha256": "s",
+                            "compiler": "c", "options": ""}])
+    plain = trust.kernel_identity(census, "neighbor_aggregation", "triton", "65536x1048576x64")
+    tagged = trust.kernel_identity(census, "neighbor_aggregation", "triton", "65536x1048576x64-powerlaw")
+    assert plain and tagged == plain
+    assert not trust.kernel_identity(census, "neighbor_aggregation", "triton", "65536x1048576x16")

@@ -28,7 +28,7 @@ import shutil
 import subprocess
 import tempfile
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -108,6 +108,16 @@ def active_defines() -> dict[str, str]:
             name, _, value = option[2:].partition("=")
             out[name] = value or "1"
     return out
+
+
+def dispatch_define(name: str, valid: Callable[[str], bool], expected: str, what: str) -> str | None:
+    """The value the variant being launched or built gives the define `name` (None where it gives
+    none), for a host dispatch that reads it; EvidenceError naming `what`'s switch and `expected`
+    when the value is not `valid`."""
+    value = active_defines().get(name)
+    if value is not None and not valid(value):
+        raise EvidenceError(f"{what} switch {name} is {value!r}, but must be {expected}.")
+    return value
 
 
 def get_function(filename: str, name_expression: str,

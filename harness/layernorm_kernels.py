@@ -12,7 +12,7 @@ CUDA paths (kernels/layernorm.cu), one thread block per row, the row held in reg
                                    1024 / 2048 / 4096 / 8192 (at most 8 slots)
 or, where the warp-per-row path is on (n % 4 == 0, n <= 1024): one warp per row, 4 rows per
 128-thread block, SLOTS = ceil(n / 128). Each block path loads w and b either with x or late, just
-before the store (LATE_WB). The choices per width are `default_late_wb` and `default_warp_rows`;
+before the store (LATE_WB). The choices are `DEFAULT_LATE_WB` and `DEFAULT_WARP_ROWS`;
 the variants' defines LN_LATE_WB and LN_WARP_ROWS override them for one run (kernels/layernorm.md).
 Triton (kernels/layernorm_triton.py): one program per row, BLOCK_N = next power of two >= n,
 num_warps from BLOCK_N, N a compile-time constant.
@@ -46,19 +46,15 @@ WARP_MAX_WIDTH = 1024
 WARP_ROWS_PER_BLOCK = 4
 """Rows (warps) per block of the warp-per-row path."""
 
+DEFAULT_LATE_WB = True
+"""Whether the block paths load w and b late, unless LN_LATE_WB says otherwise: at every width
+since h200-dispatch-1 (0.947 of the early loads at 4096x768, 0.930 at 1024x2048, no difference at
+the other sweep shapes; kernels/layernorm.md)."""
 
-def default_late_wb(n: int) -> bool:
-    """Whether the block paths load w and b late at width n, unless LN_LATE_WB says otherwise: at
-    every width since h200-dispatch-1 (0.947 of the early loads at 4096x768, 0.930 at 1024x2048,
-    no difference at the other sweep shapes; kernels/layernorm.md)."""
-    return True
-
-
-def default_warp_rows(n: int) -> bool:
-    """Whether the warp-per-row path serves width n (n % 4 == 0, n <= WARP_MAX_WIDTH), unless
-    LN_WARP_ROWS says otherwise: nowhere, since h200-dispatch-1 measured it no different from the
-    block path at 4096x768 (1.002) and 8192x768 (0.993)."""
-    return False
+DEFAULT_WARP_ROWS = False
+"""Whether the warp-per-row path serves the widths it can (n % 4 == 0, n <= WARP_MAX_WIDTH), unless
+LN_WARP_ROWS says otherwise: not since h200-dispatch-1 measured it no different from the block
+path at 4096x768 (1.002) and 8192x768 (0.993)."""
 
 
 # ----------------------------------------------------------------------------- dispatch
@@ -160,22 +156,18 @@ def _check_width(n: int) -> None:
 
 def _switch(name: str, default: bool) -> bool:
     """A dispatch switch: the variant's -D define where it sets one (0 or 1), else the default."""
-    from harness.cuda_module import active_defines
+    from harness.cuda_module import dispatch_define
 
-    value = active_defines().get(name)
-    if value is None:
-        return default
-    if value not in ("0", "1"):
-        raise EvidenceError(f"Layer-norm switch {name} is {value!r}, but must be 0 or 1.")
-    return value == "1"
+    value = dispatch_define(name, lambda v: v in ("0", "1"), "0 or 1", "Layer-norm")
+    return default if value is None else value == "1"
 
 
 def cuda_variant(n: int) -> CudaVariant:
     """The CUDA specialization that serves rows of width n (see the module docstring)."""
     _check_width(n)
-    if n % 4 == 0 and n <= WARP_MAX_WIDTH and _switch("LN_WARP_ROWS", default_warp_rows(n)):
+    if n % 4 == 0 and n <= WARP_MAX_WIDTH and _switch("LN_WARP_ROWS", DEFAULT_WARP_ROWS):
         return CudaVariant("warp", 4, 32 * WARP_ROWS_PER_BLOCK, math.ceil(n / 128), late_wb=True)
-    late = _switch("LN_LATE_WB", default_late_wb(n))
+    late = _switch("LN_LATE_WB", DEFAULT_LATE_WB)
     if n % 4 == 0:
         block = 128 if n <= 1024 else (256 if n <= 4096 else 512)
         return CudaVariant("rows128" if n <= 1024 else "wide", 4, block, math.ceil(n / (4 * block)),

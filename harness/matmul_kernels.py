@@ -151,12 +151,10 @@ def cuda_variant(m: int, n: int, k: int) -> CudaVariant:
     """The CUDA specialization that serves an M x N x K product (see the module docstring); the
     variants' define MM_TILE (64 or 128) replaces the dispatch by the tile size it names, where
     that kernel can serve the shape."""
-    from harness.cuda_module import active_defines
+    from harness.cuda_module import dispatch_define
 
     _check_dims(m, n, k)
-    forced = active_defines().get("MM_TILE")
-    if forced not in (None, "64", "128"):
-        raise EvidenceError(f"Matrix-product switch MM_TILE is {forced!r}, but must be 64 or 128.")
+    forced = dispatch_define("MM_TILE", lambda v: v in ("64", "128"), "64 or 128", "Matrix-product")
     fits_128 = n % 4 == 0 and k % 4 == 0
     if forced is None:
         want_128 = cuda_grid(m, n, 128) >= TILE128_MIN_TILES

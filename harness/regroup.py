@@ -27,6 +27,7 @@ import pandas as pd
 from harness import ROOT
 from harness.errors import EvidenceError
 from harness.gpulock import group_record, read_record
+from harness.report import gpu_groups
 
 PER_JOB = ("check", "capture", "kernel_time", "counters")
 """Folders holding one file set per (op, shape, impl) job under artifacts/<ns>/<folder>/<op>/<shape>/."""
@@ -42,10 +43,8 @@ def split_groups(ns_dir: str | Path) -> list[tuple[str, str, list[str]]]:
     uuids: dict[tuple[str, str], set[str]] = {}
     table = ns_dir / "tables" / "kernel_time.csv"
     if table.is_file():
-        kt = pd.read_csv(table)
-        if "gpu_uuid" in kt:
-            for (op, shape), grp in kt.dropna(subset=["gpu_uuid"]).groupby(["op", "shape"], sort=False):
-                uuids.setdefault((str(op), str(shape)), set()).update(str(u) for u in grp["gpu_uuid"])
+        for group in (gpu_groups(pd.read_csv(table)) or {}).get("split", []):
+            uuids.setdefault((str(group["op"]), str(group["shape"])), set()).update(group["gpus"])
     records = ns_dir / "logs" / "gpu"
     for path in sorted(records.glob("*/*.json")) if records.is_dir() else []:
         seen = {str(u) for u in read_record(path).get("gpu_uuids") or []}

@@ -119,15 +119,12 @@ def _check_width(n: int) -> None:
 def _register_max_vec4() -> int:
     """REGISTER_MAX_VEC4, or the variant's define SM_REGISTER_MAX_VEC4 where it sets one (it may
     only lower it: a wider row does not fit a block's registers)."""
-    from harness.cuda_module import active_defines
+    from harness.cuda_module import dispatch_define
 
-    value = active_defines().get("SM_REGISTER_MAX_VEC4")
-    if value is None:
-        return REGISTER_MAX_VEC4
-    if not value.isdigit() or not WARP_MAX <= int(value) <= REGISTER_MAX_VEC4:
-        raise EvidenceError(f"Softmax switch SM_REGISTER_MAX_VEC4 is {value!r}, but must be a "
-                            f"whole number from {WARP_MAX} to {REGISTER_MAX_VEC4}.")
-    return int(value)
+    value = dispatch_define("SM_REGISTER_MAX_VEC4",
+                            lambda v: v.isdigit() and WARP_MAX <= int(v) <= REGISTER_MAX_VEC4,
+                            f"a whole number from {WARP_MAX} to {REGISTER_MAX_VEC4}", "Softmax")
+    return REGISTER_MAX_VEC4 if value is None else int(value)
 
 
 def cuda_variant(n: int) -> CudaVariant:

@@ -149,13 +149,18 @@ def _ptxas_from_cubin(symbol: str, res: census.ResUsage, sass: census.SassCounts
     """ptxas's report rebuilt from the cubin, for a compile whose log lacks the function (NVRTC 13.0
     on the lent H200s returned an empty log for every compile of matmul.cu, whatever the options,
     while layernorm.cu logged normally): registers, stack and shared memory from the resource
-    table, and no spills only where the SASS proves it (no local-memory instruction at all);
-    otherwise EvidenceError."""
-    if sass.local:
+    table, and the spill bytes as ptxas counts them, one access per local-memory instruction of the
+    SASS (STL.64 is 8 bytes): our kernels keep no array in local memory, so every local access is
+    a spill (tests/test_census.py checks these figures against ptxas's own log). Local instructions
+    with no stack frame in the cubin are not understood, and the census refuses (EvidenceError)
+    rather than guess."""
+    if sass.local and not res.stack:
         raise EvidenceError(f"The ptxas log has no entry for kernel function {symbol}, and its SASS "
-                            f"has {sass.local} local-memory instructions, so its spills are unknown.")
+                            f"has {sass.local} local-memory instructions but no stack frame, so its "
+                            f"spills are unknown.")
     return census.PtxasInfo(registers=res.registers, stack_bytes=res.stack,
-                            smem_bytes=max(res.shared - census.SYSTEM_SMEM_BYTES, 0), entry=True)
+                            smem_bytes=max(res.shared - census.SYSTEM_SMEM_BYTES, 0),
+                            spill_stores=sass.stl_bytes, spill_loads=sass.ldl_bytes, entry=True)
 
 
 def _cuda_rows(op: str, item: VariantShapes, arch: str, outdir: Path | None,

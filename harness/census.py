@@ -260,6 +260,10 @@ class SassCounts:
     """LDL (local-memory load: spills or a stack array)."""
     stl: int = 0
     """STL (local-memory store)."""
+    ldl_bytes: int = 0
+    """Bytes the LDL instructions read, one access each (LDL.64 -> 8)."""
+    stl_bytes: int = 0
+    """Bytes the STL instructions write, one access each."""
     lds: int = 0
     sts: int = 0
     instructions: int = 0
@@ -320,7 +324,10 @@ def parse_sass(text: str) -> dict[str, SassCounts]:
             attr = _SASS_ROOTS.get(opcode.split(".")[0])
             if attr in ("ldg", "stg"):
                 getattr(counts, attr)[sass_access_bits(opcode)] += 1
-            elif attr is not None:
+                continue
+            if attr in ("ldl", "stl"):
+                setattr(counts, f"{attr}_bytes", getattr(counts, f"{attr}_bytes") + sass_access_bits(opcode) // 8)
+            if attr is not None:
                 setattr(counts, attr, getattr(counts, attr) + 1)
         out[name] = counts
     return out

@@ -13,7 +13,8 @@ CUDA paths (kernels/layernorm.cu), one thread block per row, the row held in reg
 or, where the warp-per-row path is on (n % 4 == 0, n <= 1024): one warp per row, 4 rows per
 128-thread block, SLOTS = ceil(n / 128). Each block path loads w and b either with x or late, just
 before the store (LATE_WB). The choices are `DEFAULT_LATE_WB` and `DEFAULT_WARP_ROWS`;
-the variants' defines LN_LATE_WB and LN_WARP_ROWS override them for one run (kernels/layernorm.md).
+the variants' defines LN_LATE_WB and LN_WARP_ROWS override them for one run, and LN_BLOCK (128,
+256, 512 or 1024) sets the vec4 wide path's threads where the row fits 8 slots (kernels/layernorm.md).
 Triton (kernels/layernorm_triton.py): one program per row, BLOCK_N = next power of two >= n,
 num_warps from BLOCK_N, N a compile-time constant.
 """
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import EvidenceError
-from harness.kernel_specs import VariantShapes, group_by_variant, pick_ours, rows_and_last
+from harness.kernel_specs import VariantShapes, block_override, group_by_variant, pick_ours, rows_and_last
 from harness.tensor_checks import check_apart, check_tensors
 
 __all__ = ["VariantShapes", "cuda_variant", "triton_variant", "variants_for", "launch_cuda", "launch_triton"]
@@ -170,6 +171,8 @@ def cuda_variant(n: int) -> CudaVariant:
     late = _switch("LN_LATE_WB", DEFAULT_LATE_WB)
     if n % 4 == 0:
         block = 128 if n <= 1024 else (256 if n <= 4096 else 512)
+        if n > 1024:  # the wide path; the variants' LN_BLOCK sets its threads per block
+            block = block_override("LN_BLOCK", n, 4, block, "Layer-norm")
         return CudaVariant("rows128" if n <= 1024 else "wide", 4, block, math.ceil(n / (4 * block)),
                            late)
     block = 128 if n <= 1024 else (256 if n <= 2048 else (512 if n <= 4096 else 1024))

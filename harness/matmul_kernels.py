@@ -6,11 +6,21 @@ an M x N x K product (A [M, K] @ B [K, N]); `launch_cuda` / `launch_triton` laun
 one, and `harness.build` compiles exactly the ones `variants_for` lists, so the census describes
 the code that runs.
 
-CUDA (kernels/matmul.cu), 64 x 64 x 32 tiles, 256 threads, 4 x 4 outputs per thread, cp.async
-double buffering, grid = ceil(M / 64) * ceil(N / 64) blocks:
-    N % 4 == 0     matmul_f32<4>   B copied in 16-byte cp.async.cg, C stored as float4
-    N % 4 != 0     matmul_f32<1>   B copied in 4-byte cp.async.ca, C stored as floats
-    (A is always copied in 4-byte cp.async.ca, transposed into shared memory; any M, K.)
+CUDA (kernels/matmul.cu), dispatched by shape (`cuda_variant`):
+    N % 4 == K % 4 == 0, C has >= 132 tiles of 128 x 128
+                   matmul_f32_tiled<128, 128, 16, 8>   128 x 128 x 16 tiles, 256 threads, 8 x 8
+                   outputs per thread, warp-tiled; B by cp.async, A staged in registers
+    N % 4 == K % 4 == 0, fewer tiles
+                   matmul_f32_tiled<64, 64, 32, 4>   64 x 64 x 32 tiles, 128 threads, 4 x 8 outputs
+    otherwise      matmul_f32<VEC_B>   64 x 64 x 32 tiles, 256 threads, 4 x 4 outputs per thread,
+                   cp.async double buffering, grid = ceil(M / 64) * ceil(N / 64) blocks:
+        N % 4 == 0     matmul_f32<4>   B copied in 16-byte cp.async.cg, C stored as float4
+        N % 4 != 0     matmul_f32<1>   B copied in 4-byte cp.async.ca, C stored as floats
+        (A is always copied in 4-byte cp.async.ca, transposed into shared memory; any M, K.)
+    The variants' defines replace a choice: MM_TILE (64: matmul_f32 at every shape; 128: the tiled
+    kernel at every shape it can serve), MM_BM / MM_BN / MM_BK / MM_ROWS (the tiled kernel's
+    instance wherever it serves), MM_STAGED128=1 (matmul_f32_128, the 128 x 128 x 8 kernel before
+    it, A and B staged in registers, where the tiled kernel would serve).
 Triton (kernels/matmul_triton.py), M, N, K compile-time constants (one specialization per
 shape), grid = ceil(M / 64) * ceil(N / 64) programs:
     any shape      BLOCK 64 x 64 x 32, GROUP_M = 8, 4 warps, 3 stages (`config_for`: measured
@@ -44,7 +54,15 @@ CUDA_THREADS = 256
 """Threads per block of the CUDA kernel."""
 
 TILE128_MIN_TILES = 132
-"""Fewest 128 x 128 tiles of C for which matmul_f32_128 serves (the H200's SM count)."""
+"""Fewest 128 x 128 tiles of C for which the tiled kernel serves by default (the H200's SM count)."""
+
+DEFAULT_TILED = (128, 128, 16, 8)
+"""(BM, BN, BK, ROWS) of the tiled kernel where C has at least TILE128_MIN_TILES tiles of 128 x 128
+and no variant names them (MM_BM, MM_BN, MM_BK, MM_ROWS)."""
+
+DEFAULT_SMALL = (64, 64, 32, 4)
+"""(BM, BN, BK, ROWS) of the tiled kernel for products with fewer tiles of 128 x 128 (as Triton's
+64 x 64 x 32 programs of 4 warps: 4 x 8 outputs per thread, 128 threads)."""
 
 MAX_DIM = 2**31 - 1
 """Largest M, N or K (the kernels take them as 32-bit integers)."""
@@ -61,23 +79,68 @@ class CudaVariant:
     """Floats per copy of B and per store of C: 4 (N % 4 == 0) or 1."""
 
     tile: int = 64
-    """64: matmul_f32<VEC_B> (64 x 64 x 32 tiles); 128: matmul_f32_128 (128 x 128 x 8 tiles, for
-    N % 4 == 0 and K % 4 == 0)."""
+    """64: matmul_f32<VEC_B> (64 x 64 x 32 tiles); 128: the tiled kernel (bm x bn x bk tiles,
+    for N % 4 == 0 and K % 4 == 0), or matmul_f32_128 where `staged`."""
+
+    bm: int = DEFAULT_TILED[0]
+    bn: int = DEFAULT_TILED[1]
+    bk: int = DEFAULT_TILED[2]
+    rows: int = DEFAULT_TILED[3]
+    """The tiled kernel's tile (bm x bn x bk) and output rows per thread (4 or 8); unused by the
+    other kernels."""
+
+    staged: bool = False
+    """With tile 128: matmul_f32_128 (128 x 128 x 8, A and B staged in registers) instead of
+    the tiled kernel."""
 
     source: str = CUDA_SOURCE
-    block: int = CUDA_THREADS
     dynamic_smem: int = 0
 
     @property
     def kernel(self) -> str:
-        """The name expression that instantiates it, e.g. 'matmul_f32<4>'."""
-        return "matmul_f32_128" if self.tile == 128 else f"matmul_f32<{self.vec_b}>"
+        """The name expression that instantiates it, e.g. 'matmul_f32<4>' or
+        'matmul_f32_tiled<128, 128, 16, 8>'."""
+        if self.tile == 128:
+            if self.staged:
+                return "matmul_f32_128"
+            return f"matmul_f32_tiled<{self.bm}, {self.bn}, {self.bk}, {self.rows}>"
+        return f"matmul_f32<{self.vec_b}>"
+
+    @property
+    def block(self) -> int:
+        """Threads per block: 256, or one per rows x 8 outputs for the tiled kernel."""
+        if self.tile == 128 and not self.staged:
+            return self.bm * self.bn // (8 * self.rows)
+        return CUDA_THREADS
+
+    @property
+    def tile_mn(self) -> tuple[int, int]:
+        """(rows, columns) of the tile of C one block computes."""
+        if self.tile == 128:
+            return (128, 128) if self.staged else (self.bm, self.bn)
+        return CUDA_TILE[0], CUDA_TILE[1]
 
     @property
     def specialization(self) -> str:
         """Short description for tables, e.g. 'tile=64x64x32 vec_b=4 block=256'."""
-        tile = "128x128x8" if self.tile == 128 else "x".join(map(str, CUDA_TILE))
+        if self.tile != 128:
+            tile = "x".join(map(str, CUDA_TILE))
+        elif self.staged:
+            tile = "128x128x8 staged"
+        else:
+            tile = f"{self.bm}x{self.bn}x{self.bk} rows={self.rows}"
         return f"tile={tile} vec_b={self.vec_b} block={self.block}"
+
+
+def tiled_instance(bm: int, bn: int, bk: int, rows: int) -> str | None:
+    """Why (bm, bn, bk, rows) is not an instance matmul_f32_tiled compiles (its static_asserts and
+    the launch limit), or None where it is."""
+    threads = bm * bn // (8 * rows)
+    if rows not in (4, 8) or (bm // rows) % 4 or bm % rows or bn % 64 or bk % 4:
+        return "BM / ROWS must be a multiple of 4, BN of 64, BK of 4, and ROWS 4 or 8"
+    if not 32 <= threads <= 1024 or (bm * bk // 4) % threads or (bk * bn // 4) % threads:
+        return f"its {threads} threads must be 32 to 1024 and each must carry whole float4s of A and B"
+    return None
 
 
 @dataclass(frozen=True)
@@ -149,25 +212,36 @@ def _check_dims(m: int, n: int, k: int) -> None:
 
 def cuda_variant(m: int, n: int, k: int) -> CudaVariant:
     """The CUDA specialization that serves an M x N x K product (see the module docstring); the
-    variants' define MM_TILE (64 or 128) replaces the dispatch by the tile size it names, where
-    that kernel can serve the shape."""
+    variants' defines replace a choice of the dispatch, where that kernel can serve the shape."""
     from harness.cuda_module import dispatch_define
 
     _check_dims(m, n, k)
-    forced = dispatch_define("MM_TILE", lambda v: v in ("64", "128"), "64 or 128", "Matrix-product")
-    fits_128 = n % 4 == 0 and k % 4 == 0
-    if forced is None:
-        want_128 = cuda_grid(m, n, 128) >= TILE128_MIN_TILES
-    else:
-        want_128 = forced == "128"
-    if fits_128 and want_128:
-        return CudaVariant(vec_b=4, tile=128)
-    return CudaVariant(vec_b=4 if n % 4 == 0 else 1)
+
+    def define(name: str, allowed: tuple[str, ...]) -> str | None:
+        return dispatch_define(name, lambda v: v in allowed, " or ".join(allowed), "Matrix-product")
+
+    forced = define("MM_TILE", ("64", "128"))
+    tiled = [define(name, allowed) for name, allowed in (("MM_BM", ("64", "128")), ("MM_BN", ("64", "128")),
+                                                          ("MM_BK", ("8", "16", "32")), ("MM_ROWS", ("4", "8")))]
+    staged = define("MM_STAGED128", ("0", "1")) == "1"
+    if not (n % 4 == 0 and k % 4 == 0) or forced == "64":
+        return CudaVariant(vec_b=4 if n % 4 == 0 else 1)
+    large = cuda_grid(m, n, 128) >= TILE128_MIN_TILES or forced == "128"
+    if staged and large:
+        return CudaVariant(vec_b=4, tile=128, staged=True)
+    default = DEFAULT_TILED if large else DEFAULT_SMALL
+    bm, bn, bk, rows = (int(v) if v is not None else d for v, d in zip(tiled, default, strict=True))
+    why = tiled_instance(bm, bn, bk, rows)
+    if why is not None:
+        raise EvidenceError(f"Matrix-product switches MM_BM/MM_BN/MM_BK/MM_ROWS name the tile {bm}x{bn}x{bk} "
+                            f"with {rows} rows per thread, which the tiled kernel does not take: {why}.")
+    return CudaVariant(vec_b=4, tile=128, bm=bm, bn=bn, bk=bk, rows=rows)
 
 
-def cuda_grid(m: int, n: int, tile: int = CUDA_TILE[0]) -> int:
-    """Blocks of the CUDA launch: one per tile x tile block of C."""
-    return math.ceil(m / tile) * math.ceil(n / tile)
+def cuda_grid(m: int, n: int, tile: int | tuple[int, int] = CUDA_TILE[0]) -> int:
+    """Blocks of the CUDA launch: one per tile of C (tile x tile, or rows x columns)."""
+    rows, cols = (tile, tile) if isinstance(tile, int) else tile
+    return math.ceil(m / rows) * math.ceil(n / cols)
 
 
 def triton_variant(m: int, n: int, k: int) -> TritonVariant:
@@ -244,7 +318,7 @@ def launch_cuda(a: Any, b: Any, out: Any) -> None:
         kernel = cuda_module.get_function(CUDA_SOURCE, v.kernel)
     args = (*(cuda_module.pointer(t) for t in (a, b, out)), numpy.int32(m), numpy.int32(n),
             numpy.int32(k))
-    cuda_module.launch(kernel, (cuda_grid(m, n, v.tile), 1, 1), (v.block, 1, 1), args, device=a.device)
+    cuda_module.launch(kernel, (cuda_grid(m, n, v.tile_mn), 1, 1), (v.block, 1, 1), args, device=a.device)
 
 
 def launch_triton(a: Any, b: Any, out: Any) -> None:

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import EvidenceError
-from harness.kernel_specs import SimpleTritonSpec, VariantShapes, group_by_variant, pick_ours, rows_and_last
+from harness.kernel_specs import (SimpleTritonSpec, VariantShapes, block_override, group_by_variant, pick_ours,
+                                  rows_and_last)
 from harness.tensor_checks import check_apart, check_tensors
 
 __all__ = ["VariantShapes", "cuda_variant", "triton_variant", "variants_for", "launch_cuda",
@@ -127,14 +128,25 @@ def _register_max_vec4() -> int:
     return REGISTER_MAX_VEC4 if value is None else int(value)
 
 
+def _warp_max() -> int:
+    """WARP_MAX, or the variant's define SM_WARP_MAX where it sets one (it may only lower it, to a
+    multiple of 128: narrower rows then take the block path)."""
+    from harness.cuda_module import dispatch_define
+
+    value = dispatch_define("SM_WARP_MAX", lambda v: v.isdigit() and 128 <= int(v) <= WARP_MAX and int(v) % 128 == 0,
+                            f"a multiple of 128 from 128 to {WARP_MAX}", "Softmax")
+    return WARP_MAX if value is None else int(value)
+
+
 def cuda_variant(n: int) -> CudaVariant:
-    """The CUDA specialization that serves rows of width n (see the module docstring)."""
+    """The CUDA specialization that serves rows of width n (see the module docstring; the
+    variants' defines SM_WARP_MAX, SM_BLOCK and SM_REGISTER_MAX_VEC4 replace a choice)."""
     _check_width(n)
     vec = 4 if n % 4 == 0 else 1
-    if n <= WARP_MAX:
+    if n <= _warp_max():
         return CudaVariant("warp", vec, 32 * WARP_ROWS, math.ceil(n / (32 * vec)))
     if vec == 4 and n <= _register_max_vec4():
-        block = 256 if n <= 4096 else (512 if n <= 8192 else 1024)
+        block = block_override("SM_BLOCK", n, 4, 256 if n <= 4096 else (512 if n <= 8192 else 1024), "Softmax")
         return CudaVariant("block", 4, block, math.ceil(n / (4 * block)))
     if vec == 1 and n <= REGISTER_MAX_SCALAR:
         block = 256 if n <= 2048 else (512 if n <= 4096 else 1024)

@@ -349,3 +349,178 @@ matmul_f32_128(const float* __restrict__ A, const float* __restrict__ B, float* 
     }
 }
 
+
+// ----------------------------------------------------------------------------- warp-tiled, ROWS x 8 outputs per thread
+
+// Third kernel, matmul_f32_128's successor (the host dispatches by shape, harness/matmul_kernels.py):
+//     matmul_f32_tiled<BM, BN, BK, ROWS>   BM x BN x BK tiles, BM * BN / (8 ROWS) threads, ROWS x 8
+//                      outputs per thread (ROWS = 8: two 4 x 4 blocks BM / 2 rows and BN / 2 columns
+//                      apart; ROWS = 4: one row block, two column blocks BN / 2 apart), two
+//                      shared-memory stages, one barrier per K tile. While K tile t is multiplied,
+//                      tile t + 1 is on its way: B by 16-byte cp.async.cg straight into the other
+//                      stage, A as float4 global loads into registers, stored transposed to the
+//                      other stage after the multiply-adds (B needs no registers for staging).
+// Takes (A, B, C, M, N, K) like matmul_f32; needs N % 4 == 0, K % 4 == 0 and 16-byte aligned
+// A, B, C; launch with blockDim.x == BM * BN / (8 ROWS), gridDim.x == ceil(M / BM) * ceil(N / BN).
+//
+// Thread layout. Thread (ty, tx), ty < BM / ROWS, tx < BN / 8, owns rows 4 ty .. +3 (and, ROWS = 8,
+// BM / 2 + 4 ty .. +3), columns 4 tx .. +3 and BN / 2 + 4 tx .. +3. By default a warp is a 4 x 8
+// block of threads (warp tiling): per k its float4 reads of A^T touch 4 distinct float4 (64
+// contiguous bytes) and its reads of B 8 (128 contiguous bytes), one shared-memory wavefront each.
+// With MM_THREAD_ROWS=1 a warp is 32 consecutive threads of one or two thread rows (the layout
+// before warp tiling): at BN = 128 its B reads touch 16 distinct float4, two wavefronts each.
+
+#ifndef MM_THREAD_ROWS
+#define MM_THREAD_ROWS 0
+#endif
+#define MMT_PAD_A 4  // floats of padding per A^T row: float4 alignment kept, transposed stores spread
+
+template <int BM, int BN, int BK, int ROWS>
+struct MmTSmem {
+    float a[2][BK][BM + MMT_PAD_A];  // A^T tiles: [stage][k][m]
+    float b[2][BK][BN];              // B tiles:   [stage][k][n]
+};
+
+// The float4s of A this thread carries from global memory to shared memory per K tile: number
+// f = tid + THREADS c (c < A4) of the tile's BM * BK / 4, row f / (BK / 4), k 4 (f % (BK / 4)).
+template <int BM, int BN, int BK, int ROWS>
+struct MmTFetch {
+    static constexpr int THREADS = BM * BN / (8 * ROWS);
+    static constexpr int A4 = BM * BK / 4 / THREADS;
+    static constexpr int B4 = BK * BN / 4 / THREADS;  // 16-byte copies of B per thread per K tile
+    float4 a[A4];
+};
+
+// Start K tile k0 on its way: this thread's float4s of A into registers, its 16-byte copies of B
+// (number f = tid + THREADS c: row f / (BN / 4), columns 4 (f % (BN / 4))) into stage s by
+// cp.async.cg, committed as one group. Zeros outside the matrices (src-size 0 for B).
+template <int BM, int BN, int BK, int ROWS>
+__device__ __forceinline__ void mmt_fetch(MmTSmem<BM, BN, BK, ROWS>& sm, const int s,
+                                          const float* __restrict__ A, const float* __restrict__ B,
+                                          const int M, const int N, const int K, const int m0,
+                                          const int n0, const int k0, MmTFetch<BM, BN, BK, ROWS>& f) {
+    using F = MmTFetch<BM, BN, BK, ROWS>;
+#pragma unroll
+    for (int c = 0; c < F::B4; ++c) {
+        const int idx = threadIdx.x + F::THREADS * c;
+        const int k = idx / (BN / 4);
+        const int n = 4 * (idx % (BN / 4));
+        const int kb = k0 + k;
+        const int col = n0 + n;  // N % 4 == 0: the float4 is wholly in or out
+        const bool ok = kb < K && col < N;
+        const float* src = ok ? B + (static_cast<long long>(kb) * N + col) : B;
+        mm_cp_async16(mm_smem_addr(&sm.b[s][k][n]), src, ok ? 16 : 0);
+    }
+    mm_cp_async_commit();
+#pragma unroll
+    for (int c = 0; c < F::A4; ++c) {
+        const int idx = threadIdx.x + F::THREADS * c;
+        const int row = m0 + idx / (BK / 4);
+        const int ka = k0 + 4 * (idx % (BK / 4));  // K % 4 == 0: the float4 is wholly in or out
+        f.a[c] = (row < M && ka < K)
+                     ? *reinterpret_cast<const float4*>(A + static_cast<long long>(row) * K + ka)
+                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+}
+
+// Finish the K tile started by mmt_fetch into stage s: A stored transposed, B's copies waited for
+// (the barrier that follows makes both visible to every thread).
+template <int BM, int BN, int BK, int ROWS>
+__device__ __forceinline__ void mmt_stash(MmTSmem<BM, BN, BK, ROWS>& sm, const int s,
+                                          const MmTFetch<BM, BN, BK, ROWS>& f) {
+    using F = MmTFetch<BM, BN, BK, ROWS>;
+#pragma unroll
+    for (int c = 0; c < F::A4; ++c) {
+        const int idx = threadIdx.x + F::THREADS * c;
+        const int m = idx / (BK / 4);
+        const int k = 4 * (idx % (BK / 4));
+        sm.a[s][k + 0][m] = f.a[c].x;
+        sm.a[s][k + 1][m] = f.a[c].y;
+        sm.a[s][k + 2][m] = f.a[c].z;
+        sm.a[s][k + 3][m] = f.a[c].w;
+    }
+    mm_cp_async_wait<0>();
+}
+
+template <int BM, int BN, int BK, int ROWS>
+__global__ void __launch_bounds__(BM * BN / (8 * ROWS), 2)  // 128 registers at 256 threads, 255 at 128
+matmul_f32_tiled(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+                 const int M, const int N, const int K) {
+    constexpr int RB = ROWS / 4;  // row blocks of 4 per thread, BM / RB rows apart
+    constexpr int THREADS = BM * BN / (8 * ROWS);
+    static_assert(ROWS == 4 || ROWS == 8, "ROWS is 4 or 8");
+    static_assert((BM / ROWS) % 4 == 0 && BN % 64 == 0 && BK % 4 == 0, "tile: BM / ROWS % 4, BN % 64, BK % 4");
+    static_assert((BM * BK / 4) % THREADS == 0 && (BK * BN / 4) % THREADS == 0,
+                  "each thread carries whole float4s of A and B");
+    __shared__ __align__(16) MmTSmem<BM, BN, BK, ROWS> sm;
+
+    int m0, n0;
+    mm_tile_origin<BM, BN>(M, N, m0, n0);
+
+#if MM_THREAD_ROWS
+    const int tx = threadIdx.x % (BN / 8);
+    const int ty = threadIdx.x / (BN / 8);
+#else
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    constexpr int WARPS_N = BN / 64;  // a warp: 4 thread rows x 8 thread columns
+    const int ty = 4 * (warp / WARPS_N) + (lane >> 3);
+    const int tx = 8 * (warp % WARPS_N) + (lane & 7);
+#endif
+
+    float acc[ROWS][8];
+#pragma unroll
+    for (int i = 0; i < ROWS; ++i) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
+    }
+
+    const int ktiles = (K + BK - 1) / BK;
+    MmTFetch<BM, BN, BK, ROWS> f;
+    mmt_fetch<BM, BN, BK, ROWS>(sm, 0, A, B, M, N, K, m0, n0, 0, f);
+    mmt_stash<BM, BN, BK, ROWS>(sm, 0, f);
+    __syncthreads();
+    for (int kt = 0; kt < ktiles; ++kt) {
+        const int s = kt & 1;
+        // Stage s ^ 1 was last read in iteration kt - 1, which every thread finished before the
+        // barrier that ended it, so tile kt + 1 may land there while tile kt is multiplied.
+        const bool more = kt + 1 < ktiles;
+        if (more) mmt_fetch<BM, BN, BK, ROWS>(sm, s ^ 1, A, B, M, N, K, m0, n0, (kt + 1) * BK, f);
+#pragma unroll
+        for (int k = 0; k < BK; ++k) {
+            float av[ROWS];
+#pragma unroll
+            for (int r = 0; r < RB; ++r) {
+                const float4 a = *reinterpret_cast<const float4*>(&sm.a[s][k][(BM / RB) * r + 4 * ty]);
+                av[4 * r + 0] = a.x;
+                av[4 * r + 1] = a.y;
+                av[4 * r + 2] = a.z;
+                av[4 * r + 3] = a.w;
+            }
+            const float4 b0 = *reinterpret_cast<const float4*>(&sm.b[s][k][4 * tx]);
+            const float4 b1 = *reinterpret_cast<const float4*>(&sm.b[s][k][BN / 2 + 4 * tx]);
+            const float bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+            for (int i = 0; i < ROWS; ++i) {
+#pragma unroll
+                for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+            }
+        }
+        if (more) mmt_stash<BM, BN, BK, ROWS>(sm, s ^ 1, f);
+        __syncthreads();  // tile kt + 1 published; stage s free for tile kt + 2
+    }
+
+#pragma unroll
+    for (int i = 0; i < ROWS; ++i) {
+        const int row = m0 + (BM / RB) * (i / 4) + 4 * ty + (i % 4);
+        if (row >= M) continue;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int col = n0 + (BN / 2) * h + 4 * tx;  // N % 4 == 0: the float4 is wholly in or out
+            if (col < N) {
+                *reinterpret_cast<float4*>(C + static_cast<long long>(row) * N + col) =
+                    make_float4(acc[i][4 * h], acc[i][4 * h + 1], acc[i][4 * h + 2], acc[i][4 * h + 3]);
+            }
+        }
+    }
+}

@@ -329,6 +329,24 @@ def test_switches_override_the_dispatch() -> None:
         cuda_variant(768)
 
 
+def test_block_switch_sets_the_wide_paths_threads() -> None:
+    """LN_BLOCK (the variants block512 and block128) sets the threads of the vec4 wide path where
+    the row then fits 8 slots; narrower rows, the scalar path and rows too wide keep the dispatch."""
+    assert cuda_variant(4096) == CudaVariant("wide", 4, 256, 4, late_wb=True)
+    with cuda_module.variant_options(("-DLN_BLOCK=512",)):
+        assert cuda_variant(4096) == CudaVariant("wide", 4, 512, 2, late_wb=True)
+        assert cuda_variant(2048) == CudaVariant("wide", 4, 512, 1, late_wb=True)
+        assert cuda_variant(768).block == 128 and cuda_variant(4095).block == 512  # scalar: its own
+    with cuda_module.variant_options(("-DLN_BLOCK=128",)):
+        assert cuda_variant(4096) == CudaVariant("wide", 4, 128, 8, late_wb=True)
+        assert cuda_variant(8192) == CudaVariant("wide", 4, 512, 4, late_wb=True)  # 16 slots: no
+        for n in range(1028, MAX_WIDTH + 1, 4):
+            v = cuda_variant(n)
+            assert (v.slots - 1) * 4 * v.block < n <= v.slots * 4 * v.block <= 4 * 8 * v.block, n
+    with cuda_module.variant_options(("-DLN_BLOCK=300",)), pytest.raises(EvidenceError, match="LN_BLOCK"):
+        cuda_variant(4096)
+
+
 def test_warp_path_holds_every_width_it_serves() -> None:
     with cuda_module.variant_options(("-DLN_WARP_ROWS=1",)):
         for n in range(4, 1025, 4):
@@ -479,18 +497,37 @@ def test_census_survives_a_compile_with_an_empty_ptxas_log(tmp_path: Path,
         assert row[key] == normal[0][key], key
 
 
-def test_an_empty_ptxas_log_with_local_memory_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Where the SASS has local-memory instructions (here full occupancy's spills at width 4096),
-    an empty log leaves the spill counts unknown: the census refuses in one sentence rather than
-    guess them."""
+@pytest.mark.parametrize(("op", "shape", "variant"), [
+    ("layernorm", (64, 4096), ("cuda.full_occupancy", ("-DLN_MIN_BLOCKS=-1",))),  # 12 B of spills
+    ("matmul", (4096, 4096, 4096), None),  # matmul_f32_tiled<128, 128, 16, 8>: 36 B
+])
+def test_an_empty_ptxas_log_with_spills_gives_ptxas_figures(op: str, shape: tuple[int, ...], variant: tuple | None,
+                                                            tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the SASS has local-memory instructions, the census without a log counts the spill
+    bytes from them, and they equal what ptxas's log says for the same compile."""
     from dataclasses import replace
 
     from harness import build
 
-    _census_or_skip("cuda", [(64, 4096)], tmp_path)  # skips where no compiler is at hand
+    from harness.build import build_census
+
+    try:
+        (normal,) = build_census(op, "cuda", [shape], arch="sm_90", outdir=tmp_path / "a", variant=variant)
+    except ToolMissing as exc:
+        pytest.skip(f"cuda census tools missing: {exc}")
+    assert normal["spill_stores"] > 0 and normal["spill_loads"] > 0 and normal["sass_local"] > 0
     real = cuda_module.compile_offline
     monkeypatch.setattr(cuda_module, "compile_offline",
                         lambda *a, **k: replace(real(*a, **k), ptxas_log=""))
-    with pytest.raises(EvidenceError, match="local-memory instructions, so its spills are unknown"):
-        build.build_census("layernorm", "cuda", [(64, 4096)], arch="sm_90",
-                           variant=("cuda.full_occupancy", ("-DLN_MIN_BLOCKS=-1",)))
+    (tmp_path / "b").mkdir()
+    (row,) = build.build_census(op, "cuda", [shape], arch="sm_90", outdir=tmp_path / "b", variant=variant)
+    for key in ("registers", "spill_stores", "spill_loads", "stack_bytes", "static_smem", "sass_local"):
+        assert row[key] == normal[key], key
+
+
+def test_local_memory_without_a_stack_frame_is_refused() -> None:
+    from harness import build
+
+    with pytest.raises(EvidenceError, match="no stack frame, so its spills are unknown"):
+        build._ptxas_from_cubin("k", census.ResUsage(registers=40, stack=0, shared=0),
+                                census.SassCounts(ldl=1, ldl_bytes=4))

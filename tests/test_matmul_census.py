@@ -28,12 +28,18 @@ SWEEP = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (4096, 4096
 # ----------------------------------------------------------------------------- dispatch
 
 
-def test_cuda_dispatch_follows_n_modulo_4() -> None:
-    assert cuda_variant(1024, 1024, 1024).kernel == "matmul_f32<4>"
-    assert cuda_variant(1001, 1024, 999).kernel == "matmul_f32<4>"  # M and K tails: same kernel
+SMALL = "matmul_f32_tiled<64, 64, 32, 4>"
+BIG = "matmul_f32_tiled<128, 128, 16, 8>"
+
+
+def test_cuda_dispatch_follows_n_and_k_modulo_4() -> None:
+    assert cuda_variant(1024, 1024, 1024).kernel == SMALL
+    assert cuda_variant(1001, 1024, 1000).kernel == SMALL  # an M tail: same kernel
+    assert cuda_variant(1001, 1024, 999).kernel == "matmul_f32<4>"  # K % 4 != 0
     assert cuda_variant(1024, 1001, 1024).kernel == "matmul_f32<1>"
     assert cuda_variant(7, 5, 3).kernel == "matmul_f32<1>"
-    for shape in [(1024, 1024, 1024), (7, 5, 3)]:
+    assert cuda_variant(1024, 1024, 1024).block == 128 and cuda_variant(1024, 1024, 1024).tile_mn == (64, 64)
+    for shape in [(1001, 1024, 999), (7, 5, 3)]:
         v = cuda_variant(*shape)
         assert v.block == CUDA_THREADS == 256 and v.dynamic_smem == 0 and v.source == "matmul.cu"
 
@@ -65,7 +71,7 @@ def test_triton_dispatch(shape: tuple[int, int, int]) -> None:
 def test_variants_for_groups_shapes() -> None:
     shapes = [*SWEEP, (1000, 1001, 999), (1024, 1024, 1024)]
     cuda = variants_for("cuda", shapes)
-    assert [v.variant.kernel for v in cuda] == ["matmul_f32<4>", "matmul_f32_128", "matmul_f32<1>"]
+    assert [v.variant.kernel for v in cuda] == [SMALL, BIG, "matmul_f32<1>"]
     assert cuda[0].shapes_text == "1024x1024x1024"
     assert cuda[1].shapes_text == "2048x2048x2048;4096x4096x4096;4096x4096x1024"
     assert cuda[2].shapes_text == "1000x1001x999"
@@ -141,7 +147,7 @@ def _census_or_skip(impl: str, shapes: list[tuple[int, int, int]], outdir: Path)
 
 def _sass_ops(path: Path, symbol: str) -> Counter[str]:
     """The SASS opcodes of one kernel of the module's file (matmul.cu always holds matmul_f32_128
-    beside the template instance that was asked for)."""
+    beside the template instances that were asked for)."""
     return Counter(census.sass_opcodes(path.read_text())[symbol])
 
 
@@ -154,12 +160,13 @@ def _ptx_ops(path: Path, symbol: str) -> Counter[str]:
 def test_build_census_cuda(tmp_path: Path) -> None:
     from harness.build import CENSUS_COLUMNS
 
-    rows = _census_or_skip("cuda", [(1024, 1024, 1024), (1024, 768, 512), (2048, 2048, 2048),
+    rows = _census_or_skip("cuda", [(1024, 1024, 1023), (1024, 768, 511), (1024, 1024, 1024), (2048, 2048, 2048),
                                     (1000, 1001, 999)], tmp_path)
-    assert [tuple(r) for r in rows] == [CENSUS_COLUMNS] * 3
-    vec4, big, vec1 = rows
-    assert vec4["kernel"] == "matmul_f32<4>" and vec4["shapes"] == "1024x1024x1024;1024x768x512"
-    assert big["kernel"] == "matmul_f32_128" and big["shapes"] == "2048x2048x2048"  # the dispatch
+    assert [tuple(r) for r in rows] == [CENSUS_COLUMNS] * 4
+    vec4, small, big, vec1 = rows
+    assert vec4["kernel"] == "matmul_f32<4>" and vec4["shapes"] == "1024x1024x1023;1024x768x511"  # K % 4 != 0
+    assert small["kernel"] == SMALL and small["shapes"] == "1024x1024x1024"  # the dispatch
+    assert big["kernel"] == BIG and big["shapes"] == "2048x2048x2048"
     assert vec1["kernel"] == "matmul_f32<1>" and vec1["shapes"] == "1000x1001x999"
     rows = [vec4, vec1]
     bm, bn, bk = CUDA_TILE
@@ -223,29 +230,52 @@ def test_build_census_triton(tmp_path: Path) -> None:
 
 
 def test_dispatch_by_shape_and_the_tile_variants() -> None:
-    """matmul_f32_128 serves where C has at least 132 tiles of 128 x 128 and N % 4 == K % 4 == 0;
-    the 64 x 64 kernel elsewhere. The variants' MM_TILE=64 / 128 put one kernel at every shape it
-    can serve; anything else is refused."""
+    """The tiled kernel serves where N % 4 == K % 4 == 0: 128 x 128 x 16 tiles where C has at least
+    132 tiles of 128 x 128, 64 x 64 x 32 below; the 64 x 64 cp.async kernel elsewhere. MM_TILE=64 /
+    128 put the cp.async kernel / the tiled kernel's large instance at every shape, MM_BM, MM_BN,
+    MM_BK and MM_ROWS name the tiled instance, MM_STAGED128 puts matmul_f32_128 where the large
+    instance would serve; anything else is refused."""
     from harness import config, cuda_module, variants
     from harness.build import build_census
     from harness.errors import EvidenceError
-    from harness.matmul_kernels import TILE128_MIN_TILES, cuda_grid, cuda_variant
+    from harness.matmul_kernels import TILE128_MIN_TILES, cuda_grid, cuda_variant, tiled_instance
 
-    assert cuda_variant(1024, 1024, 1024).kernel == "matmul_f32<4>"  # 64 tiles of 128 x 128
-    assert cuda_variant(2048, 2048, 2048).kernel == "matmul_f32_128"  # 256
-    assert cuda_variant(4096, 4096, 1024).kernel == "matmul_f32_128"
+    assert cuda_variant(1024, 1024, 1024).kernel == SMALL  # 64 tiles of 128 x 128
+    assert cuda_variant(2048, 2048, 2048).kernel == BIG  # 256
+    assert cuda_variant(4096, 4096, 1024).kernel == BIG
     assert cuda_variant(4096, 4094, 4096).kernel == "matmul_f32<1>"  # N % 4 != 0
-    # The boundary: 132 tiles (12 x 11) serve with 128, 131 do not exist as a grid, 120 (12 x 10) not.
+    assert cuda_variant(2048, 2048, 2048).block == 256 and cuda_variant(2048, 2048, 2048).tile_mn == (128, 128)
+    # The boundary: 132 tiles (12 x 11) serve with 128, 120 (12 x 10) not.
     assert cuda_grid(12 * 128, 11 * 128, 128) == TILE128_MIN_TILES == 132
-    assert cuda_variant(12 * 128, 11 * 128, 512).tile == 128
-    assert cuda_variant(12 * 128, 10 * 128, 512).tile == 64
+    assert cuda_variant(12 * 128, 11 * 128, 512).kernel == BIG
+    assert cuda_variant(12 * 128, 10 * 128, 512).kernel == SMALL
     with cuda_module.variant_options(("-DMM_TILE=128",)):
-        assert cuda_variant(1024, 1024, 1024).kernel == "matmul_f32_128"
+        assert cuda_variant(1024, 1024, 1024).kernel == BIG
         assert cuda_variant(1024, 1022, 1024).kernel == "matmul_f32<1>"  # N % 4 != 0
         assert cuda_variant(1024, 1024, 1022).kernel == "matmul_f32<4>"  # K % 4 != 0
+    with cuda_module.variant_options(("-DMM_TILE=128", "-DMM_BN=64")):
+        v = cuda_variant(1024, 1024, 1024)
+        assert v.kernel == "matmul_f32_tiled<128, 64, 16, 8>" and v.block == 128 and v.tile_mn == (128, 64)
+        assert cuda_grid(1024, 1024, v.tile_mn) == 8 * 16
+        assert v.specialization == "tile=128x64x16 rows=8 vec_b=4 block=128"
+    with cuda_module.variant_options(("-DMM_BK=8",)):
+        assert cuda_variant(4096, 4096, 4096).kernel == "matmul_f32_tiled<128, 128, 8, 8>"
+        assert cuda_variant(1024, 1024, 1024).kernel == "matmul_f32_tiled<64, 64, 8, 4>"  # the small one too
+    with cuda_module.variant_options(("-DMM_STAGED128=1",)):
+        v = cuda_variant(4096, 4096, 4096)
+        assert v.kernel == "matmul_f32_128" and v.block == 256 and "staged" in v.specialization
+        assert cuda_variant(1024, 1024, 1024).kernel == SMALL  # only where the large instance serves
     with cuda_module.variant_options(("-DMM_TILE=64",)):
         assert cuda_variant(4096, 4096, 4096).kernel == "matmul_f32<4>"
-    with cuda_module.variant_options(("-DMM_TILE=96",)), pytest.raises(EvidenceError, match="MM_TILE"):
+        assert cuda_variant(1024, 1024, 1024).kernel == "matmul_f32<4>"
+    for bad in ("-DMM_TILE=96", "-DMM_BN=96", "-DMM_BK=64", "-DMM_STAGED128=2", "-DMM_ROWS=2"):
+        with cuda_module.variant_options((bad,)), pytest.raises(EvidenceError, match=bad[2:].split("=")[0]):
+            cuda_variant(4096, 4096, 4096)
+    # An instance the kernel's static_asserts refuse is refused by the host first.
+    assert tiled_instance(128, 128, 8, 4) is not None  # 512 threads, 256 float4 of A
+    assert tiled_instance(64, 64, 32, 4) is None and tiled_instance(128, 128, 16, 8) is None
+    with cuda_module.variant_options(("-DMM_ROWS=4", "-DMM_BK=8")), \
+            pytest.raises(EvidenceError, match="does not take"):
         cuda_variant(4096, 4096, 4096)
     assert cuda_grid(1000, 1000, 128) == 8 * 8 and cuda_grid(1000, 1000) == 16 * 16
     if cuda_module.load_nvrtc() is None:
@@ -254,8 +284,47 @@ def test_dispatch_by_shape_and_the_tile_variants() -> None:
     options = variants.compiler_options(cfg["operations"]["matmul"], "cuda.tile128")
     rows = build_census("matmul", "cuda", [(1024, 1024, 1024), (1024, 1022, 1024)], variant=("cuda.tile128", options))
     by = {r["kernel"]: r for r in rows}
-    assert set(by) == {"matmul_f32_128", "matmul_f32<1>"}
-    big = by["matmul_f32_128"]
-    assert big["impl"] == "cuda.tile128" and "-DMM_TILE=128" in big["options"]
-    assert big["registers"] <= 128 and big["spill_stores"] == 0  # __launch_bounds__(256, 2)
-    assert big["ld_global_128"] >= 2 and big["st_global_128"] >= 2 and big["static_smem"] == 2 * 2 * 8 * 128 * 4
+    assert set(by) == {BIG, "matmul_f32<1>"}
+    row = by[BIG]
+    assert row["impl"] == "cuda.tile128" and "-DMM_TILE=128" in row["options"]
+    assert row["registers"] <= 128  # __launch_bounds__(256, 2)
+    # A: two float4 per thread per K tile (ld.global.v4), B: two 16-byte cp.async; both at the
+    # prologue's and the loop's call sites. Shared: two stages of A^T (rows padded by 4) and of B.
+    assert row["ld_global_128"] == 4 and row["st_global_128"] == 16  # 8 rows x 2 float4 of C
+    assert row["static_smem"] == 4 * (2 * 16 * (128 + 4) + 2 * 16 * 128)
+
+
+@pytest.mark.parametrize(("variant", "kernel", "smem"), [
+    ("staged128", "matmul_f32_128", 4 * 2 * 2 * 8 * 128),
+    ("bk8", "matmul_f32_tiled<128, 128, 8, 8>", 4 * (2 * 8 * 132 + 2 * 8 * 128)),
+    ("thread_rows", BIG, 4 * (2 * 16 * 132 + 2 * 16 * 128)),
+    ("tile128x64", "matmul_f32_tiled<128, 64, 16, 8>", 4 * (2 * 16 * 132 + 2 * 16 * 64)),
+    ("tile64x128", "matmul_f32_tiled<64, 128, 16, 4>", 4 * (2 * 16 * 68 + 2 * 16 * 128)),
+    ("small64", SMALL, 4 * (2 * 32 * 68 + 2 * 32 * 64)),
+    ("small64_bk16", "matmul_f32_tiled<64, 64, 16, 4>", 4 * (2 * 16 * 68 + 2 * 16 * 64)),
+    ("small64_rows8", "matmul_f32_tiled<64, 64, 32, 8>", 4 * (2 * 32 * 68 + 2 * 32 * 64)),
+])
+def test_census_of_the_tiled_variants(variant: str, kernel: str, smem: int, tmp_path: Path) -> None:
+    """Each config variant of the large-tile kernels builds the instance its defines name, with the
+    shared memory of its tile, rows x 8 FFMA per k and no tensor-core instruction."""
+    from harness import config, variants
+    from harness.build import build_census
+
+    if cuda_module.load_nvrtc() is None:
+        pytest.skip("NVRTC is not available here")
+    cfg = config.load(config.ROOT / "config.yaml")
+    options = variants.compiler_options(cfg["operations"]["matmul"], f"cuda.{variant}")
+    rows = build_census("matmul", "cuda", [(4096, 4096, 4096)], arch="sm_90", outdir=tmp_path,
+                        variant=(f"cuda.{variant}", options))
+    (row,) = rows
+    assert row["kernel"] == kernel and row["impl"] == f"cuda.{variant}"
+    assert row["static_smem"] == smem and row["barriers"] >= 2
+    if kernel == "matmul_f32_128":
+        bk, rows_per_thread = 8, 8
+    else:
+        _, _, bk, rows_per_thread = (int(x) for x in kernel[kernel.index("<") + 1:-1].split(","))
+    (sass_path,) = [p for p in tmp_path.glob("*.sass") if row["symbol"] in census.sass_opcodes(p.read_text())]
+    sass = _sass_ops(sass_path, row["symbol"])
+    assert sum(n for op, n in sass.items() if op.startswith("FFMA")) == 8 * rows_per_thread * bk
+    assert sass["LDS.128"] == (rows_per_thread // 4 + 2) * bk  # A^T float4 per row block, two of B, per k
+    assert not any(op.startswith(("HMMA", "HGMMA")) for op in sass)

@@ -104,6 +104,36 @@ def test_matches_float64_reference(impl: str, shape: tuple[int, int, int]) -> No
     _check(_run(impl, a, b), _reference(a, b))
 
 
+# Every choice the dispatch or a variant can make for the tiled kernels (N % 4 == K % 4 == 0), at
+# shapes with M, N and K tails against their tiles.
+CHOICES = {
+    "tiled-128x128x16x8": ("-DMM_TILE=128",),
+    "tiled-128x128x8x8": ("-DMM_TILE=128", "-DMM_BK=8"),
+    "tiled-128x64x16x8": ("-DMM_TILE=128", "-DMM_BN=64"),
+    "tiled-64x128x16x4": ("-DMM_TILE=128", "-DMM_BM=64", "-DMM_ROWS=4"),
+    "tiled-64x64x32x4": ("-DMM_TILE=128", "-DMM_BM=64", "-DMM_BN=64", "-DMM_BK=32", "-DMM_ROWS=4"),
+    "tiled-64x64x16x4": ("-DMM_TILE=128", "-DMM_BM=64", "-DMM_BN=64", "-DMM_BK=16", "-DMM_ROWS=4"),
+    "tiled-64x64x32x8": ("-DMM_TILE=128", "-DMM_BM=64", "-DMM_BN=64", "-DMM_BK=32", "-DMM_ROWS=8"),
+    "tiled-thread-rows": ("-DMM_TILE=128", "-DMM_THREAD_ROWS=1"),
+    "staged128": ("-DMM_TILE=128", "-DMM_STAGED128=1"),
+}
+TAIL_SHAPES = [(65, 68, 36), (100, 132, 260), (129, 192, 4096), (300, 260, 20), (1, 4, 4), (256, 384, 12)]
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("choice", sorted(CHOICES))
+@pytest.mark.parametrize("shape", TAIL_SHAPES, ids=["x".join(map(str, s)) for s in TAIL_SHAPES])
+def test_every_tiled_choice_matches_float64_reference(choice: str, shape: tuple[int, int, int]) -> None:
+    from harness import cuda_module
+
+    a, b = _inputs(*shape, seed=3 * sum(shape) + len(choice))
+    with cuda_module.variant_options(CHOICES[choice]):
+        assert cuda_variant(*shape).tile == 128  # the choice is the kernel that runs
+        out = _run("cuda", a, b)
+    _check(out, _reference(a, b))
+
+
 @gpu
 @needs_cuda
 @pytest.mark.parametrize("shape", ["1024x1024x1024", "4096x4096x1024", "1000x1001x999", "7x5x3"])

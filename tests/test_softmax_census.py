@@ -117,6 +117,27 @@ def test_register_limit_switch() -> None:
             cuda_variant(32768)
 
 
+def test_block_and_warp_switches() -> None:
+    """SM_BLOCK sets the vec4 block path's threads where the row then fits 8 slots (block512:
+    width 4096 on 512 threads, 2 slots); SM_WARP_MAX sends rows wider than it to the block path
+    (block_rows: width 1024 on one 256-thread block, 1 slot). Other widths keep the dispatch."""
+    from harness import cuda_module
+
+    assert cuda_variant(4096) == CudaVariant("block", 4, 256, 4)
+    assert cuda_variant(1024) == CudaVariant("warp", 4, 128, 8)
+    with cuda_module.variant_options(("-DSM_BLOCK=512",)):
+        assert cuda_variant(4096) == CudaVariant("block", 4, 512, 2)
+        assert cuda_variant(32768) == CudaVariant("block", 4, 1024, 8)  # 16 slots at 512: no
+        assert cuda_variant(1024).path == "warp" and cuda_variant(4095).path == "block"
+        assert cuda_variant(4095).block == 512  # the scalar path keeps its own sizes
+    with cuda_module.variant_options(("-DSM_WARP_MAX=512",)):
+        assert cuda_variant(1024) == CudaVariant("block", 4, 256, 1)
+        assert cuda_variant(512).path == "warp" and cuda_variant(256) == CudaVariant("warp", 4, 128, 2)
+    for bad in ("-DSM_BLOCK=384", "-DSM_WARP_MAX=2048", "-DSM_WARP_MAX=200"):
+        with cuda_module.variant_options((bad,)), pytest.raises(EvidenceError, match=bad[2:].split("=")[0]):
+            cuda_variant(1024 if "WARP" in bad else 4096)
+
+
 def test_dispatch_refuses_bad_widths() -> None:
     for n in (0, -4, MAX_WIDTH + 1):
         with pytest.raises(EvidenceError, match="outside the supported range"):

@@ -78,9 +78,10 @@ class CudaVariant:
     vec_b: int
     """Floats per copy of B and per store of C: 4 (N % 4 == 0) or 1."""
 
-    tile: int = 64
-    """64: matmul_f32<VEC_B> (64 x 64 x 32 tiles); 128: the tiled kernel (bm x bn x bk tiles,
-    for N % 4 == 0 and K % 4 == 0), or matmul_f32_128 where `staged`."""
+    family: str = "cp"
+    """Which kernel: 'cp' is matmul_f32<VEC_B> (64 x 64 x 32 tiles, cp.async, any shape); 'tiled'
+    is matmul_f32_tiled<bm, bn, bk, rows> and 'staged' matmul_f32_128 (both for N % 4 == 0 and
+    K % 4 == 0)."""
 
     bm: int = DEFAULT_TILED[0]
     bn: int = DEFAULT_TILED[1]
@@ -89,10 +90,6 @@ class CudaVariant:
     """The tiled kernel's tile (bm x bn x bk) and output rows per thread (4 or 8); unused by the
     other kernels."""
 
-    staged: bool = False
-    """With tile 128: matmul_f32_128 (128 x 128 x 8, A and B staged in registers) instead of
-    the tiled kernel."""
-
     source: str = CUDA_SOURCE
     dynamic_smem: int = 0
 
@@ -100,35 +97,31 @@ class CudaVariant:
     def kernel(self) -> str:
         """The name expression that instantiates it, e.g. 'matmul_f32<4>' or
         'matmul_f32_tiled<128, 128, 16, 8>'."""
-        if self.tile == 128:
-            if self.staged:
-                return "matmul_f32_128"
+        if self.family == "tiled":
             return f"matmul_f32_tiled<{self.bm}, {self.bn}, {self.bk}, {self.rows}>"
-        return f"matmul_f32<{self.vec_b}>"
+        return "matmul_f32_128" if self.family == "staged" else f"matmul_f32<{self.vec_b}>"
 
     @property
     def block(self) -> int:
         """Threads per block: 256, or one per rows x 8 outputs for the tiled kernel."""
-        if self.tile == 128 and not self.staged:
+        if self.family == "tiled":
             return self.bm * self.bn // (8 * self.rows)
         return CUDA_THREADS
 
     @property
     def tile_mn(self) -> tuple[int, int]:
         """(rows, columns) of the tile of C one block computes."""
-        if self.tile == 128:
-            return (128, 128) if self.staged else (self.bm, self.bn)
-        return CUDA_TILE[0], CUDA_TILE[1]
+        if self.family == "tiled":
+            return self.bm, self.bn
+        return (128, 128) if self.family == "staged" else (CUDA_TILE[0], CUDA_TILE[1])
 
     @property
     def specialization(self) -> str:
         """Short description for tables, e.g. 'tile=64x64x32 vec_b=4 block=256'."""
-        if self.tile != 128:
-            tile = "x".join(map(str, CUDA_TILE))
-        elif self.staged:
-            tile = "128x128x8 staged"
-        else:
+        if self.family == "tiled":
             tile = f"{self.bm}x{self.bn}x{self.bk} rows={self.rows}"
+        else:
+            tile = "128x128x8 staged" if self.family == "staged" else "x".join(map(str, CUDA_TILE))
         return f"tile={tile} vec_b={self.vec_b} block={self.block}"
 
 
@@ -228,14 +221,14 @@ def cuda_variant(m: int, n: int, k: int) -> CudaVariant:
         return CudaVariant(vec_b=4 if n % 4 == 0 else 1)
     large = cuda_grid(m, n, 128) >= TILE128_MIN_TILES or forced == "128"
     if staged and large:
-        return CudaVariant(vec_b=4, tile=128, staged=True)
+        return CudaVariant(vec_b=4, family="staged")
     default = DEFAULT_TILED if large else DEFAULT_SMALL
     bm, bn, bk, rows = (int(v) if v is not None else d for v, d in zip(tiled, default, strict=True))
     why = tiled_instance(bm, bn, bk, rows)
     if why is not None:
         raise EvidenceError(f"Matrix-product switches MM_BM/MM_BN/MM_BK/MM_ROWS name the tile {bm}x{bn}x{bk} "
                             f"with {rows} rows per thread, which the tiled kernel does not take: {why}.")
-    return CudaVariant(vec_b=4, tile=128, bm=bm, bn=bn, bk=bk, rows=rows)
+    return CudaVariant(vec_b=4, family="tiled", bm=bm, bn=bn, bk=bk, rows=rows)
 
 
 def cuda_grid(m: int, n: int, tile: int | tuple[int, int] = CUDA_TILE[0]) -> int:

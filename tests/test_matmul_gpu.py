@@ -129,7 +129,7 @@ def test_every_tiled_choice_matches_float64_reference(choice: str, shape: tuple[
 
     a, b = _inputs(*shape, seed=3 * sum(shape) + len(choice))
     with cuda_module.variant_options(CHOICES[choice]):
-        assert cuda_variant(*shape).tile == 128  # the choice is the kernel that runs
+        assert cuda_variant(*shape).family != "cp"  # the choice is the kernel that runs
         out = _run("cuda", a, b)
     _check(out, _reference(a, b))
 

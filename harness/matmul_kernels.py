@@ -48,10 +48,10 @@ TRITON_SOURCE = "matmul_triton.py"
 """Kernel source under kernels/ for the Triton implementation."""
 
 CUDA_TILE = (64, 64, 32)
-"""(BLOCK_M, BLOCK_N, BLOCK_K) of the CUDA kernel (fixed in kernels/matmul.cu)."""
+"""(BLOCK_M, BLOCK_N, BLOCK_K) of the cp.async kernel matmul_f32 (fixed in kernels/matmul.cu)."""
 
 CUDA_THREADS = 256
-"""Threads per block of the CUDA kernel."""
+"""Threads per block of matmul_f32 and matmul_f32_128."""
 
 TILE128_MIN_TILES = 132
 """Fewest 128 x 128 tiles of C for which the tiled kernel serves by default (the H200's SM count)."""

@@ -40,13 +40,12 @@ def main() -> int:
     args = parser.parse_args()
     import torch
 
-    cfg = config.load(args.config)
+    # The listed variants replace the config's, validated like any config (an unknown name is refused).
+    cfg = config.validate({**config.load(args.config), "variants": args.variants})
     rows = []
     for op in args.ops:
         params = cfg["operations"][op]
-        impls = [i for i in (params.get("implementations") or cfg["implementations"]) if i != "external"]
-        impls += [f"{params['variants'][v.split('.', 1)[1]]['base']}.{v.split('.', 1)[1]}"
-                  for v in args.variants if v.split(".", 1)[0] == op]
+        impls = [i for i in config.implementations(cfg, op) if i != "external"]
         for shape in [s for s in config.shapes(cfg, op) if args.shapes is None or s in args.shapes]:
             calls, medians = {}, {i: [] for i in impls}
             for impl in impls:
@@ -83,4 +82,10 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from harness.errors import EvidenceError
+
+    try:
+        sys.exit(main())
+    except EvidenceError as exc:  # a bad config or variant name: one sentence, no traceback
+        print(exc, file=sys.stderr)
+        sys.exit(2)

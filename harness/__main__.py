@@ -32,31 +32,31 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = args[0], args[1:]
     try:
         if command == "nsys":
-            from harness import nsys_cli
+            from harness.tables import nsys_cli
 
             return nsys_cli.main(rest)
         if command == "history":
-            from harness import history
+            from harness.tables import history
 
             return history.main(rest)
         if command == "compare":
-            from harness import compare
+            from harness.evidence import compare
 
             return compare.main(rest)
         if command == "retrust":
-            from harness import retrust
+            from harness.evidence import retrust
 
             return retrust.main(rest)
         if command == "regroup":
-            from harness import regroup
+            from harness.evidence import regroup
 
             return regroup.main(rest)
         if command in ("bundle", "verify"):
-            from harness import bundle
+            from harness.evidence import bundle
 
             return bundle.bundle_main(rest) if command == "bundle" else bundle.main(rest)
         if command == "target":
-            from harness import target
+            from harness.measure import target
 
             return target.main(rest)
         if command == "config":

@@ -114,7 +114,7 @@ def _semantic_checks(cfg: dict[str, Any]) -> None:
                               f"'operations.{op_name}.external' block saying which PTX or cubin to load.")
         if "external" in spec:
             from harness.errors import EvidenceError
-            from harness.external import validate_external
+            from harness.launch.external import validate_external
 
             try:
                 validate_external(spec["external"], op.dim_names, None, spec.keys())
@@ -188,22 +188,6 @@ def resolve_namespace(cfg: Mapping[str, Any], root: str | Path) -> str:
     last = numbers[-1]
     finished = (Path(root) / "report" / f"{prefix}-{last}" / "field_note.md").is_file()
     return f"{prefix}-{last + 1}" if finished else f"{prefix}-{last}"
-
-
-def parse_shape(shape: str) -> tuple[int, ...]:
-    """'4096x768' -> (4096, 768); a tag after '-' is not a dimension ('64x8x2-powerlaw' -> (64, 8, 2))."""
-    try:
-        dims = tuple(int(d) for d in shape.split("-", 1)[0].split("x"))
-    except ValueError:
-        raise ConfigError(f"config: shape {shape!r} is not of the form AxB.") from None
-    if not dims or any(d <= 0 for d in dims):
-        raise ConfigError(f"config: shape {shape!r} has a dimension that is not positive.")
-    return dims
-
-
-def shape_tag(shape: str) -> str | None:
-    """The tag after '-' in a shape ('65536x1048576x64-powerlaw' -> 'powerlaw'), or None."""
-    return shape.split("-", 1)[1] if "-" in shape else None
 
 
 def shapes(cfg: Mapping[str, Any], op: str) -> list[str]:

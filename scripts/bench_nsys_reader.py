@@ -77,7 +77,7 @@ def measure(report: str, path: str) -> None:
     import tracemalloc
 
     sys.path.insert(0, str(ROOT))
-    from harness import nsys
+    from harness.tables import nsys
 
     baseline_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # after imports, before the report
     tracemalloc.start()

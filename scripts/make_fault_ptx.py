@@ -10,12 +10,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness import cuda_module  # noqa: E402
+from harness.build import compile
 
 
 def main() -> int:
     src = ROOT / "tests" / "fixtures" / "faults" / "transpose_faults.cu"
-    nvrtc = cuda_module.load_nvrtc()
+    nvrtc = compile.load_nvrtc()
     if nvrtc is None:
         print("NVRTC could not be loaded; install the CUDA toolkit's NVRTC (cupy's wheels carry it).", file=sys.stderr)
         return 1

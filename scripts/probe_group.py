@@ -166,7 +166,7 @@ def run(argv: list[str]) -> None:
 
 
 def analyse(argv: list[str]) -> None:
-    from harness import nsys
+    from harness.tables import nsys
 
     order = json.load(open(argv[0]))
     per: list[tuple[dict, list[float]]] = []

@@ -82,7 +82,7 @@ def run(argv: list[str]) -> None:
 def analyse(argv: list[str]) -> None:
     import numpy as np
 
-    from harness import nsys
+    from harness.tables import nsys
 
     ex = nsys.open_export(argv[0])
     text = {r["id"]: r["value"] for r in ex.query("SELECT id, value FROM StringIds")}

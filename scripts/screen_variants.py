@@ -25,8 +25,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import config, graph_replay, ops  # noqa: E402
-from harness.check import run_check  # noqa: E402
+from harness import config, ops  # noqa: E402
+from harness.measure import graph_replay
+from harness.measure.check import run_check  # noqa: E402
 
 
 def main() -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.gpu import has_gpu
+from harness.gpu.device import has_gpu
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -22,7 +22,7 @@ def _hold_the_gpu(request: pytest.FixtureRequest):  # type: ignore[no-untyped-de
     if "gpu" not in request.keywords or not has_gpu():
         yield
         return
-    from harness.gpulock import gpu_lock
+    from harness.gpu.lock import gpu_lock
 
     with gpu_lock(f"test {request.node.nodeid}"):
         yield

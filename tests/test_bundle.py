@@ -16,7 +16,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness import ROOT, bundle, config, report, steps, tables
+from harness import ROOT, config
+from harness.evidence import bundle
+from harness.report import render as report
+from harness.report import step as report_step
+from harness.tables import step as tables_step
+from harness.tables import derive as tables
+from harness.io import write_csv
 
 FIX = Path(__file__).parent / "fixtures" / "nsys"
 SHAPE = "4096x768"
@@ -44,13 +50,13 @@ def make_namespace(root: Path, ns: str = NS, with_ceilings: bool = True, secret:
         cap.with_suffix(".json").write_text(json.dumps({"op": "layernorm", "shape": SHAPE, "impl": impl,
                                                         "nsys_version": "2025.3.1", "env_rows_removed": 0}))
         cap.with_suffix(".nsys-rep").write_bytes(b"raw nsys report, not scrubbable")
-        if impl == failed:  # as steps.capture leaves an implementation whose check failed
+        if impl == failed:  # as measure_step.capture leaves an implementation whose check failed
             cap.unlink()
             cap.with_suffix(".nsys-rep").unlink()
             cap.with_suffix(".json").write_text(json.dumps({"op": "layernorm", "shape": SHAPE, "impl": impl,
                                                             "measured": False, "reason": "check failed: planted"}))
         detail = art / "kernel_time" / "layernorm" / SHAPE / f"{impl}.csv"
-        steps.kernel_time(str(cap.with_suffix(".json")), "capture", 100, "layernorm", SHAPE, impl, str(detail))
+        tables_step.kernel_time(str(cap.with_suffix(".json")), "capture", 100, "layernorm", SHAPE, impl, str(detail))
         details.append(str(detail))
         check = art / "check" / "layernorm" / SHAPE / f"{impl}.json"
         check.parent.mkdir(parents=True, exist_ok=True)
@@ -68,13 +74,13 @@ def make_namespace(root: Path, ns: str = NS, with_ceilings: bool = True, secret:
             conn.execute("UPDATE TARGET_INFO_SYSTEM_ENV SET value = ? WHERE name = 'DeviceEnvironment'",
                          (f"LANG=C.UTF-8;GITHUB_TOKEN={SECRET}",))
     span = art / "span" / "layernorm" / f"{SHAPE}.csv"
-    tables.write_csv([{"namespace": ns, "op": "layernorm", "shape": SHAPE, "impl": impl, "cache_mode": "hot",
+    write_csv([{"namespace": ns, "op": "layernorm", "shape": SHAPE, "impl": impl, "cache_mode": "hot",
                        "samples": 300, "rounds": 3, "span_mean_us": 20.0 + i, "span_median_us": 19.5 + i,
                        "span_std_us": 0.4, "span_min_us": 18.0 + i, "span_max_us": 25.0 + i}
                       for i, impl in enumerate(IMPLS)], tables.SPAN_COLUMNS, span)
     tdir = art / "tables"
     ceilings = tdir / "ceilings.csv" if with_ceilings else root / "no-ceilings.csv"
-    tables.write_csv([{"ceiling": "copy_bandwidth", "value": 3900.5, "unit": "GB/s", "median_ms": 1.0, "min_ms": 0.9,
+    write_csv([{"ceiling": "copy_bandwidth", "value": 3900.5, "unit": "GB/s", "median_ms": 1.0, "min_ms": 0.9,
                        "max_ms": 1.1, "repeats": 20, "method": "copy_ of 2 GiB"},
                       {"ceiling": "fp32_matmul", "value": 51.2, "unit": "TFLOP/s", "median_ms": 20.0, "min_ms": 19.0,
                        "max_ms": 21.0, "repeats": 20, "method": "8192^3 FP32 matmul, TF32 off"}]
@@ -85,12 +91,12 @@ def make_namespace(root: Path, ns: str = NS, with_ceilings: bool = True, secret:
     row = {"namespace": ns, "op": "layernorm", "impl": "cuda", "kernel": "layernorm_fwd_vec4",
            "specialization": "BLOCK=128", "shapes": SHAPE, "block": 128, "registers": 30,
            **{c: 0 for c in counts}, "ld_global_128": 2, "st_global_128": 2, "barriers": 1}
-    tables.write_csv([row], list(row), census)
+    write_csv([row], list(row), census)
     outputs = {k: str(tdir / f"{k}.csv") for k in ("kernel_time", "kernel_time_detail", "span", "check", "sweep",
                                                     "cross_check", "variants")}
-    steps.all_tables(cfg, details, [str(span)], checks, str(ceilings), outputs)
+    tables_step.all_tables(cfg, details, [str(span)], checks, str(ceilings), outputs)
     # counters from real H200 ncu exports of the same three implementations (two profiled calls)
-    from harness import counters as ctr
+    from harness.tables import counters as ctr
 
     cfg["counters"].update(enabled=True, iterations=2, metrics=config.load(ROOT / "config.yaml")["counters"]["metrics"])
     rows = []
@@ -98,7 +104,7 @@ def make_namespace(root: Path, ns: str = NS, with_ceilings: bool = True, secret:
         kernels = ctr.read_raw_csv(ROOT / "tests" / "fixtures" / "ncu" / f"layernorm-{SHAPE}-{impl}.raw.csv")
         rows += ctr.counter_rows(kernels, cfg["counters"]["metrics"], ns, "layernorm", SHAPE, impl)
     outputs["counters"] = str(tdir / "counters.csv")
-    tables.write_csv(rows, ctr.columns(cfg["counters"]["metrics"]), outputs["counters"])
+    write_csv(rows, ctr.columns(cfg["counters"]["metrics"]), outputs["counters"])
     prov = art / "provenance.json"
     prov.write_text(json.dumps({"namespace": ns, "git": {"commit": "abc123def4567890", "dirty": False},
                                 "date_utc": "2026-11-29T00:00:00+00:00", "config": cfg,
@@ -110,7 +116,7 @@ def make_namespace(root: Path, ns: str = NS, with_ceilings: bool = True, secret:
     if with_ceilings:
         inputs["ceilings"] = str(ceilings)
     rep = root / "report" / ns
-    steps.render(cfg, inputs, str(rep / "field_note.md"), str(rep / "issue_comment.md"),
+    report_step.render(cfg, inputs, str(rep / "field_note.md"), str(rep / "issue_comment.md"),
                  [str(rep / "figures" / "layernorm_sweep.svg")])
 
 
@@ -179,7 +185,7 @@ def test_bundle_holds_the_namespace_and_verifies(made: tuple[Path, Path], capsys
 def test_the_same_inputs_give_the_same_bytes(made: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     root, _ = made
     # the checkout's state is an input too (MANIFEST.json's bundled_at): held still here
-    monkeypatch.setattr("harness.provenance.git_state", lambda: {"commit": "0" * 40, "dirty": False})
+    monkeypatch.setattr("harness.report.provenance.git_state", lambda: {"commit": "0" * 40, "dirty": False})
     one = bundle.make_bundle(NS, root / "out" / "one.tar.gz", root=root)
     two = bundle.make_bundle(NS, root / "out" / "two.tar.gz", root=root)
     assert one.read_bytes() == two.read_bytes()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import capture
+from harness.measure import capture
 from harness.errors import ToolMissing
 
 FIXTURE = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "h200-torch-layer-norm.sqlite"

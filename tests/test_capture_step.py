@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import ROOT, config, steps, tables
+from harness import ROOT, config
+from harness.measure import step as measure_step
+from harness.tables import derive as tables
 from harness.errors import EvidenceError
 
 EXPORT = ROOT / "tests" / "fixtures" / "nsys" / "h200-pipeline-layernorm-4096x768-cuda.sqlite"
@@ -55,7 +57,7 @@ def paths(tmp: Path) -> dict[str, str]:
 def test_capture_step_writes_export_meta_and_gpu_state(cfg: dict, tmp_path: Path) -> None:
     cfg["nsys"]["path"] = str(fake_nsys(tmp_path))
     p = paths(tmp_path)
-    steps.capture(cfg, "layernorm", "4096x768", "cuda", p["meta"], p["log"])
+    measure_step.capture(cfg, "layernorm", "4096x768", "cuda", p["meta"], p["log"])
     meta = json.loads(Path(p["meta"]).read_text())
     assert meta["nsys_version"] == "2025.3.2.0" and meta["gpu_uuid"]
     assert {"before", "waited_s", "during", "after"} <= set(meta["gpu"])
@@ -71,7 +73,7 @@ def test_a_failing_nsys_leaves_no_capture(cfg: dict, tmp_path: Path, mode: str, 
     cfg["nsys"]["path"] = str(fake_nsys(tmp_path, mode))
     p = paths(tmp_path)
     with pytest.raises(EvidenceError, match=says):
-        steps.capture(cfg, "layernorm", "4096x768", "cuda", p["meta"], p["log"])
+        measure_step.capture(cfg, "layernorm", "4096x768", "cuda", p["meta"], p["log"])
     for key in ("rep", "sqlite", "meta"):
         assert not Path(p[key]).exists()  # nothing a later run would trust
     assert "$ " in Path(p["log"]).read_text()  # the log names what ran

@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from harness import ceilings
+from harness.measure import ceilings
 
 
 @pytest.mark.gpu
@@ -33,7 +33,7 @@ def test_measure_rows_are_plausible() -> None:
 
 
 def test_columns_match_the_ceilings_table() -> None:
-    tables = pytest.importorskip("harness.tables", exc_type=ImportError)  # needs sqlite_utils
+    tables = pytest.importorskip("harness.tables.derive", exc_type=ImportError)  # needs sqlite_utils
     assert list(ceilings.COLUMNS) == tables.CEILING_COLUMNS
 
 

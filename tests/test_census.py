@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import census, cuda_module
+from harness.build import census
+from harness.launch import cuda as cuda_module
+from harness.build import compile
 from harness.errors import EvidenceError, ToolMissing
-from harness.layernorm_kernels import (MAX_WIDTH, CudaVariant, cuda_variant, triton_variant,
+from harness.ops.layernorm.kernels import (MAX_WIDTH, CudaVariant, cuda_variant, triton_variant,
                                        variants_for)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "compiler"
@@ -386,7 +388,7 @@ def test_variants_for_groups_shapes_by_specialization() -> None:
 
 def test_launchers_refuse_cpu_tensors() -> None:
     torch = pytest.importorskip("torch")
-    from harness.layernorm_kernels import launch_cuda, launch_triton
+    from harness.ops.layernorm.kernels import launch_cuda, launch_triton
 
     x = torch.randn(4, 8)
     w, b, out = torch.randn(8), torch.randn(8), torch.empty(4, 8)
@@ -399,7 +401,7 @@ def test_launchers_refuse_cpu_tensors() -> None:
 
 
 def _census_or_skip(impl: str, shapes: list[tuple[int, int]], outdir: Path, **kw: str) -> list[dict]:
-    from harness.build import build_census
+    from harness.build.build import build_census
 
     try:
         return build_census("layernorm", impl, shapes, arch="sm_90", outdir=outdir, **kw)
@@ -409,7 +411,7 @@ def _census_or_skip(impl: str, shapes: list[tuple[int, int]], outdir: Path, **kw
 
 @pytest.mark.parametrize("compiler", ["nvrtc", "nvcc"])
 def test_build_census_cuda(tmp_path: Path, compiler: str) -> None:
-    from harness.build import CENSUS_COLUMNS
+    from harness.build.build import CENSUS_COLUMNS
 
     rows = _census_or_skip("cuda", [(4096, 768), (8192, 768), (64, 771)], tmp_path,
                            cuda_compiler=compiler)
@@ -425,7 +427,7 @@ def test_build_census_cuda(tmp_path: Path, compiler: str) -> None:
         assert row["registers"] > 0 and row["block"] in (128, 256, 512, 1024)
         assert (row["spill_stores"], row["spill_loads"], row["stack_bytes"], row["sass_local"]) == (0, 0, 0, 0)
         assert row["source_sha256"] == hashlib.sha256(
-            (cuda_module.KERNELS_DIR / "layernorm.cu").read_bytes()).hexdigest()
+            (cuda_module.KERNELS_DIR / "layernorm/layernorm.cu").read_bytes()).hexdigest()
     written = {p.name for p in tmp_path.iterdir()}
     for suffix in ("ptx", "sass", "ptxas.log", "res-usage.txt", "cubin"):
         assert f"cuda_layernorm_fwd_vec4_128_2_true.{suffix}" in written
@@ -433,7 +435,7 @@ def test_build_census_cuda(tmp_path: Path, compiler: str) -> None:
 
 def test_build_census_triton(tmp_path: Path) -> None:
     pytest.importorskip("triton", reason="triton is not installed")
-    from harness.build import CENSUS_COLUMNS
+    from harness.build.build import CENSUS_COLUMNS
 
     rows = _census_or_skip("triton", [(4096, 768), (64, 771)], tmp_path)
     assert [tuple(r) for r in rows] == [CENSUS_COLUMNS] * 2
@@ -449,7 +451,7 @@ def test_build_census_triton(tmp_path: Path) -> None:
 
 
 def test_build_census_refuses_unknown_op_and_impl() -> None:
-    from harness.build import build_census
+    from harness.build.build import build_census
 
     with pytest.raises(EvidenceError, match="operation"):
         build_census("nonsense", "cuda", [(8, 8)])
@@ -460,16 +462,16 @@ def test_build_census_refuses_unknown_op_and_impl() -> None:
 def test_compile_offline_falls_back_to_nvcc_without_nvrtc(monkeypatch: pytest.MonkeyPatch) -> None:
     """Where libnvrtc cannot be loaded (as on a machine without the CUDA runtime libraries),
     'auto' compiles with nvcc and says so; 'nvrtc' then refuses with ToolMissing."""
-    if cuda_module.find_tool("nvcc") is None:
+    if compile.find_tool("nvcc") is None:
         pytest.skip("nvcc is not installed")
-    monkeypatch.setattr(cuda_module, "load_nvrtc", lambda: None)
-    build = cuda_module.compile_offline("layernorm.cu", ["layernorm_fwd_scalar<128, 1, false>"])
+    monkeypatch.setattr(compile, "load_nvrtc", lambda: None)
+    build = compile.compile_offline("layernorm/layernorm.cu", ["layernorm_fwd_scalar<128, 1, false>"])
     assert build.compiler.startswith("nvcc ")
     assert "--device-as-default-execution-space" not in build.options
     assert build.lowered["layernorm_fwd_scalar<128, 1, false>"] in build.ptx
     assert census.parse_ptxas_log(build.ptxas_log)[build.lowered["layernorm_fwd_scalar<128, 1, false>"]].registers > 0
     with pytest.raises(ToolMissing, match="NVRTC"):
-        cuda_module.compile_offline("layernorm.cu", ["layernorm_fwd_scalar<128, 1, false>"], compiler="nvrtc")
+        compile.compile_offline("layernorm/layernorm.cu", ["layernorm_fwd_scalar<128, 1, false>"], compiler="nvrtc")
 
 
 def test_census_survives_a_compile_with_an_empty_ptxas_log(tmp_path: Path,
@@ -479,17 +481,17 @@ def test_census_survives_a_compile_with_an_empty_ptxas_log(tmp_path: Path,
     instruction, equal to what the log would have said."""
     from dataclasses import replace
 
-    from harness import build
+    from harness.build import build
 
     normal = _census_or_skip("cuda", [(4096, 768)], tmp_path / "a")
-    real = cuda_module.compile_offline
+    real = compile.compile_offline
     calls = []
 
-    def empty_log(*args: object, **kwargs: object) -> cuda_module.CudaBuild:
+    def empty_log(*args: object, **kwargs: object) -> compile.CudaBuild:
         calls.append(1)
         return replace(real(*args, **kwargs), ptxas_log="")
 
-    monkeypatch.setattr(cuda_module, "compile_offline", empty_log)
+    monkeypatch.setattr(compile, "compile_offline", empty_log)
     (tmp_path / "b").mkdir()
     (row,) = build.build_census("layernorm", "cuda", [(4096, 768)], arch="sm_90", outdir=tmp_path / "b")
     assert len(calls) == 1
@@ -507,17 +509,17 @@ def test_an_empty_ptxas_log_with_spills_gives_ptxas_figures(op: str, shape: tupl
     bytes from them, and they equal what ptxas's log says for the same compile."""
     from dataclasses import replace
 
-    from harness import build
+    from harness.build import build
 
-    from harness.build import build_census
+    from harness.build.build import build_census
 
     try:
         (normal,) = build_census(op, "cuda", [shape], arch="sm_90", outdir=tmp_path / "a", variant=variant)
     except ToolMissing as exc:
         pytest.skip(f"cuda census tools missing: {exc}")
     assert normal["spill_stores"] > 0 and normal["spill_loads"] > 0 and normal["sass_local"] > 0
-    real = cuda_module.compile_offline
-    monkeypatch.setattr(cuda_module, "compile_offline",
+    real = compile.compile_offline
+    monkeypatch.setattr(compile, "compile_offline",
                         lambda *a, **k: replace(real(*a, **k), ptxas_log=""))
     (tmp_path / "b").mkdir()
     (row,) = build.build_census(op, "cuda", [shape], arch="sm_90", outdir=tmp_path / "b", variant=variant)
@@ -526,7 +528,7 @@ def test_an_empty_ptxas_log_with_spills_gives_ptxas_figures(op: str, shape: tupl
 
 
 def test_local_memory_without_a_stack_frame_is_refused() -> None:
-    from harness import build
+    from harness.build import build
 
     with pytest.raises(EvidenceError, match="no stack frame, so its spills are unknown"):
         build._ptxas_from_cubin("k", census.ResUsage(registers=40, stack=0, shared=0),

@@ -9,8 +9,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness import compare, tables
+from harness.evidence import compare
 from harness.__main__ import main as cli
+from harness.io import write_csv
 
 GPU_A, GPU_B = "GPU-aaaa", "GPU-bbbb"
 
@@ -63,7 +64,7 @@ def test_only_rows_in_both_namespaces_are_compared() -> None:
 
 def write_ns(root: Path, name: str, rows: list[dict], torch_version: str) -> None:
     folder = root / name
-    tables.write_csv(rows, list(rows[0]), folder / "tables" / "kernel_time.csv")
+    write_csv(rows, list(rows[0]), folder / "tables" / "kernel_time.csv")
     (folder / "provenance.json").write_text(json.dumps({"namespace": name, "versions": {"torch": torch_version}}))
 
 

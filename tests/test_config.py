@@ -135,7 +135,7 @@ def test_auto_namespace_takes_the_next_in_sequence_and_resumes_an_unfinished_one
 
 
 def test_a_shape_too_large_for_the_gpu_memory_is_refused_before_any_gpu_work(raw: dict) -> None:
-    from harness import preflight
+    from harness.gpu import preflight
 
     cfg = config.validate(raw)
     assert preflight.too_large(cfg, 141 * 2**30) == []  # every shipped shape fits an H200
@@ -148,7 +148,7 @@ def test_a_shape_too_large_for_the_gpu_memory_is_refused_before_any_gpu_work(raw
 
 def test_trust_earlier_must_name_a_retained_namespace(tmp_path) -> None:
     from harness.errors import ConfigError
-    from harness.trust import check_earlier
+    from harness.tables.trust import check_earlier
 
     (tmp_path / "old" / "tables").mkdir(parents=True)
     (tmp_path / "old" / "tables" / "kernel_time.csv").write_text("op\n")

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import config, counters
+from harness import config
+from harness.measure import counters as ncu
+from harness.tables import counters
 from harness.errors import EvidenceError, ToolMissing
 
 FIX = Path(__file__).parent / "fixtures" / "ncu"
@@ -47,20 +49,20 @@ def test_reader_converts_to_base_units_from_the_export_itself() -> None:
 def test_every_configured_metric_is_in_every_real_export() -> None:
     for path in sorted(FIX.glob("*.raw.csv")):
         header = next(csv.reader(io.StringIO(path.read_text())))
-        missing = [m for m in counters.metric_names(METRICS) if m not in header]
+        missing = [m for m in ncu.metric_names(METRICS) if m not in header]
         assert not missing, (path.name, missing)
 
 
 def test_only_hardware_metrics_go_to_the_command_line() -> None:
-    req = counters.requested_metrics(METRICS)
+    req = ncu.requested_metrics(METRICS)
     assert "gpu__time_duration.sum" in req
     assert not [m for m in req if m.startswith("launch__") or m.startswith("sm__maximum_warps_")]
-    argv = counters.profile_command("/x/ncu", METRICS, "capture", "/tmp/r", ["python3", "-m", "harness", "target"])
+    argv = ncu.profile_command("/x/ncu", METRICS, "capture", "/tmp/r", ["python3", "-m", "harness", "target"])
     assert argv[:3] == ["/x/ncu", "--clock-control", "none"]
     assert argv[argv.index("--nvtx-include") + 1] == "capture/"
     assert argv[argv.index("--metrics") + 1] == ",".join(req)
     assert argv[-4:] == ["python3", "-m", "harness", "target"]
-    assert counters.export_command("/x/ncu", "/tmp/r.ncu-rep") == ["/x/ncu", "--import", "/tmp/r.ncu-rep", "--csv", "--page", "raw"]
+    assert ncu.export_command("/x/ncu", "/tmp/r.ncu-rep") == ["/x/ncu", "--import", "/tmp/r.ncu-rep", "--csv", "--page", "raw"]
 
 
 def test_multi_kernel_call_is_summed_and_weighted() -> None:
@@ -115,9 +117,9 @@ def test_not_an_export_is_one_sentence(tmp_path: Path) -> None:
 
 def test_unavailable_reason_and_rows() -> None:
     out = "==PROF== Connected\n==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters\n"
-    reason = counters.unavailable_reason(out)
+    reason = ncu.unavailable_reason(out)
     assert reason and reason.startswith("ERR_NVGPUCTRPERM")
-    assert counters.unavailable_reason("==PROF== Report: x.ncu-rep\n") is None
+    assert ncu.unavailable_reason("==PROF== Report: x.ncu-rep\n") is None
     rows = counters.unavailable_rows(reason, METRICS, "ns", "layernorm", "4096x768", "cuda")
     assert rows[0]["status"] == "unavailable" and rows[0]["reason"] == reason
     assert counters.summarise(rows)["status"] == "unavailable"
@@ -126,10 +128,10 @@ def test_unavailable_reason_and_rows() -> None:
 def test_find_ncu_names_where_it_looked(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("NCU", raising=False)
-    monkeypatch.setattr("harness.locate.glob.glob", lambda pattern: [])
+    monkeypatch.setattr("harness.tools.glob.glob", lambda pattern: [])
     with pytest.raises(ToolMissing, match=r"looked at config counters.ncu=/nope, PATH, /opt/nvidia"):
-        counters.find_ncu("/nope")
+        ncu.find_ncu("/nope")
     fake = tmp_path / "ncu"
     fake.write_text("#!/bin/sh\n")
     fake.chmod(0o755)
-    assert counters.find_ncu(None) == shutil.which("ncu") == str(fake)
+    assert ncu.find_ncu(None) == shutil.which("ncu") == str(fake)

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import ROOT, config, steps
+from harness import ROOT, config
+from harness.measure import step as measure_step
 from harness.errors import EvidenceError
 
 RAW = ROOT / "tests" / "fixtures" / "ncu" / "layernorm-4096x768-cuda.raw.csv"
@@ -56,7 +57,7 @@ def read(path: str) -> list[dict]:
 def test_counters_step_parses_the_export(cfg: dict, tmp_path: Path) -> None:
     cfg["counters"]["ncu"] = fake_ncu(tmp_path, "ok")
     raw, table, log = outs(tmp_path)
-    steps.counters(cfg, "layernorm", "4096x768", "cuda", raw, table, log)
+    measure_step.counters(cfg, "layernorm", "4096x768", "cuda", raw, table, log)
     rows = read(table)
     assert len(rows) == 2 and {r["status"] for r in rows} == {"ok"}
     assert rows[0]["source"] == "ncu kernel replay" and "layernorm_fwd_vec4" in rows[0]["kernel"]
@@ -71,7 +72,7 @@ def test_counters_step_parses_the_export(cfg: dict, tmp_path: Path) -> None:
 def test_permission_error_records_unavailable(cfg: dict, tmp_path: Path) -> None:
     cfg["counters"]["ncu"] = fake_ncu(tmp_path, "perm")
     raw, table, log = outs(tmp_path)
-    steps.counters(cfg, "layernorm", "4096x768", "cuda", raw, table, log)
+    measure_step.counters(cfg, "layernorm", "4096x768", "cuda", raw, table, log)
     rows = read(table)
     assert len(rows) == 1 and rows[0]["status"] == "unavailable"
     assert rows[0]["reason"].startswith("ERR_NVGPUCTRPERM")
@@ -80,9 +81,9 @@ def test_permission_error_records_unavailable(cfg: dict, tmp_path: Path) -> None
 def test_no_ncu_records_unavailable(cfg: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     monkeypatch.delenv("NCU", raising=False)
-    monkeypatch.setattr("harness.locate.glob.glob", lambda pattern: [])
+    monkeypatch.setattr("harness.tools.glob.glob", lambda pattern: [])
     raw, table, log = outs(tmp_path)
-    steps.counters(cfg, "layernorm", "4096x768", "cuda", raw, table, log)
+    measure_step.counters(cfg, "layernorm", "4096x768", "cuda", raw, table, log)
     rows = read(table)
     assert rows[0]["status"] == "unavailable" and "was not found" in rows[0]["reason"]
 
@@ -91,5 +92,5 @@ def test_crashing_ncu_fails_and_leaves_no_table(cfg: dict, tmp_path: Path) -> No
     cfg["counters"]["ncu"] = fake_ncu(tmp_path, "crash")
     raw, table, log = outs(tmp_path)
     with pytest.raises(EvidenceError, match="ncu profile of layernorm 4096x768 cuda failed"):
-        steps.counters(cfg, "layernorm", "4096x768", "cuda", raw, table, log)
+        measure_step.counters(cfg, "layernorm", "4096x768", "cuda", raw, table, log)
     assert not Path(table).exists() and not Path(raw).exists()

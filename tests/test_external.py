@@ -20,8 +20,12 @@ from types import SimpleNamespace
 import numpy
 import pytest
 
-from harness import ROOT, cuda_module, exprs, external
-from harness.build import CENSUS_COLUMNS
+from harness import ROOT
+from harness.build import compile
+from harness.launch import exprs
+from harness.build import external as build_external
+from harness.launch import external
+from harness.build.build import CENSUS_COLUMNS
 from harness.errors import EvidenceError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "external"
@@ -220,7 +224,7 @@ def test_path_escape_refused(tmp_path: Path) -> None:
             external.validate_external(transpose_cfg(path=path), DIMS, root=root)
         assert one_sentence(str(info.value))
     with pytest.raises(EvidenceError, match="outside the repository"):
-        external.census_rows("transpose", transpose_cfg(path="../outside.ptx"), root=root)
+        build_external.census_rows("transpose", transpose_cfg(path="../outside.ptx"), root=root)
 
 
 # ----------------------------------------------------------------------------- launch plan
@@ -305,7 +309,7 @@ def test_launcher_refuses_cpu_tensors() -> None:
 # ----------------------------------------------------------------------------- census
 
 needs_tools = pytest.mark.skipif(
-    cuda_module.find_tool("ptxas") is None or cuda_module.find_tool("cuobjdump") is None,
+    compile.find_tool("ptxas") is None or compile.find_tool("cuobjdump") is None,
     reason="ptxas or cuobjdump not found")
 
 
@@ -315,7 +319,7 @@ def _grep_count(pattern: str, text: str) -> int:
 
 @needs_tools
 def test_census_of_committed_ptx(tmp_path: Path) -> None:
-    rows = external.census_rows("transpose", transpose_cfg(), "sm_90", tmp_path,
+    rows = build_external.census_rows("transpose", transpose_cfg(), "sm_90", tmp_path,
                                 shapes=[(300, 500), (1024, 4096)])
     assert len(rows) == 1
     row = rows[0]
@@ -351,12 +355,12 @@ def test_census_of_committed_ptx(tmp_path: Path) -> None:
 def test_census_of_cubin_agrees_with_ptx(tmp_path: Path) -> None:
     root = tmp_path / "repo"
     root.mkdir()
-    ptxas = cuda_module.require_tool("ptxas")
+    ptxas = compile.require_tool("ptxas")
     subprocess.run([str(ptxas), "-arch=sm_90", str(PTX), "-o", str(root / "k.cubin")], check=True)
-    from_ptx = external.census_rows("transpose", transpose_cfg(), "sm_90")[0]
+    from_ptx = build_external.census_rows("transpose", transpose_cfg(), "sm_90")[0]
     cubin_cfg = transpose_cfg(path="k.cubin", shared_bytes=512)
     external.validate_external(cubin_cfg, DIMS, ["x"], [], root=root)
-    row = external.census_rows("transpose", cubin_cfg, "sm_90", tmp_path / "out", root=root)[0]
+    row = build_external.census_rows("transpose", cubin_cfg, "sm_90", tmp_path / "out", root=root)[0]
     assert tuple(row) == CENSUS_COLUMNS
     same = ("registers", "stack_bytes", "static_smem", "constant_bytes", "sass_ldg_32",
             "sass_stg_32", "sass_ldg_128", "sass_local", "sass_instructions", "block")
@@ -365,6 +369,6 @@ def test_census_of_cubin_agrees_with_ptx(tmp_path: Path) -> None:
     assert row["ld_global_32"] == row["st_global_32"] == 0  # no PTX in a cubin
     assert "cubin" in row["compiler"] and "unknown" in row["options"]
     with pytest.raises(EvidenceError, match="sm_80"):
-        external.census_rows("transpose", cubin_cfg, "sm_80", root=root)
+        build_external.census_rows("transpose", cubin_cfg, "sm_80", root=root)
     with pytest.raises(EvidenceError, match="external.entry"):
-        external.census_rows("transpose", transpose_cfg(path="k.cubin", entry="nope"), root=root)
+        build_external.census_rows("transpose", transpose_cfg(path="k.cubin", entry="nope"), root=root)

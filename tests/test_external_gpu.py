@@ -9,7 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness import ROOT, cuda_module, external
+from harness import ROOT
+from harness.build import compile
+from harness.launch import external
 
 pytestmark = pytest.mark.gpu
 
@@ -112,7 +114,7 @@ def test_dynamic_shared_memory_reaches_the_launch(shared_bytes: int) -> None:
 def test_cubin_loads_and_runs(tmp_path: Path) -> None:
     import torch
 
-    ptxas = cuda_module.find_tool("ptxas")
+    ptxas = compile.find_tool("ptxas")
     if ptxas is None:
         pytest.skip("ptxas not found")
     major, minor = torch.cuda.get_device_capability()

@@ -14,8 +14,14 @@ import pandas as pd
 import pytest
 import yaml
 
-from harness import ROOT, config, report, steps, tables, watchdog
+from harness import ROOT, config
+from harness.report import render as report
+from harness.measure import step as measure_step
+from harness.tables import step as tables_step
+from harness.tables import derive as tables
+from harness.gpu import deadline as watchdog
 from harness.errors import EvidenceError, GPUFault
+from harness.io import write_csv
 
 OP, SHAPE = "layernorm", "4096x768"
 
@@ -39,9 +45,9 @@ def ns_path(tmp: Path, *parts: str) -> str:
 
 
 def test_wrong_answer_is_recorded_not_raised(cfg: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("harness.check.run_check", lambda *a: record("cuda", False))
+    monkeypatch.setattr("harness.measure.step.run_check", lambda *a: record("cuda", False))
     out = ns_path(tmp_path, "check", OP, SHAPE, "cuda.json")
-    steps.check(cfg, OP, SHAPE, "cuda", out)
+    measure_step.check(cfg, OP, SHAPE, "cuda", out)
     rec = json.loads(Path(out).read_text())
     assert rec["passed"] is False
     assert rec["error"].startswith(f"check failed for {OP} {SHAPE} cuda: max abs error 0.37")
@@ -55,10 +61,10 @@ def test_a_crash_fails_its_own_job_in_one_sentence(cfg: dict, tmp_path: Path, mo
     def crash(*a: object) -> dict:
         raise RuntimeError(message + "\nCompile with TORCH_USE_CUDA_DSA to enable device-side assertions.")
 
-    monkeypatch.setattr("harness.check.run_check", crash)
+    monkeypatch.setattr("harness.measure.step.run_check", crash)
     out = ns_path(tmp_path, "check", OP, SHAPE, "cuda.json")
     with pytest.raises(GPUFault) as err:
-        steps.check(cfg, OP, SHAPE, "cuda", out)
+        measure_step.check(cfg, OP, SHAPE, "cuda", out)
     text = str(err.value)
     assert text.startswith(f"{OP} {SHAPE} cuda crashed on the GPU (RuntimeError: ") and "\n" not in text
     assert not Path(out).exists()
@@ -86,9 +92,9 @@ def test_an_ordinary_bug_is_not_disguised_as_a_crash(cfg: dict, tmp_path: Path, 
     def bug(*a: object) -> dict:
         raise KeyError("eps")
 
-    monkeypatch.setattr("harness.check.run_check", bug)
+    monkeypatch.setattr("harness.measure.step.run_check", bug)
     with pytest.raises(KeyError):
-        steps.check(cfg, OP, SHAPE, "cuda", ns_path(tmp_path, "check", OP, SHAPE, "cuda.json"))
+        measure_step.check(cfg, OP, SHAPE, "cuda", ns_path(tmp_path, "check", OP, SHAPE, "cuda.json"))
 
 
 def test_the_deadline_stops_a_hang_with_status_124() -> None:
@@ -122,23 +128,23 @@ def failed_namespace(cfg: dict, tmp: Path) -> dict[str, str]:
         meta = ns_path(tmp, "capture", OP, SHAPE, f"{impl}.json")
         if impl == "cuda":
             Path(meta).with_suffix(".sqlite").write_bytes(b"stale export of an earlier run")
-            steps.capture(cfg, OP, SHAPE, impl, meta, str(tmp / "log.txt"), check)
+            measure_step.capture(cfg, OP, SHAPE, impl, meta, str(tmp / "log.txt"), check)
         else:  # what a capture leaves: the export, then the record
             Path(meta).with_suffix(".sqlite").write_bytes((fix / f"h200-pipeline-layernorm-{SHAPE}-{impl}.sqlite").read_bytes())
             Path(meta).write_text(json.dumps({"op": OP, "shape": SHAPE, "impl": impl, "measured": True}))
         metas.append(meta)
         detail = ns_path(tmp, "kernel_time", OP, SHAPE, f"{impl}.csv")
-        steps.kernel_time(meta, "capture", 100, OP, SHAPE, impl, detail)
+        tables_step.kernel_time(meta, "capture", 100, OP, SHAPE, impl, detail)
         details.append(detail)
     span = ns_path(tmp, "span", OP, f"{SHAPE}.csv")
-    tables.write_csv([{"namespace": "ns", "op": OP, "shape": SHAPE, "impl": i, "cache_mode": "hot", "samples": 300,
+    write_csv([{"namespace": "ns", "op": OP, "shape": SHAPE, "impl": i, "cache_mode": "hot", "samples": 300,
                        "rounds": 3, "span_mean_us": 20.0, "span_median_us": 19.5, "span_std_us": 0.4,
                        "span_min_us": 18.0, "span_max_us": 25.0} for i in ("triton", "torch")], tables.SPAN_COLUMNS, span)
     ceilings = ns_path(tmp, "tables", "ceilings.csv")
-    tables.write_csv([], tables.CEILING_COLUMNS, ceilings)
+    write_csv([], tables.CEILING_COLUMNS, ceilings)
     outputs = {k: ns_path(tmp, "tables", f"{k}.csv") for k in ("kernel_time", "kernel_time_detail", "span", "check",
                                                                  "sweep", "gpu_state", "cross_check", "variants")}
-    steps.all_tables(cfg, details, [span], checks, ceilings, outputs, metas, [])
+    tables_step.all_tables(cfg, details, [span], checks, ceilings, outputs, metas, [])
     return {**outputs, "ceilings": ceilings, "cuda_meta": metas[0], "cuda_detail": details[0]}
 
 
@@ -166,7 +172,7 @@ def test_the_report_lists_the_failure_with_its_error(cfg: dict, tmp_path: Path) 
     cfg["counters"]["enabled"] = False
     out = failed_namespace(cfg, tmp_path)
     census = ns_path(tmp_path, "tables", "census.csv")
-    tables.write_csv([], ["namespace", "op", "impl", "kernel", "shapes"], census)
+    write_csv([], ["namespace", "op", "impl", "kernel", "shapes"], census)
     prov = ns_path(tmp_path, "provenance.json")
     Path(prov).write_text(json.dumps({"git": {"commit": "abc", "dirty": False}, "date_utc": "2026-11-29", "gpus": [],
                                       "config": cfg, "commands": [], "gpu_state_before_captures": [],
@@ -188,7 +194,7 @@ def test_counters_of_a_failed_implementation_say_not_measured(cfg: dict, tmp_pat
     check = ns_path(tmp_path, "check", OP, SHAPE, "cuda.json")
     Path(check).write_text(json.dumps({**record("cuda", False), "error": "check failed: planted"}))
     raw, table = ns_path(tmp_path, "counters", OP, SHAPE, "cuda.raw.csv"), ns_path(tmp_path, "counters", OP, SHAPE, "cuda.csv")
-    steps.counters(cfg, OP, SHAPE, "cuda", raw, table, str(tmp_path / "log"), check)
+    measure_step.counters(cfg, OP, SHAPE, "cuda", raw, table, str(tmp_path / "log"), check)
     rows = list(csv.DictReader(open(table)))
     assert rows[0]["status"] == "not measured" and rows[0]["duration_ns"] == ""
 
@@ -197,4 +203,4 @@ def test_a_capture_record_without_its_export_is_one_sentence(tmp_path: Path) -> 
     meta = ns_path(tmp_path, "capture", OP, SHAPE, "cuda.json")
     Path(meta).write_text(json.dumps({"op": OP, "measured": True}))
     with pytest.raises(EvidenceError, match="has no export cuda.sqlite beside it"):
-        steps.kernel_time(meta, "capture", 100, OP, SHAPE, "cuda", ns_path(tmp_path, "kt.csv"))
+        tables_step.kernel_time(meta, "capture", 100, OP, SHAPE, "cuda", ns_path(tmp_path, "kt.csv"))

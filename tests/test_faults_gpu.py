@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import ROOT, config, steps
+from harness import ROOT, config
+from harness.measure import step as measure_step
 
 PTX = "tests/fixtures/faults/transpose_faults.ptx"
 SHAPE = "1024x1024"
@@ -33,9 +34,9 @@ def run_check_process(cfg: dict, impl: str, out: Path, timeout: float = 120) -> 
     cfg_path = out.with_suffix(".config.json")
     cfg_path.parent.mkdir(parents=True, exist_ok=True)
     cfg_path.write_text(json.dumps(cfg))
-    code = ("import json, sys; from harness import steps; from harness.jobs import run_step; "
+    code = ("import json, sys; from harness.measure import step as measure_step; from harness.jobs import run_step; "
             f"cfg = json.load(open({str(cfg_path)!r})); "
-            f"run_step(None, lambda: steps.check(cfg, 'transpose', {SHAPE!r}, {impl!r}, {str(out)!r}))")
+            f"run_step(None, lambda: measure_step.check(cfg, 'transpose', {SHAPE!r}, {impl!r}, {str(out)!r}))")
     # the test already holds the GPU's lock (conftest), so the child takes a lock of its own folder
     # (a lock in the real folder would wait for the test until the timeout)
     env = {**os.environ, "EVIDENCE_LOCK_DIR": str(out.parents[5] / "child-locks")}
@@ -52,7 +53,7 @@ def test_off_by_one_fails_its_check_and_is_recorded(tmp_path: Path, monkeypatch:
     monkeypatch.setenv("EVIDENCE_LOCK_DIR", str(tmp_path / "locks"))
     out = ns(tmp_path, "external")
     out.parent.mkdir(parents=True)
-    steps.check(fault_cfg("transpose_off_by_one"), "transpose", SHAPE, "external", str(out))
+    measure_step.check(fault_cfg("transpose_off_by_one"), "transpose", SHAPE, "external", str(out))
     record = json.loads(out.read_text())
     assert record["passed"] is False and record["max_abs_err"] > 0.1
     assert record["error"].startswith(f"check failed for transpose {SHAPE} external")

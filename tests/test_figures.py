@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from harness.errors import EvidenceError  # noqa: E402
-from harness.figures import sweep_figure  # noqa: E402
+from harness.report.figures import sweep_figure  # noqa: E402
 
 NAN = math.nan
 SHAPES = ["4096x768", "8192x768", "1024x2048", "4096x4096"]

@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import ROOT, config, ops, spans, tables
-from harness.check import require_pass, run_check
+from harness import ROOT, config, ops
+from harness.measure import spans
+from harness.tables import derive as tables
+from harness.measure.check import require_pass, run_check
 from harness.errors import CheckFailed
 
 pytestmark = pytest.mark.gpu
@@ -61,7 +63,7 @@ def test_span_samples_every_implementation_in_rotated_rounds(cfg: dict) -> None:
 
 
 def test_capture_gives_one_kernel_per_call_and_no_secret(cfg: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from harness import capture
+    from harness.measure import capture
 
     try:
         capture.find_nsys(cfg["nsys"]["path"])

@@ -15,11 +15,11 @@ import pytest
 import yaml
 
 from harness.errors import EvidenceError
-from harness.gpulock import device_uuid, gpu_lock, group_gpu_lock, visible_devices
+from harness.gpu.lock import device_uuid, gpu_lock, group_gpu_lock, visible_devices
 
 HOLD = """
 import sys, time
-from harness.gpulock import gpu_lock
+from harness.gpu.lock import gpu_lock
 with gpu_lock("holder in another process", uuid=sys.argv[1]):
     print("held", flush=True)
     time.sleep(float(sys.argv[2]))
@@ -94,7 +94,7 @@ FAKE = ["GPU-fake-0", "GPU-fake-1", "GPU-fake-2"]
 
 JOB = """
 import json, os, sys, time
-from harness.gpulock import group_gpu_lock
+from harness.gpu.lock import group_gpu_lock
 record, group, what, start, hold, out, root = sys.argv[1:8]
 uuids = json.loads(sys.argv[8])
 while time.time() < float(start):  # every job asks at once
@@ -224,7 +224,9 @@ def test_visible_devices(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_the_capture_step_pins_its_child_to_the_groups_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """steps.capture with three GPUs visible: nsys (here a stand-in) and the captured process see only
     the group's GPU, the metadata names it, and the group's other jobs follow it there."""
-    from harness import ROOT, config, gpulock, steps
+    from harness import ROOT, config
+    from harness.gpu import lock as gpulock
+    from harness.measure import step as measure_step
 
     monkeypatch.setattr(gpulock, "visible_devices", lambda: list(FAKE))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
@@ -249,7 +251,7 @@ shutil.copy("{export}", base + ".sqlite")
     (tmp_path / "ns" / "logs" / "gpu" / "softmax").mkdir(parents=True)
     (tmp_path / "ns" / "logs" / "gpu" / "softmax" / "4096x1024.json").write_text(json.dumps({"gpu_uuid": FAKE[0]}))
     for impl in ("cuda", "triton"):
-        steps.capture(cfg, "layernorm", "4096x768", impl, str(base / f"{impl}.json"), str(tmp_path / f"{impl}.log"))
+        measure_step.capture(cfg, "layernorm", "4096x768", impl, str(base / f"{impl}.json"), str(tmp_path / f"{impl}.log"))
     seen = {impl: (tmp_path / f"seen-{impl}").read_text() for impl in ("cuda", "triton")}
     metas = {impl: json.loads((base / f"{impl}.json").read_text())["gpu_uuid"] for impl in ("cuda", "triton")}
     assert seen == metas == {"cuda": FAKE[1], "triton": FAKE[1]}
@@ -264,7 +266,7 @@ def test_preloading_creates_no_cuda_context() -> None:
     import subprocess
     import sys
 
-    code = ("from harness import steps; steps._preload(['cuda', 'triton', 'torch', 'cuda.one_pass']); "
+    code = ("from harness.measure import step; step._preload(['cuda', 'triton', 'torch', 'cuda.one_pass']); "
             "import torch; print(torch.cuda.is_initialized())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]

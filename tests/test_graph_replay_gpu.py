@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness import config, graph_replay, ops
+from harness import config, ops
+from harness.measure import graph_replay
 
 CFG = config.load(config.ROOT / "config.yaml")
 SMALL = {"layernorm": "1024x768", "matmul": "256x256x256", "softmax": "1024x1024",

@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from harness import graphs
+from harness.ops.neighbor_aggregation import graphs
 
 torch = pytest.importorskip("torch")
 

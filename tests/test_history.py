@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 import sqlite_utils
 
-from harness import ROOT, history
+from harness import ROOT
+from harness.tables import history
 from harness.errors import EvidenceError
 
 REAL = ROOT / "artifacts"

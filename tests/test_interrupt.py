@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from harness import ROOT
-from harness.cuda_module import load_nvrtc
+from harness.build.compile import load_nvrtc
 
 pytestmark = pytest.mark.skipif(load_nvrtc() is None, reason="the census builds CUDA kernels with NVRTC")
 

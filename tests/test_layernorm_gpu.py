@@ -15,9 +15,9 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU visible"),
 ]
 
-from harness.build import device_arch  # noqa: E402
+from harness.build.build import device_arch  # noqa: E402
 from harness.errors import EvidenceError  # noqa: E402
-from harness.layernorm_kernels import (cuda_variant, launch_cuda, launch_triton,  # noqa: E402
+from harness.ops.layernorm.kernels import (cuda_variant, launch_cuda, launch_triton,  # noqa: E402
                                        triton_variant)
 
 WIDTHS = [768, 1024, 2048, 4096, 8192, 1000, 771, 33, 4]
@@ -79,7 +79,7 @@ def test_matches_float64_reference(impl: str, rows: int, n: int) -> None:
 def test_every_dispatch_choice_matches_float64_reference(switch: str, rows: int, n: int) -> None:
     """Each of the dispatch's choices (w and b loaded early or late; the warp-per-row path, whose
     last block has idle warps when rows % 4 != 0) is right wherever it can be chosen."""
-    from harness import cuda_module
+    from harness.launch import cuda as cuda_module
 
     x, w, b = _inputs(rows, n, seed=1000 * n + rows + 17)
     with cuda_module.variant_options((switch,)):
@@ -161,8 +161,9 @@ def test_bad_arguments_are_refused_in_one_sentence(impl: str) -> None:
 @pytest.mark.parametrize("n", [768, 4096, 8192, 771])
 def test_cuda_census_matches_the_loaded_kernel(n: int) -> None:
     """The offline census (same NVRTC options) reports what CuPy compiled and loaded."""
-    from harness import census, cuda_module
-    from harness.layernorm_kernels import CUDA_SOURCE
+    from harness.build import census
+    from harness.launch import cuda as cuda_module
+    from harness.ops.layernorm.kernels import CUDA_SOURCE
 
     v = cuda_variant(n)
     x, w, b = _inputs(4, n, seed=n)
@@ -170,7 +171,7 @@ def test_cuda_census_matches_the_loaded_kernel(n: int) -> None:
     with cuda_module.on_device(x.device):
         kernel = cuda_module.get_function(CUDA_SOURCE, v.kernel)
         runtime_regs, runtime_local = kernel.num_regs, kernel.local_size_bytes
-    build = cuda_module.compile_offline(CUDA_SOURCE, [v.kernel], arch=device_arch(),
+    build = compile.compile_offline(CUDA_SOURCE, [v.kernel], arch=device_arch(),
                                         compiler="nvrtc")
     info = census.parse_ptxas_log(build.ptxas_log)[build.lowered[v.kernel]]
     assert runtime_regs == info.registers
@@ -180,9 +181,9 @@ def test_cuda_census_matches_the_loaded_kernel(n: int) -> None:
 @pytest.mark.parametrize("n", [768, 4096, 771])
 def test_triton_census_matches_the_jit_kernel(n: int) -> None:
     """The offline Triton compile has the registers and load widths of the JIT's kernel."""
-    from harness import census, cuda_module
-    from harness.build import compile_triton
-    from kernels.layernorm_triton import layernorm_fwd
+    from harness.build import census
+    from harness.build.build import compile_triton
+    from kernels.layernorm.layernorm_triton import layernorm_fwd
 
     v = triton_variant(n)
     x, w, b = _inputs(4, n, seed=n)
@@ -191,7 +192,7 @@ def test_triton_census_matches_the_jit_kernel(n: int) -> None:
     torch.cuda.synchronize()
     offline, log = compile_triton(v, device_arch())
     jit._init_handles()  # done by the launch already (idempotent); it sets n_regs and n_spills
-    offline_regs = census.parse_res_usage(cuda_module.resource_usage(offline.asm["cubin"]))
+    offline_regs = census.parse_res_usage(compile.resource_usage(offline.asm["cubin"]))
     assert jit.n_regs == offline_regs["layernorm_fwd"].registers
     assert jit.n_regs == census.parse_ptxas_log(log)["layernorm_fwd"].registers
     jit_ptx = census.parse_ptx(jit.asm["ptx"])["layernorm_fwd"]

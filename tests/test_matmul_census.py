@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import census, cuda_module
+from harness.build import census
+from harness.launch import cuda as cuda_module
+from harness.build import compile
 from harness.errors import EvidenceError, ToolMissing
-from harness.matmul_kernels import (CUDA_THREADS, CUDA_TILE, cuda_grid, cuda_variant,
+from harness.ops.matmul.kernels import (CUDA_THREADS, CUDA_TILE, cuda_grid, cuda_variant,
                                     triton_variant, variants_for)
 
 SWEEP = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (4096, 4096, 1024)]
@@ -41,7 +43,7 @@ def test_cuda_dispatch_follows_n_and_k_modulo_4() -> None:
     assert cuda_variant(1024, 1024, 1024).block == 128 and cuda_variant(1024, 1024, 1024).tile_mn == (64, 64)
     for shape in [(1001, 1024, 999), (7, 5, 3)]:
         v = cuda_variant(*shape)
-        assert v.block == CUDA_THREADS == 256 and v.dynamic_smem == 0 and v.source == "matmul.cu"
+        assert v.block == CUDA_THREADS == 256 and v.dynamic_smem == 0 and v.source == "matmul/matmul.cu"
 
 
 def test_cuda_grid_is_one_block_per_64x64_tile() -> None:
@@ -53,7 +55,7 @@ def test_cuda_grid_is_one_block_per_64x64_tile() -> None:
 
 @pytest.mark.parametrize("shape", [*SWEEP, (1000, 1001, 999), (7, 5, 3)])
 def test_triton_dispatch(shape: tuple[int, int, int]) -> None:
-    from kernels.matmul_triton import config_for
+    from kernels.matmul.matmul_triton import config_for
 
     v = triton_variant(*shape)
     bm, bn, bk, group, warps, stages = config_for(*shape)
@@ -102,9 +104,9 @@ def test_operation_shapes_bytes_flops() -> None:
     assert op.flops(f"{m}x{n}x{k}") == 2 * sum(1 for _ in range(m) for _ in range(n) for _ in range(k))
     floats = m * k + k * n + m * n  # A, B and C, each element once
     assert op.bytes_moved(f"{m}x{n}x{k}") == 4 * floats
-    assert op.kernels == "harness.matmul_kernels"
+    assert op.kernels == "harness.ops.matmul.kernels"
     assert set(op.implementations) == {"cuda", "triton", "torch"}
-    assert op.sources == {"cuda": ["matmul.cu"], "triton": ["matmul_triton.py"], "torch": []}
+    assert op.sources == {"cuda": ["matmul/matmul.cu"], "triton": ["matmul/matmul_triton.py"], "torch": []}
 
 
 def test_reference_against_plain_sums() -> None:
@@ -125,7 +127,7 @@ def test_reference_against_plain_sums() -> None:
 
 def test_launchers_refuse_cpu_tensors() -> None:
     torch = pytest.importorskip("torch")
-    from harness.matmul_kernels import launch_cuda, launch_triton
+    from harness.ops.matmul.kernels import launch_cuda, launch_triton
 
     a, b, out = torch.randn(4, 8), torch.randn(8, 4), torch.empty(4, 4)
     for launch in (launch_cuda, launch_triton):
@@ -137,7 +139,7 @@ def test_launchers_refuse_cpu_tensors() -> None:
 
 
 def _census_or_skip(impl: str, shapes: list[tuple[int, int, int]], outdir: Path) -> list[dict]:
-    from harness.build import build_census
+    from harness.build.build import build_census
 
     try:
         return build_census("matmul", impl, shapes, arch="sm_90", outdir=outdir)
@@ -158,7 +160,7 @@ def _ptx_ops(path: Path, symbol: str) -> Counter[str]:
 
 
 def test_build_census_cuda(tmp_path: Path) -> None:
-    from harness.build import CENSUS_COLUMNS
+    from harness.build.build import CENSUS_COLUMNS
 
     rows = _census_or_skip("cuda", [(1024, 1024, 1023), (1024, 768, 511), (1024, 1024, 1024), (2048, 2048, 2048),
                                     (1000, 1001, 999)], tmp_path)
@@ -182,7 +184,7 @@ def test_build_census_cuda(tmp_path: Path) -> None:
         assert row["barriers"] == 2 and row["sass_bar"] == 2
         assert "-ftz=true" in row["options"] and "-arch=sm_90" in row["options"]
         assert row["source_sha256"] == hashlib.sha256(
-            (cuda_module.KERNELS_DIR / "matmul.cu").read_bytes()).hexdigest()
+            (cuda_module.KERNELS_DIR / "matmul/matmul.cu").read_bytes()).hexdigest()
     assert (vec4["st_global_128"], vec4["st_global_32"], vec4["sass_stg_128"]) == (4, 0, 4)
     assert (vec1["st_global_128"], vec1["st_global_32"], vec1["sass_stg_32"]) == (0, 16, 16)
 
@@ -203,7 +205,7 @@ def test_build_census_cuda(tmp_path: Path) -> None:
 
 def test_build_census_triton(tmp_path: Path) -> None:
     pytest.importorskip("triton", reason="triton is not installed")
-    from harness.build import CENSUS_COLUMNS
+    from harness.build.build import CENSUS_COLUMNS
 
     shapes = [(1024, 1024, 1024), (1000, 1001, 999)]
     rows = _census_or_skip("triton", shapes, tmp_path)
@@ -235,10 +237,12 @@ def test_dispatch_by_shape_and_the_tile_variants() -> None:
     128 put the cp.async kernel / the tiled kernel's large instance at every shape, MM_BM, MM_BN,
     MM_BK and MM_ROWS name the tiled instance, MM_STAGED128 puts matmul_f32_128 where the large
     instance would serve; anything else is refused."""
-    from harness import config, cuda_module, variants
-    from harness.build import build_census
+    from harness import config
+    from harness.launch import cuda as cuda_module
+    from harness.ops import variants
+    from harness.build.build import build_census
     from harness.errors import EvidenceError
-    from harness.matmul_kernels import TILE128_MIN_TILES, cuda_grid, cuda_variant, tiled_instance
+    from harness.ops.matmul.kernels import TILE128_MIN_TILES, cuda_grid, cuda_variant, tiled_instance
 
     assert cuda_variant(1024, 1024, 1024).kernel == SMALL  # 64 tiles of 128 x 128
     assert cuda_variant(2048, 2048, 2048).kernel == BIG  # 256
@@ -278,7 +282,7 @@ def test_dispatch_by_shape_and_the_tile_variants() -> None:
             pytest.raises(EvidenceError, match="does not take"):
         cuda_variant(4096, 4096, 4096)
     assert cuda_grid(1000, 1000, 128) == 8 * 8 and cuda_grid(1000, 1000) == 16 * 16
-    if cuda_module.load_nvrtc() is None:
+    if compile.load_nvrtc() is None:
         pytest.skip("NVRTC is not available here")
     cfg = config.load(config.ROOT / "config.yaml")
     options = variants.compiler_options(cfg["operations"]["matmul"], "cuda.tile128")
@@ -307,10 +311,11 @@ def test_dispatch_by_shape_and_the_tile_variants() -> None:
 def test_census_of_the_tiled_variants(variant: str, kernel: str, smem: int, tmp_path: Path) -> None:
     """Each config variant of the large-tile kernels builds the instance its defines name, with the
     shared memory of its tile, rows x 8 FFMA per k and no tensor-core instruction."""
-    from harness import config, variants
-    from harness.build import build_census
+    from harness import config
+    from harness.ops import variants
+    from harness.build.build import build_census
 
-    if cuda_module.load_nvrtc() is None:
+    if compile.load_nvrtc() is None:
         pytest.skip("NVRTC is not available here")
     cfg = config.load(config.ROOT / "config.yaml")
     options = variants.compiler_options(cfg["operations"]["matmul"], f"cuda.{variant}")

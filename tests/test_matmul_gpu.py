@@ -14,9 +14,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from harness.build import device_arch  # noqa: E402
+from harness.build.build import device_arch  # noqa: E402
 from harness.errors import EvidenceError  # noqa: E402
-from harness.matmul_kernels import (cuda_variant, launch_cuda, launch_triton,  # noqa: E402
+from harness.ops.matmul.kernels import (cuda_variant, launch_cuda, launch_triton,  # noqa: E402
                                     triton_variant)
 
 gpu = pytest.mark.gpu
@@ -125,7 +125,7 @@ TAIL_SHAPES = [(65, 68, 36), (100, 132, 260), (129, 192, 4096), (300, 260, 20), 
 @pytest.mark.parametrize("choice", sorted(CHOICES))
 @pytest.mark.parametrize("shape", TAIL_SHAPES, ids=["x".join(map(str, s)) for s in TAIL_SHAPES])
 def test_every_tiled_choice_matches_float64_reference(choice: str, shape: tuple[int, int, int]) -> None:
-    from harness import cuda_module
+    from harness.launch import cuda as cuda_module
 
     a, b = _inputs(*shape, seed=3 * sum(shape) + len(choice))
     with cuda_module.variant_options(CHOICES[choice]):
@@ -251,8 +251,8 @@ def test_bad_arguments_are_refused_in_one_sentence(impl: str) -> None:
 @pytest.mark.parametrize("shape", [(1024, 1024, 1024), (1000, 1001, 999)])
 def test_cuda_census_matches_the_loaded_kernel(shape: tuple[int, int, int]) -> None:
     """The offline census (same NVRTC options) reports what CuPy compiled and loaded."""
-    from harness import cuda_module
-    from harness.matmul_kernels import CUDA_SOURCE
+    from harness.launch import cuda as cuda_module
+    from harness.ops.matmul.kernels import CUDA_SOURCE
 
     v = cuda_variant(*shape)
     a, b = _inputs(*shape, seed=1)
@@ -260,7 +260,7 @@ def test_cuda_census_matches_the_loaded_kernel(shape: tuple[int, int, int]) -> N
     with cuda_module.on_device(a.device):
         kernel = cuda_module.get_function(CUDA_SOURCE, v.kernel)
         runtime_regs, runtime_local = kernel.num_regs, kernel.local_size_bytes
-    from harness.build import build_census
+    from harness.build.build import build_census
 
     (row,) = [r for r in build_census("matmul", "cuda", [shape], arch=device_arch(),
                                       cuda_compiler="nvrtc") if r["kernel"] == v.kernel]
@@ -273,9 +273,9 @@ def test_cuda_census_matches_the_loaded_kernel(shape: tuple[int, int, int]) -> N
 @pytest.mark.parametrize("shape", [(1024, 1024, 1024), (4096, 4096, 1024), (1000, 1001, 999)])
 def test_triton_census_matches_the_jit_kernel(shape: tuple[int, int, int]) -> None:
     """The offline Triton compile is the JIT's kernel: same PTX, registers and no spills."""
-    from harness import census, cuda_module
-    from harness.build import compile_triton
-    from kernels.matmul_triton import matmul_fwd
+    from harness.build import census
+    from harness.build.build import compile_triton
+    from kernels.matmul.matmul_triton import matmul_fwd
 
     v = triton_variant(*shape)
     a, b = _inputs(*shape, seed=2)
@@ -285,7 +285,7 @@ def test_triton_census_matches_the_jit_kernel(shape: tuple[int, int, int]) -> No
     torch.cuda.synchronize()
     offline, log = compile_triton(v, device_arch())
     jit._init_handles()  # done by the launch already (idempotent); it sets n_regs and n_spills
-    offline_regs = census.parse_res_usage(cuda_module.resource_usage(offline.asm["cubin"]))
+    offline_regs = census.parse_res_usage(compile.resource_usage(offline.asm["cubin"]))
     assert jit.n_regs == offline_regs["matmul_fwd"].registers
     assert jit.n_regs == census.parse_ptxas_log(log)["matmul_fwd"].registers
     assert jit.asm["ptx"] == offline.asm["ptx"]

@@ -16,9 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness import cuda_module, graphs
+from harness.launch import cuda as cuda_module
+from harness.ops.neighbor_aggregation import graphs
 from harness.errors import EvidenceError, ToolMissing
-from harness.neighbor_aggregation_kernels import (LONG_ROW_CHUNK, LONG_ROW_PIECE, MAX_FEATURES,
+from harness.ops.neighbor_aggregation.kernels import (LONG_ROW_CHUNK, LONG_ROW_PIECE, MAX_FEATURES,
                                                   cuda_params, cuda_variants, needs_long_pass,
                                                   triton_variants, variants_for)
 
@@ -100,7 +101,7 @@ def test_long_pass_only_past_the_chunk() -> None:
 
 def test_launchers_refuse_cpu_tensors() -> None:
     torch = pytest.importorskip("torch")
-    from harness.neighbor_aggregation_kernels import launch_cuda, launch_triton
+    from harness.ops.neighbor_aggregation.kernels import launch_cuda, launch_triton
 
     x, out = torch.randn(4, 8), torch.empty(4, 8)
     indptr = torch.tensor([0, 1, 2, 3, 4], dtype=torch.int32)
@@ -215,7 +216,7 @@ def test_torch_methods_and_reference_on_the_cpu() -> None:
 
 
 def _census_or_skip(impl: str, shapes: list, outdir: Path) -> list[dict]:
-    from harness.build import build_census
+    from harness.build.build import build_census
 
     try:
         return build_census("neighbor_aggregation", impl, shapes, arch="sm_90", outdir=outdir)
@@ -224,7 +225,7 @@ def _census_or_skip(impl: str, shapes: list, outdir: Path) -> list[dict]:
 
 
 def test_build_census_cuda(tmp_path: Path) -> None:
-    from harness.build import CENSUS_COLUMNS
+    from harness.build.build import CENSUS_COLUMNS
 
     rows = _census_or_skip("cuda", [*SWEEP, (1000, 5000, 7)], tmp_path)
     assert [tuple(r) for r in rows] == [CENSUS_COLUMNS] * 6  # 4 sum kernels, 2 zeroing kernels
@@ -232,7 +233,7 @@ def test_build_census_cuda(tmp_path: Path) -> None:
         "neighbor_sum<4, 16, 1, 8>", "neighbor_zero_long_rows<4>", "neighbor_sum<4, 4, 1, 4>",
         "neighbor_sum<4, 32, 2, 4>", "neighbor_sum<1, 8, 1, 8>", "neighbor_zero_long_rows<1>"]
     assert rows[0]["shapes"] == "65536x1048576x64"
-    digest = hashlib.sha256((cuda_module.KERNELS_DIR / "neighbor_aggregation.cu").read_bytes()).hexdigest()
+    digest = hashlib.sha256((cuda_module.KERNELS_DIR / "neighbor_aggregation/neighbor_aggregation.cu").read_bytes()).hexdigest()
     for row in rows:
         assert row["registers"] > 0 and row["block"] == 128
         assert (row["spill_stores"], row["spill_loads"], row["stack_bytes"], row["sass_local"]) == (0, 0, 0, 0)
@@ -262,7 +263,7 @@ def test_build_census_cuda(tmp_path: Path) -> None:
 
 def test_build_census_triton(tmp_path: Path) -> None:
     pytest.importorskip("triton", reason="triton is not installed")
-    from harness.build import CENSUS_COLUMNS
+    from harness.build.build import CENSUS_COLUMNS
 
     rows = _census_or_skip("triton", [(65536, 1048576, 64), (1000, 5000, 7)], tmp_path)
     assert [tuple(r) for r in rows] == [CENSUS_COLUMNS] * 4

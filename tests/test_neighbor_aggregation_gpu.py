@@ -26,10 +26,10 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU visible"),
 ]
 
-from harness import graphs  # noqa: E402
-from harness.build import device_arch  # noqa: E402
+from harness.ops.neighbor_aggregation import graphs  # noqa: E402
+from harness.build.build import device_arch  # noqa: E402
 from harness.errors import EvidenceError  # noqa: E402
-from harness.neighbor_aggregation_kernels import (LONG_ROW_CHUNK, cuda_variants,  # noqa: E402
+from harness.ops.neighbor_aggregation.kernels import (LONG_ROW_CHUNK, cuda_variants,  # noqa: E402
                                                   launch_cuda, launch_triton, triton_variants)
 from harness.ops import neighbor_aggregation as na  # noqa: E402
 
@@ -312,16 +312,17 @@ def test_time_the_torch_methods(capsys: pytest.CaptureFixture[str]) -> None:
 def _offline_build(kernel: str):
     """One offline NVRTC compile per name expression per process (neighbor_zero_long_rows<4>
     serves several widths; a repeated compile of it once came back with no ptxas report)."""
-    from harness import cuda_module
-    from harness.neighbor_aggregation_kernels import CUDA_SOURCE
+    from harness.build import compile
+    from harness.ops.neighbor_aggregation.kernels import CUDA_SOURCE
 
-    return cuda_module.compile_offline(CUDA_SOURCE, [kernel], arch=device_arch(), compiler="nvrtc")
+    return compile.compile_offline(CUDA_SOURCE, [kernel], arch=device_arch(), compiler="nvrtc")
 
 
 @pytest.mark.parametrize("features", [64, 256, 7])
 def test_cuda_census_matches_the_loaded_kernels(features: int) -> None:
-    from harness import census, cuda_module
-    from harness.neighbor_aggregation_kernels import CUDA_SOURCE
+    from harness.build import census
+    from harness.launch import cuda as cuda_module
+    from harness.ops.neighbor_aggregation.kernels import CUDA_SOURCE
 
     inputs = _graph("powerlaw", 4096, 100000, features, seed=features)
     _run("cuda", inputs)  # compiles and loads both passes
@@ -337,9 +338,9 @@ def test_cuda_census_matches_the_loaded_kernels(features: int) -> None:
 
 @pytest.mark.parametrize("features", [64, 7])
 def test_triton_census_matches_the_jit_kernels(features: int) -> None:
-    from harness import census, cuda_module
-    from harness.build import compile_triton
-    from kernels.neighbor_aggregation_triton import neighbor_sum, neighbor_zero_long_rows
+    from harness.build import census
+    from harness.build.build import compile_triton
+    from kernels.neighbor_aggregation.neighbor_aggregation_triton import neighbor_sum, neighbor_zero_long_rows
 
     inputs = _graph("powerlaw", 4096, 100000, features, seed=features)
     x, ip, ix = inputs["x"], inputs["indptr"], inputs["indices"]
@@ -355,7 +356,7 @@ def test_triton_census_matches_the_jit_kernels(features: int) -> None:
     for v, jit in jits:
         offline, log = compile_triton(v, device_arch())
         jit._init_handles()
-        regs = census.parse_res_usage(cuda_module.resource_usage(offline.asm["cubin"]))
+        regs = census.parse_res_usage(compile.resource_usage(offline.asm["cubin"]))
         assert jit.n_regs == regs[v.kernel].registers
         assert jit.n_regs == census.parse_ptxas_log(log)[v.kernel].registers
         assert jit.asm["ptx"] == offline.asm["ptx"]

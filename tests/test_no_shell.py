@@ -4,7 +4,6 @@ and the workflow takes an argument list, and no rule has a shell: directive."""
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 from harness import ROOT
 

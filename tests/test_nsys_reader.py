@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from harness import nsys
+from harness.tables import nsys
 from harness.__main__ import main as harness_main
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from harness import provenance
+from harness.report import provenance
 
 
 def test_git_checkout_gives_its_commit(monkeypatch: pytest.MonkeyPatch) -> None:

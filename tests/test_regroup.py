@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness import regroup
+from harness.evidence import regroup
 from harness.__main__ import main as harness_main
 
 NS = "split-ns"

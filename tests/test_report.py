@@ -10,8 +10,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness import ROOT, config, report, tables
-from harness.spans import summarise
+from harness import ROOT, config
+from harness.report import render as report
+from harness.tables import derive as tables
+from harness.measure.spans import summarise
+from harness.io import write_csv
 
 SHAPES = ["4096x768", "1024x2048"]
 IMPLS = ["cuda", "triton", "torch"]
@@ -46,15 +49,15 @@ def make_tables(tmp: Path, seed: int = 7, kernel_name: str = "layernorm_row128")
                  "min_ms": 0.9, "max_ms": 1.1, "repeats": 20, "method": "copy_ of 2 GiB"},
                 {"ceiling": "fp32_matmul", "value": rnd.uniform(40, 60), "unit": "TFLOP/s", "median_ms": 20.0,
                  "min_ms": 19.0, "max_ms": 21.0, "repeats": 20, "method": "8192^3 FP32 matmul, TF32 off"}]
-    ceil = tables.write_csv(ceilings, tables.CEILING_COLUMNS, paths["ceilings"])
-    det = tables.write_csv(detail, tables.KERNEL_TIME_DETAIL_COLUMNS, paths["kernel_time_detail"])
+    ceil = write_csv(ceilings, tables.CEILING_COLUMNS, paths["ceilings"])
+    det = write_csv(detail, tables.KERNEL_TIME_DETAIL_COLUMNS, paths["kernel_time_detail"])
     kt = pd.DataFrame(tables.kernel_time_summary(det, 100, "test-ns", "hot", ceil))
-    tables.write_csv(kt.to_dict("records"), tables.KERNEL_TIME_COLUMNS, paths["kernel_time"])
+    write_csv(kt.to_dict("records"), tables.KERNEL_TIME_COLUMNS, paths["kernel_time"])
     summary = [dict(r, namespace="test-ns", cache_mode="hot", rounds=3) for r in summarise(spans)]
-    tables.write_csv(summary, tables.SPAN_COLUMNS, paths["span"])
-    tables.write_csv(tables.check_rows([], "test-ns") + [dict(c, namespace="test-ns") for c in checks], tables.CHECK_COLUMNS, paths["check"])
-    tables.write_csv(tables.sweep_rows(kt, "test-ns", "hot"), tables.SWEEP_COLUMNS, paths["sweep"])
-    tables.write_csv(census, list(census[0]), paths["census"])
+    write_csv(summary, tables.SPAN_COLUMNS, paths["span"])
+    write_csv(tables.check_rows([], "test-ns") + [dict(c, namespace="test-ns") for c in checks], tables.CHECK_COLUMNS, paths["check"])
+    write_csv(tables.sweep_rows(kt, "test-ns", "hot"), tables.SWEEP_COLUMNS, paths["sweep"])
+    write_csv(census, list(census[0]), paths["census"])
     prov = {"git": {"commit": "abc123def4567890", "dirty": False}, "date_utc": "2026-11-29T00:00:00+00:00",
             "gpus": [{"name": "NVIDIA H200", "uuid": "GPU-x"}], "config": cfg, "commands": ["snakemake --cores 1 report"],
             "versions": {"nsys": "2025.3.2", "torch": "2.11", "triton": "3.6", "cupy-cuda13x": "14", "python": "3.12"},
@@ -142,7 +145,7 @@ def test_sweep_reports_the_verdict(tmp_path: Path) -> None:
 
 
 def _counters_table(tmp: Path, state: str) -> str:
-    from harness import counters
+    from harness.tables import counters
 
     metrics = config.load(config.ROOT / "config.yaml")["counters"]["metrics"]
     fixtures = Path(__file__).parent / "fixtures" / "ncu"
@@ -154,7 +157,7 @@ def _counters_table(tmp: Path, state: str) -> str:
             kernels = counters.read_raw_csv(fixtures / f"layernorm-4096x768-{impl}.raw.csv")
             rows += counters.counter_rows(kernels, metrics, "test-ns", "layernorm", SHAPES[0], impl)
     path = str(tmp / "counters.csv")
-    tables.write_csv(rows, counters.columns(metrics), path)
+    write_csv(rows, counters.columns(metrics), path)
     return path
 
 
@@ -168,7 +171,7 @@ def render_with_counters(tmp: Path, state: str, enabled: bool = True) -> tuple[s
 
 
 def test_counters_section_comes_from_the_counters_table(tmp_path: Path) -> None:
-    from harness import counters
+    from harness.tables import counters
 
     note, paths = render_with_counters(tmp_path, "ok")
     assert "not** the kernel times above" in note
@@ -199,7 +202,7 @@ def test_counters_unavailable_and_off_are_said(tmp_path: Path) -> None:
 
 
 def test_cross_check_flags_a_disagreement_by_name(tmp_path: Path) -> None:
-    from harness import graph_replay
+    from harness.tables import cross_check as graph_replay
 
     paths = make_tables(tmp_path)
     cfg = paths.pop("cfg")
@@ -212,7 +215,7 @@ def test_cross_check_flags_a_disagreement_by_name(tmp_path: Path) -> None:
             graph = {"status": "not capturable", "reason": "RuntimeError: operation not permitted when stream is capturing"}
         rows.append(graph_replay.compare(k, graph, 0.1, 1.5, "test-ns", "hot"))
     paths["cross_check"] = str(tmp_path / "cross_check.csv")
-    tables.write_csv(rows, graph_replay.CROSS_CHECK_COLUMNS, paths["cross_check"])
+    write_csv(rows, graph_replay.CROSS_CHECK_COLUMNS, paths["cross_check"])
     report.render_reports(cfg, paths, tmp_path / "fn.md", tmp_path / "ic.md", [str(tmp_path / "figures" / "layernorm_sweep.svg")])
     note = (tmp_path / "fn.md").read_text()
     bad = rows[0]
@@ -222,7 +225,7 @@ def test_cross_check_flags_a_disagreement_by_name(tmp_path: Path) -> None:
 
 
 def test_cross_check_tolerance() -> None:
-    from harness import graph_replay
+    from harness.tables import cross_check as graph_replay
 
     k = {"op": "o", "shape": "1x1", "impl": "cuda", "kernel_time_us": 10.0, "launches_per_iteration": 2}
     ok = graph_replay.compare(k, {"status": "ok", "graph_median_us": 13.9, "graph_min_us": 13, "graph_max_us": 14}, 0.1, 1.5, "n", "hot")
@@ -240,13 +243,13 @@ def test_no_comparison_spans_two_gpus(tmp_path: Path) -> None:
     # the default shape's cuda was captured on another GPU than its triton and torch
     kt["gpu_uuid"] = "GPU-a"
     kt.loc[(kt["shape"] == SHAPES[0]) & (kt["impl"] == "cuda"), "gpu_uuid"] = "GPU-b"
-    tables.write_csv(kt.to_dict("records"), tables.KERNEL_TIME_COLUMNS, paths["kernel_time"])
+    write_csv(kt.to_dict("records"), tables.KERNEL_TIME_COLUMNS, paths["kernel_time"])
     sweep = tables.sweep_rows(kt, "test-ns", "hot")
     by = {r["shape"]: r for r in sweep}
     assert by[SHAPES[0]]["cuda_over_triton"] is None and by[SHAPES[0]]["cuda_over_torch"] is None
     assert by[SHAPES[0]]["cuda_vs_triton"] == "different GPUs" and by[SHAPES[0]]["gpus"] == 2
     assert by[SHAPES[1]]["cuda_over_triton"] is not None and by[SHAPES[1]]["gpus"] == 1
-    tables.write_csv(sweep, tables.SWEEP_COLUMNS, paths["sweep"])
+    write_csv(sweep, tables.SWEEP_COLUMNS, paths["sweep"])
     report.render_reports(cfg, paths, tmp_path / "fn.md", tmp_path / "ic.md", [str(tmp_path / "figures" / "layernorm_sweep.svg")])
     note = (tmp_path / "fn.md").read_text()
     assert f"**Groups measured on more than one GPU** (their ratios are left out of every table; `python -m harness regroup test-ns`, then the report target, re-measures them): layernorm {SHAPES[0]} (GPU-a, GPU-b)." in note
@@ -259,7 +262,7 @@ def test_no_comparison_spans_two_gpus(tmp_path: Path) -> None:
 
 
 def test_graph_replays_are_capped_by_time_but_never_below_three() -> None:
-    from harness import graph_replay
+    from harness.measure import graph_replay
 
     assert graph_replay.replays_within(20, 0.001, 1.0) == 20
     assert graph_replay.replays_within(20, 0.42, 1.0) == 3  # matmul 4096^3: 100 calls of 4.2 ms
@@ -313,7 +316,7 @@ def test_the_full_run_says_its_spans_shared_the_cpu(tmp_path: Path) -> None:
 
 
 def test_gpu_label_names_the_model_once() -> None:
-    from harness.report import gpu_label
+    from harness.report.render import gpu_label
 
     assert gpu_label([{"name": "NVIDIA H200", "uuid": "a"}]) == "NVIDIA H200"
     assert gpu_label([{"name": "NVIDIA H200", "uuid": "a"}, {"name": "NVIDIA H200", "uuid": "b"}]) == "NVIDIA H200 (2 GPUs)"

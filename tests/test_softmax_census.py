@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import cuda_module
+from harness.launch import cuda as cuda_module
 from harness.errors import EvidenceError, ToolMissing
-from harness.softmax_kernels import (MAX_WIDTH, ONLINE_UNROLL, REGISTER_MAX_SCALAR,
+from harness.ops.softmax.kernels import (MAX_WIDTH, ONLINE_UNROLL, REGISTER_MAX_SCALAR,
                                      REGISTER_MAX_VEC4, WARP_MAX, CudaVariant, cuda_variant,
                                      triton_variant, variants_for)
 
@@ -92,7 +92,7 @@ def test_cuda_kernel_names() -> None:
 ])
 def test_triton_dispatch(n: int, kernel: str, block_n: int, warps: int, stages: int | None) -> None:
     pytest.importorskip("triton", reason="triton is not installed")
-    from kernels import softmax_triton
+    from kernels.softmax import softmax_triton
 
     v = triton_variant(n)
     assert (v.kernel, v.constexprs(), v.num_warps, v.num_stages) == (
@@ -105,7 +105,7 @@ def test_triton_dispatch(n: int, kernel: str, block_n: int, warps: int, stages: 
 def test_register_limit_switch() -> None:
     """The variant online_wide's SM_REGISTER_MAX_VEC4 sends wider rows through the online kernel;
     it can only lower the limit."""
-    from harness import cuda_module
+    from harness.launch import cuda as cuda_module
 
     assert cuda_variant(32768).path == "block"
     with cuda_module.variant_options(("-DSM_REGISTER_MAX_VEC4=16384",)):
@@ -121,7 +121,7 @@ def test_block_and_warp_switches() -> None:
     """SM_BLOCK sets the vec4 block path's threads where the row then fits 8 slots (block512:
     width 4096 on 512 threads, 2 slots); SM_WARP_MAX sends rows wider than it to the block path
     (block_rows: width 1024 on one 256-thread block, 1 slot). Other widths keep the dispatch."""
-    from harness import cuda_module
+    from harness.launch import cuda as cuda_module
 
     assert cuda_variant(4096) == CudaVariant("block", 4, 256, 4)
     assert cuda_variant(1024) == CudaVariant("warp", 4, 128, 8)
@@ -162,7 +162,7 @@ def test_variants_for_groups_config_shapes() -> None:
 
 def test_launchers_refuse_cpu_tensors() -> None:
     torch = pytest.importorskip("torch")
-    from harness.softmax_kernels import launch_cuda, launch_triton
+    from harness.ops.softmax.kernels import launch_cuda, launch_triton
 
     x, out = torch.randn(4, 8), torch.empty(4, 8)
     for launch in (launch_cuda, launch_triton):
@@ -184,8 +184,8 @@ def test_operation_shapes_and_sizes() -> None:
             op.validate_shape(bad)
     assert op.bytes_moved("4096x1024") == 4096 * 1024 * 4 * 2
     assert op.flops("1024x32768") == 4 * 1024 * 32768
-    assert op.sources == {"cuda": ["softmax.cu"], "triton": ["softmax_triton.py"], "torch": []}
-    assert op.kernels == "harness.softmax_kernels"
+    assert op.sources == {"cuda": ["softmax/softmax.cu"], "triton": ["softmax/softmax_triton.py"], "torch": []}
+    assert op.kernels == "harness.ops.softmax.kernels"
 
 
 def test_reference_matches_plain_python() -> None:
@@ -207,7 +207,7 @@ def test_reference_matches_plain_python() -> None:
 
 
 def _census_or_skip(impl: str, shapes: list[tuple[int, int]], outdir: Path) -> list[dict]:
-    from harness.build import build_census
+    from harness.build.build import build_census
 
     try:
         return build_census("softmax", impl, shapes, arch="sm_90", outdir=outdir)
@@ -216,14 +216,14 @@ def _census_or_skip(impl: str, shapes: list[tuple[int, int]], outdir: Path) -> l
 
 
 def test_build_census_cuda(tmp_path: Path) -> None:
-    from harness.build import CENSUS_COLUMNS
+    from harness.build.build import CENSUS_COLUMNS
 
     shapes = [*CONFIG_SHAPES, (64, 771), (8, 40000)]
     rows = _census_or_skip("cuda", shapes, tmp_path)
     plan = [item.variant for item in variants_for("cuda", shapes)]
     assert [r["kernel"] for r in rows] == [v.kernel for v in plan]
     assert [tuple(r) for r in rows] == [CENSUS_COLUMNS] * len(plan)
-    sha = hashlib.sha256((cuda_module.KERNELS_DIR / "softmax.cu").read_bytes()).hexdigest()
+    sha = hashlib.sha256((cuda_module.KERNELS_DIR / "softmax/softmax.cu").read_bytes()).hexdigest()
     for row, v in zip(rows, plan, strict=True):
         wide, narrow = ("ld_global_128", "ld_global_32") if v.vec == 4 else ("ld_global_32", "ld_global_128")
         st_wide = "st_global_128" if v.vec == 4 else "st_global_32"
@@ -245,7 +245,7 @@ def test_build_census_cuda(tmp_path: Path) -> None:
 
 def test_build_census_triton(tmp_path: Path) -> None:
     pytest.importorskip("triton", reason="triton is not installed")
-    from harness.build import CENSUS_COLUMNS
+    from harness.build.build import CENSUS_COLUMNS
 
     rows = _census_or_skip("triton", [*CONFIG_SHAPES, (64, 771)], tmp_path)
     assert [tuple(r) for r in rows] == [CENSUS_COLUMNS] * 5

@@ -13,9 +13,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from harness.build import device_arch  # noqa: E402
+from harness.build.build import device_arch  # noqa: E402
 from harness.errors import EvidenceError  # noqa: E402
-from harness.softmax_kernels import (cuda_variant, launch_cuda, launch_triton,  # noqa: E402
+from harness.ops.softmax.kernels import (cuda_variant, launch_cuda, launch_triton,  # noqa: E402
                                      triton_variant)
 
 gpu = pytest.mark.gpu
@@ -168,7 +168,7 @@ def test_bad_arguments_are_refused_in_one_sentence(impl: str) -> None:
 @pytest.mark.parametrize("impl", ["cuda", "triton", "torch"])
 def test_pipeline_check_passes(impl: str) -> None:
     """The pipeline's own check (make_inputs, NaN-poisoned output, reference) at this tolerance."""
-    from harness.check import run_check
+    from harness.measure.check import run_check
 
     params = {"tolerance": {"atol": ATOL, "rtol": RTOL}}
     for shape in ("300x1024", "64x32768", "70x771"):
@@ -205,8 +205,10 @@ def test_reference_matches_plain_python_loops() -> None:
 @pytest.mark.parametrize("n", [256, 1024, 4096, 32768, 771, 40000])
 def test_cuda_census_matches_the_loaded_kernel(n: int) -> None:
     """The offline census (same NVRTC options) reports what CuPy compiled and loaded."""
-    from harness import census, cuda_module
-    from harness.softmax_kernels import CUDA_SOURCE
+    from harness.build import census
+    from harness.launch import cuda as cuda_module
+    from harness.build import compile
+    from harness.ops.softmax.kernels import CUDA_SOURCE
 
     v = cuda_variant(n)
     x = _inputs(4, n, seed=n)
@@ -214,7 +216,7 @@ def test_cuda_census_matches_the_loaded_kernel(n: int) -> None:
     with cuda_module.on_device(x.device):
         kernel = cuda_module.get_function(CUDA_SOURCE, v.kernel)
         runtime_regs, runtime_local = kernel.num_regs, kernel.local_size_bytes
-    build = cuda_module.compile_offline(CUDA_SOURCE, [v.kernel], arch=device_arch(),
+    build = compile.compile_offline(CUDA_SOURCE, [v.kernel], arch=device_arch(),
                                         compiler="nvrtc")
     info = census.parse_ptxas_log(build.ptxas_log)[build.lowered[v.kernel]]
     assert runtime_regs == info.registers
@@ -226,8 +228,8 @@ def test_cuda_census_matches_the_loaded_kernel(n: int) -> None:
 @pytest.mark.parametrize("n", [1024, 771, 32768])
 def test_triton_census_matches_the_jit_kernel(n: int) -> None:
     """The offline Triton compile has the registers and PTX of the JIT's kernel."""
-    from harness import census, cuda_module
-    from harness.build import compile_triton
+    from harness.build import census
+    from harness.build.build import compile_triton
 
     v = triton_variant(n)
     x = _inputs(4, n, seed=n)
@@ -236,7 +238,7 @@ def test_triton_census_matches_the_jit_kernel(n: int) -> None:
     torch.cuda.synchronize()
     offline, log = compile_triton(v, device_arch())
     jit._init_handles()  # done by the launch already (idempotent); it sets n_regs and n_spills
-    offline_regs = census.parse_res_usage(cuda_module.resource_usage(offline.asm["cubin"]))
+    offline_regs = census.parse_res_usage(compile.resource_usage(offline.asm["cubin"]))
     assert jit.n_regs == offline_regs[v.kernel].registers
     assert jit.n_regs == census.parse_ptxas_log(log)[v.kernel].registers
     assert jit.asm["ptx"] == offline.asm["ptx"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 
-from harness import spans
+from harness.measure import spans
 
 
 def test_rotation_puts_each_implementation_first_once() -> None:

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import cuda_module
+from harness.launch import cuda as cuda_module
 from harness.errors import EvidenceError, ToolMissing
-from harness.transpose_kernels import (MAX_DIM, SCALAR, VEC4, CudaVariant, cuda_variant,
+from harness.ops.transpose.kernels import (MAX_DIM, SCALAR, VEC4, CudaVariant, cuda_variant,
                                        triton_variant, variants_for)
 
 CONFIG_SHAPES = [(4096, 4096), (8192, 8192), (1024, 16384)]
@@ -49,7 +49,7 @@ def test_cuda_variants() -> None:
 ])
 def test_triton_dispatch(r: int, c: int, bm: int, bn: int, warps: int) -> None:
     pytest.importorskip("triton", reason="triton is not installed")
-    from kernels import transpose_triton
+    from kernels.transpose import transpose_triton
 
     v = triton_variant(r, c)
     assert v.constexprs() == {"R": r, "C": c, "BM": bm, "BN": bn} and v.num_warps == warps
@@ -85,7 +85,7 @@ def test_variants_for_groups_config_shapes() -> None:
 
 def test_launchers_refuse_cpu_tensors() -> None:
     torch = pytest.importorskip("torch")
-    from harness.transpose_kernels import launch_cuda, launch_triton
+    from harness.ops.transpose.kernels import launch_cuda, launch_triton
 
     x, out = torch.randn(4, 8), torch.empty(8, 4)
     for launch in (launch_cuda, launch_triton):
@@ -107,8 +107,8 @@ def test_operation_shapes_and_sizes() -> None:
             op.validate_shape(bad)
     assert op.bytes_moved("1024x16384") == 1024 * 16384 * 4 * 2
     assert op.flops("4096x4096") == 0
-    assert op.sources == {"cuda": ["transpose.cu"], "triton": ["transpose_triton.py"], "torch": []}
-    assert op.kernels == "harness.transpose_kernels"
+    assert op.sources == {"cuda": ["transpose/transpose.cu"], "triton": ["transpose/transpose_triton.py"], "torch": []}
+    assert op.kernels == "harness.ops.transpose.kernels"
 
 
 def test_reference_is_the_exact_transpose() -> None:
@@ -128,7 +128,7 @@ def test_reference_is_the_exact_transpose() -> None:
 
 
 def _census_or_skip(impl: str, shapes: list[tuple[int, int]], outdir: Path) -> list[dict]:
-    from harness.build import build_census
+    from harness.build.build import build_census
 
     try:
         return build_census("transpose", impl, shapes, arch="sm_90", outdir=outdir)
@@ -137,11 +137,11 @@ def _census_or_skip(impl: str, shapes: list[tuple[int, int]], outdir: Path) -> l
 
 
 def test_build_census_cuda(tmp_path: Path) -> None:
-    from harness.build import CENSUS_COLUMNS
+    from harness.build.build import CENSUS_COLUMNS
 
     rows = _census_or_skip("cuda", [*CONFIG_SHAPES, (37, 100)], tmp_path)
     assert [tuple(r) for r in rows] == [CENSUS_COLUMNS] * 2
-    sha = hashlib.sha256((cuda_module.KERNELS_DIR / "transpose.cu").read_bytes()).hexdigest()
+    sha = hashlib.sha256((cuda_module.KERNELS_DIR / "transpose/transpose.cu").read_bytes()).hexdigest()
     for row, v in zip(rows, (VEC4, SCALAR), strict=True):
         per_thread = v.tile * v.tile // (v.vec * v.block)
         wide = 128 if v.vec == 4 else 32
@@ -162,7 +162,7 @@ def test_build_census_cuda(tmp_path: Path) -> None:
 
 def test_build_census_triton(tmp_path: Path) -> None:
     pytest.importorskip("triton", reason="triton is not installed")
-    from harness.build import CENSUS_COLUMNS
+    from harness.build.build import CENSUS_COLUMNS
 
     rows = _census_or_skip("triton", [(4096, 4096), (37, 100)], tmp_path)
     assert [tuple(r) for r in rows] == [CENSUS_COLUMNS] * 2

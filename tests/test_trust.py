@@ -9,7 +9,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness import ROOT, history, trust
+from harness import ROOT
+from harness.tables import history
+from harness.tables import trust
 from harness.errors import EvidenceError
 
 REAL = ROOT / "artifacts"
@@ -416,7 +418,7 @@ def test_a_run_over_two_gpus_of_one_model_compares_with_one_gpu_runs(tmp_path: P
     (two / "provenance.json").write_text(json.dumps(prov))
     assert trust.load_namespace(two).gpu == "NVIDIA H200"
     assert trust.choose_earlier(art, "two-gpus") == "one-gpu"
-    from harness import history
+    from harness.tables import history
     assert history.namespace_row(two)["gpu_name"] == "NVIDIA H200"
     assert history.namespace_row(two)["gpu_count"] == 2
 

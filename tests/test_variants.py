@@ -10,8 +10,12 @@ import pandas as pd
 import pytest
 import yaml
 
-from harness import ROOT, config, report, tables, variants
+from harness import ROOT, config
+from harness.report import render as report
+from harness.ops import variants
+from harness.tables import variants as variant_table
 from harness.errors import ConfigError, EvidenceError
+from harness.io import write_csv
 
 RAW = yaml.safe_load((ROOT / "config.yaml").read_text())
 
@@ -57,8 +61,8 @@ def test_compiler_options_and_names() -> None:
 
 
 def test_variant_census_comes_from_the_compiler_with_its_defines() -> None:
-    from harness.build import build_census
-    from harness.cuda_module import load_nvrtc
+    from harness.build.build import build_census
+    from harness.build.compile import load_nvrtc
 
     if load_nvrtc() is None:
         pytest.skip("NVRTC is not available here")
@@ -90,14 +94,14 @@ def test_variant_rows_and_outcomes() -> None:
           kt_row("layernorm", "4096x4096", "cuda", 30.0), kt_row("layernorm", "4096x4096", "cuda.full_occupancy", 36.0),
           kt_row("layernorm", "4096x768", "cuda.plain_loads", 10.05),
           kt_row("layernorm", "4096x768", "cuda.cached_stores", 9.5), kt_row("layernorm", "4096x768", "triton", 9.0)]
-    rows = variants.variant_rows(kt, cfg)
+    rows = variant_table.variant_rows(kt, cfg)
     assert len(rows) == 4
     by = {(r["variant"], r["shape"]): r for r in rows}
     assert by[("cuda.full_occupancy", "4096x768")]["verdict"] == "faster"
     assert by[("cuda.full_occupancy", "4096x4096")]["verdict"] == "slower"
     assert by[("cuda.full_occupancy", "4096x4096")]["ratio"] == pytest.approx(1.2)
     assert by[("cuda.plain_loads", "4096x768")]["verdict"] == "no difference"
-    out = {o["variant"]: o for o in variants.outcomes(rows)}
+    out = {o["variant"]: o for o in variant_table.outcomes(rows)}
     assert out["cuda.full_occupancy"]["outcome"] == "not kept"  # faster at one shape, slower at another
     assert out["cuda.plain_loads"]["outcome"] == "not kept"
     assert out["cuda.cached_stores"]["outcome"] == "candidate"
@@ -115,9 +119,9 @@ def test_report_lists_what_was_tried_and_not_kept(tmp_path: Path) -> None:
     cfg["operations"]["layernorm"]["variants"] = copy.deepcopy(RAW["operations"]["layernorm"]["variants"])
     kt = [kt_row("layernorm", "4096x768", "cuda", 10.0), kt_row("layernorm", "4096x768", "cuda.full_occupancy", 12.5),
           kt_row("layernorm", "4096x768", "cuda.cached_stores", 9.0)]
-    rows = variants.variant_rows(kt, cfg)
+    rows = variant_table.variant_rows(kt, cfg)
     paths["variants"] = str(tmp_path / "variants.csv")
-    tables.write_csv(rows, variants.VARIANT_COLUMNS, paths["variants"])
+    write_csv(rows, variant_table.VARIANT_COLUMNS, paths["variants"])
     report.render_reports(cfg, paths, tmp_path / "fn.md", tmp_path / "ic.md", [str(tmp_path / "figures" / "layernorm_sweep.svg")])
     note = (tmp_path / "fn.md").read_text()
     section = note.split("### What was tried and not kept")[1].split("Faster than the default")[0]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from harness import config
-from harness.check import run_check
+from harness.measure.check import run_check
 
 CFG = config.load(config.ROOT / "config.yaml")
 CASES = [(op, shape, f"{spec['base']}.{name}")

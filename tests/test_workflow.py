@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from harness import ROOT, config
-from harness.gpu import has_gpu
+from harness.gpu.device import has_gpu
 
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 

@@ -41,7 +41,7 @@ class Operation:
     sources: Mapping[str, list[str]] = field(default_factory=dict)
     """impl -> kernel source files under kernels/ (for source hashes)."""
     kernels: str = ""
-    """Module describing our kernels' specializations (variants_for), e.g. 'harness.layernorm_kernels'."""
+    """Module describing our kernels' specializations (variants_for), e.g. 'harness.ops.layernorm.kernels'."""
     dim_names: tuple[str, ...] = ()
     """Names of the shape's dimensions, for the external kind's launch expressions ('rows', 'width')."""
 
@@ -75,14 +75,14 @@ def launcher(op: Operation, impl: str, params: Params | None = None, shape: str 
     """The launch function of one implementation; 'external' is built from the op's config block,
     its launch geometry evaluated on the dimensions of `shape`."""
     if impl == "external":
-        from harness import external
+        from harness.launch import external
 
         if not params or "external" not in params:
             raise EvidenceError(f"operation {op.name!r} has no 'external' block in the config, so it has no external implementation.")
         ext = external.make_launcher(op, params["external"])
         dims = external.dims_from_shape(shape, op.dim_names) if shape else None
         return lambda inputs, out, p: ext(inputs, out, p, dims=dims)
-    from harness import variants
+    from harness.ops import variants
 
     base, name = variants.split(impl)
     if name is not None:
@@ -90,7 +90,7 @@ def launcher(op: Operation, impl: str, params: Params | None = None, shape: str 
         base_launch = launcher(op, base, params, shape)
 
         def launch_variant(inputs: Tensors, out: Any, p: Params) -> Any:
-            from harness import cuda_module
+            from harness.launch import cuda as cuda_module
 
             with cuda_module.variant_options(options):
                 return base_launch(inputs, out, p)

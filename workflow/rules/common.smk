@@ -10,7 +10,7 @@ from snakemake.exceptions import WorkflowError
 sys.path.insert(0, workflow.basedir)
 
 from harness import config as hconfig  # noqa: E402
-from harness import preflight  # noqa: E402
+from harness.gpu import preflight  # noqa: E402
 from harness.errors import ConfigError  # noqa: E402
 
 try:
@@ -27,7 +27,7 @@ if "gpu" not in workflow.global_resources:
 NS = hconfig.resolve_namespace(CFG, workflow.basedir)
 CFG["namespace"] = NS
 try:
-    from harness.trust import check_earlier
+    from harness.tables.trust import check_earlier
 
     check_earlier(Path(workflow.basedir) / "artifacts", NS, CFG["trust"]["earlier"])
 except ConfigError as exc:
@@ -106,6 +106,6 @@ onstart:
 
 def trust_inputs():
     """The other namespaces' retained tables the control bands and drift read (committed files)."""
-    from harness import trust
+    from harness.tables import trust
 
     return trust.retained_inputs("artifacts", NS)

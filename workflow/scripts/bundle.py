@@ -1,6 +1,6 @@
 from pathlib import Path
 
-from harness import bundle
+from harness.evidence import bundle
 from harness.jobs import run_step
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)

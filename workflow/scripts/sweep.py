@@ -1,6 +1,6 @@
-from harness import steps
+from harness.tables import step as tables_step
 from harness.jobs import run_step
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
-run_step(sm.log[0], lambda: steps.sweep(sm.params.cfg, list(sm.input.details), sm.output.table,
+run_step(sm.log[0], lambda: tables_step.sweep(sm.params.cfg, list(sm.input.details), sm.output.table,
                                                sm.output.kernel_time, sm.output.variants))

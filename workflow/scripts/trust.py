@@ -1,5 +1,5 @@
-from harness import steps
+from harness.tables import step as tables_step
 from harness.jobs import run_step
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
-run_step(sm.log[0], lambda: steps.trust(sm.params.cfg, sm.output.controls, sm.output.drift))
+run_step(sm.log[0], lambda: tables_step.controls_and_drift(sm.params.cfg, sm.output.controls, sm.output.drift))

@@ -1,0 +1,175 @@
+"""Our CUDA C++ kernels at run time: compile them through CuPy/NVRTC and launch them on torch
+tensors.
+
+`get_function` builds a `cupy.RawModule` from a `.cu` file under `kernels/` with `RUNTIME_OPTIONS`
+and the name expressions that instantiate its templates (cached per file, options and name
+expressions), and `launch` runs a kernel on torch's current stream of the tensors' device. CuPy
+adds options of its own before calling NVRTC (`CUPY_IMPLICIT_OPTIONS`, and `-arch=sm_XX` for the
+current device); the offline compile of the census (harness.build.compile) adds the same ones, so
+that the census describes the code that runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from harness import ROOT
+from harness.errors import EvidenceError
+
+KERNELS_DIR = ROOT / "kernels"
+"""Folder holding the `.cu` sources."""
+
+RUNTIME_OPTIONS: tuple[str, ...] = ("-std=c++17",)
+"""Options we give NVRTC (through cupy.RawModule) for every kernel file."""
+
+CUPY_IMPLICIT_OPTIONS: tuple[str, ...] = ("-ftz=true", "--device-as-default-execution-space")
+"""Options CuPy 13/14 appends for NVRTC on its own (besides `-arch` and `--pch`, which changes no
+code): the census compile adds them too, since `-ftz=true` changes the generated code."""
+
+
+# ----------------------------------------------------------------------------- sources
+
+
+def source_path(filename: str) -> Path:
+    """Path of a kernel source under `kernels/`; EvidenceError if it does not exist."""
+    path = KERNELS_DIR / filename
+    if not path.is_file():
+        raise EvidenceError(f"Kernel source {path} does not exist.")
+    return path
+
+
+def read_source(filename: str) -> str:
+    """Text of a kernel source under `kernels/`."""
+    return source_path(filename).read_text()
+
+
+def source_sha256(filename: str) -> str:
+    """SHA-256 (hex) of a kernel source's bytes, for provenance."""
+    return hashlib.sha256(source_path(filename).read_bytes()).hexdigest()
+
+
+# ----------------------------------------------------------------------------- run time
+
+
+@functools.cache
+def _raw_module(filename: str, options: tuple[str, ...], name_expressions: tuple[str, ...]) -> Any:
+    """A `cupy.RawModule` for one source, option set and set of name expressions (cached)."""
+    import cupy
+
+    return cupy.RawModule(code=read_source(filename), options=options, backend="nvrtc",
+                          name_expressions=name_expressions)
+
+
+_VARIANT_OPTIONS: tuple[str, ...] = ()
+"""Options of the kernel variant being launched (see `variant_options`), appended to every build."""
+
+
+@contextlib.contextmanager
+def variant_options(options: tuple[str, ...]) -> Any:
+    """Within this block, `get_function` builds with `options` added (a variant's -D defines), so a
+    variant launches through the base implementation's launcher unchanged."""
+    global _VARIANT_OPTIONS
+    saved, _VARIANT_OPTIONS = _VARIANT_OPTIONS, tuple(options)
+    try:
+        yield
+    finally:
+        _VARIANT_OPTIONS = saved
+
+
+def active_defines() -> dict[str, str]:
+    """The -DNAME=value defines of the variant being launched or built (empty for a base
+    implementation): host-side dispatch that depends on a variant's switches reads them here."""
+    out = {}
+    for option in _VARIANT_OPTIONS:
+        if option.startswith("-D"):
+            name, _, value = option[2:].partition("=")
+            out[name] = value or "1"
+    return out
+
+
+def dispatch_define(name: str, valid: Callable[[str], bool], expected: str, what: str) -> str | None:
+    """The value the variant being launched or built gives the define `name` (None where it gives
+    none), for a host dispatch that reads it; EvidenceError naming `what`'s switch and `expected`
+    when the value is not `valid`."""
+    value = active_defines().get(name)
+    if value is not None and not valid(value):
+        raise EvidenceError(f"{what} switch {name} is {value!r}, but must be {expected}.")
+    return value
+
+
+def get_function(filename: str, name_expression: str,
+                 options: tuple[str, ...] = RUNTIME_OPTIONS) -> Any:
+    """The `cupy.RawKernel` for one name expression (e.g. "layernorm_fwd_vec4<128, 2>").
+
+    The module holding it is compiled once per process for (file, options, name expression), on
+    CuPy's current device when first used; CuPy also keeps compiled cubins in its disk cache.
+    Inside `variant_options(...)` the variant's options are added.
+    """
+    module = _raw_module(filename, (*options, *_VARIANT_OPTIONS), (name_expression,))
+    return module.get_function(name_expression)
+
+
+def pointer(tensor: Any) -> Any:
+    """A torch tensor's device address as a kernel argument (`numpy.uint64`)."""
+    import numpy
+
+    return numpy.uint64(tensor.data_ptr())
+
+
+def device_index(device: Any) -> int:
+    """The index of a torch CUDA device (the current one if the device has no index)."""
+    import torch
+
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+def on_device(device: Any) -> Any:
+    """Context manager making a torch CUDA device CuPy's current device (kernels compile and
+    load per device, so get functions and launch inside it)."""
+    import cupy
+
+    return cupy.cuda.Device(device_index(device))
+
+
+def launch(kernel: Any, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any],
+           device: Any, shared_mem: int = 0) -> None:
+    """Launch a CuPy kernel on torch's current stream of `device` (a torch CUDA device).
+
+    Pass pointers as `pointer(t)` and scalars as sized numpy scalars (`numpy.int32`,
+    `numpy.float32`): a bare Python float would be passed as a double.
+    """
+    import torch
+
+    index = device_index(device)
+    with on_device(device), _cupy_stream(torch.cuda.current_stream(index), index):
+        kernel(grid, block, tuple(args), shared_mem=shared_mem)
+
+
+_STREAMS: dict[tuple[int, int], Any] = {}
+
+
+def _cupy_stream(torch_stream: Any, index: int) -> Any:
+    """A CuPy stream object for a torch CUDA stream (cached per device and handle).
+
+    CuPy 14 prefers `Stream.from_external` (CUDA stream protocol, which recent torch streams
+    implement); `ExternalStream(handle, device)` is the deprecated fallback.
+    """
+    import cupy
+
+    key = (index, int(torch_stream.cuda_stream))
+    stream = _STREAMS.get(key)
+    if stream is None:
+        if hasattr(cupy.cuda.Stream, "from_external") and hasattr(torch_stream, "__cuda_stream__"):
+            stream = cupy.cuda.Stream.from_external(torch_stream)
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                stream = cupy.cuda.ExternalStream(key[1], index)
+        _STREAMS[key] = stream
+    return stream

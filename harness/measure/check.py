@@ -1,0 +1,102 @@
+"""Check one implementation's output against the float64 reference.
+
+Fresh random inputs (never zeros), the output poisoned with NaN before the call, then the max
+absolute and max relative error against the tolerance. The check's record is written whether it
+passed or not, with the failure in words (`error`); the workflow's check is a checkpoint, and the
+captures, spans, counters and tables take only the implementations whose check passed, so nothing
+that failed is ever timed, and the report lists it as failed. A kernel that crashes (a CUDA error)
+fails the check job itself (`crash_message`).
+"""
+
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+from typing import Any
+
+from harness import ops
+from harness.errors import CheckFailed, EvidenceError
+from harness.gpu.device import require_gpu
+
+
+def check_seed(seed: int, op: str, shape: str, impl: str) -> int:
+    """A seed of its own per check, so every check draws fresh inputs."""
+    return (seed + zlib.crc32(f"{op}/{shape}/{impl}".encode())) % 2**31
+
+
+def run_check(op_name: str, shape: str, impl: str, params: dict[str, Any], seed: int) -> dict[str, Any]:
+    require_gpu()
+    import torch
+
+    op = ops.get(op_name)
+    launch = ops.launcher(op, impl, params, shape)
+    inputs = op.make_inputs(shape, check_seed(seed, op_name, shape, impl), params)
+    out = op.make_output(inputs, shape)
+    out.fill_(float("nan"))
+    result = launch(inputs, out, params)
+    torch.cuda.synchronize()
+    ref = op.reference(inputs, params)
+    got = result.double()
+    diff = (got - ref).abs()
+    finite = bool(torch.isfinite(got).all())
+    unwritten = int(torch.isnan(result).sum())
+    atol, rtol = float(params["tolerance"]["atol"]), float(params["tolerance"]["rtol"])
+    max_abs = float(diff.max()) if finite else float("nan")
+    # relative error measured where the reference is not tiny, so near-zero outputs don't blow it up
+    scale = ref.abs().clamp_min(atol)
+    max_rel = float((diff / scale).max()) if finite else float("nan")
+    rel_norm = float(torch.linalg.vector_norm(got - ref) / torch.linalg.vector_norm(ref)) if finite else float("nan")
+    passed = finite and bool((diff <= atol + rtol * ref.abs()).all())
+    record = {
+        "op": op_name, "shape": shape, "impl": impl,
+        "passed": passed, "max_abs_err": max_abs, "max_rel_err": max_rel, "rel_l2_err": rel_norm,
+        "atol": atol, "rtol": rtol, "nonfinite_outputs": int((~torch.isfinite(got)).sum()),
+        "unwritten_outputs": unwritten, "elements": got.numel(),
+    }
+    return record
+
+
+def failure(record: dict[str, Any]) -> str:
+    """The one-sentence reason a check failed ('' when it passed)."""
+    if record["passed"]:
+        return ""
+    return (f"check failed for {record['op']} {record['shape']} {record['impl']}: max abs error "
+            f"{record['max_abs_err']:.3g}, max rel error {record['max_rel_err']:.3g} against atol "
+            f"{record['atol']:g} / rtol {record['rtol']:g}, {record['nonfinite_outputs']} non-finite and "
+            f"{record['unwritten_outputs']} unwritten outputs; nothing of it is captured or timed.")
+
+
+def require_pass(record: dict[str, Any]) -> None:
+    if not record["passed"]:
+        raise CheckFailed(failure(record))
+
+
+def read_check(path: str | Path) -> dict[str, Any]:
+    """A check record as the check step wrote it; EvidenceError (one sentence) if it is not one."""
+    import json
+
+    try:
+        record = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise EvidenceError(f"cannot read the check record {path}: {exc}.") from None
+    if not isinstance(record, dict) or not isinstance(record.get("passed"), bool):
+        raise EvidenceError(f"{path} is not a check record (no boolean 'passed').")
+    return record
+
+
+def passed(path: str | Path) -> bool:
+    return bool(read_check(path)["passed"])
+
+
+CUDA_FAULT_MARKERS = ("illegal memory access", "illegal address", "an illegal instruction", "misaligned address",
+                      "unspecified launch failure", "CUDA error", "CUDA_ERROR", "cudaError", "cuda runtime error")
+
+
+def crash_message(exc: BaseException, op: str, shape: str, impl: str) -> str | None:
+    """One sentence for an exception that is a GPU fault (the kernel crashed), else None."""
+    text = f"{type(exc).__name__}: {exc}"
+    if not any(marker.lower() in text.lower() for marker in CUDA_FAULT_MARKERS):
+        return None
+    first = text.strip().splitlines()[0][:300]
+    return (f"{op} {shape} {impl} crashed on the GPU ({first}); this job stops, the implementation is neither "
+            "captured nor timed, and the GPU is released when this process exits.")

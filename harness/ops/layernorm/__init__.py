@@ -1,0 +1,91 @@
+"""FP32 layer-norm forward over the last dimension: y = (x - mean) / sqrt(var + eps) * w + b."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.shapes import parse_shape, shape_tag
+from harness.ops import Operation, Params, Tensors
+
+
+def validate_shape(shape: str) -> None:
+    dims = parse_shape(shape)
+    if len(dims) != 2 or shape_tag(shape) is not None:
+        raise ValueError("a layer-norm shape is ROWSxWIDTH")
+    if dims[1] > 8192:
+        raise ValueError("rows wider than 8192 are not supported (the row is held in registers)")
+
+
+def make_inputs(shape: str, seed: int, params: Params) -> Tensors:
+    import torch
+
+    rows, n = parse_shape(shape)
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    # Shifted and scaled so that the mean is not ~0 and the variance not ~1: an implementation
+    # that forgets to subtract the mean or divide by the deviation fails the check.
+    x = torch.randn(rows, n, device="cuda", dtype=torch.float32, generator=gen) * 2.5 + 0.75
+    w = torch.randn(n, device="cuda", dtype=torch.float32, generator=gen)
+    b = torch.randn(n, device="cuda", dtype=torch.float32, generator=gen)
+    return {"x": x, "w": w, "b": b}
+
+
+def make_output(inputs: Tensors, shape: str) -> Any:
+    import torch
+
+    return torch.empty_like(inputs["x"])
+
+
+def reference(inputs: Tensors, params: Params) -> Any:
+    import torch
+
+    x = inputs["x"].double()
+    mean = x.mean(dim=-1, keepdim=True)
+    var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)
+    return (x - mean) / torch.sqrt(var + float(params["eps"])) * inputs["w"].double() + inputs["b"].double()
+
+
+def _cuda(inputs: Tensors, out: Any, params: Params) -> Any:
+    from harness.ops.layernorm.kernels import launch_cuda
+
+    launch_cuda(inputs["x"], inputs["w"], inputs["b"], float(params["eps"]), out)
+    return out
+
+
+def _triton(inputs: Tensors, out: Any, params: Params) -> Any:
+    from harness.ops.layernorm.kernels import launch_triton
+
+    launch_triton(inputs["x"], inputs["w"], inputs["b"], float(params["eps"]), out)
+    return out
+
+
+def _torch(inputs: Tensors, out: Any, params: Params) -> Any:
+    import torch
+
+    x = inputs["x"]
+    return torch.nn.functional.layer_norm(x, (x.shape[-1],), inputs["w"], inputs["b"], float(params["eps"]))
+
+
+def _bytes(shape: str) -> int:
+    rows, n = parse_shape(shape)
+    return 4 * (2 * rows * n + 2 * n)  # read x, write y, read w and b
+
+
+def _flops(shape: str) -> int:
+    rows, n = parse_shape(shape)
+    return 8 * rows * n  # mean, deviation, square, sum, scale, shift: ~8 per element
+
+
+OP = Operation(
+    name="layernorm",
+    description="FP32 layer norm forward over the last dimension",
+    make_inputs=make_inputs,
+    make_output=make_output,
+    reference=reference,
+    implementations={"cuda": _cuda, "triton": _triton, "torch": _torch},
+    bytes_moved=_bytes,
+    flops=_flops,
+    validate_shape=validate_shape,
+    sources={"cuda": ["layernorm/layernorm.cu"], "triton": ["layernorm/layernorm_triton.py"], "torch": []},
+    kernels="harness.ops.layernorm.kernels",
+    dim_names=("rows", "width"),
+)

@@ -1,0 +1,86 @@
+"""FP32 matrix product C = A @ B (A [M, K], B [K, N], row-major); shapes are 'MxNxK'.
+
+No TF32 anywhere: our kernels use FP32 FMA only, and the library call runs with TF32 turned off.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from harness.shapes import parse_shape, shape_tag
+from harness.ops import Operation, Params, Tensors, our_launch
+
+MAX_DIM = 2**31 - 1
+"""Largest M, N or K (the kernels take them as 32-bit integers)."""
+
+
+def validate_shape(shape: str) -> None:
+    dims = parse_shape(shape)
+    if len(dims) != 3 or shape_tag(shape) is not None:
+        raise ValueError("a matrix-product shape is MxNxK (A is MxK, B is KxN), with no tag")
+    if max(dims) > MAX_DIM:
+        raise ValueError(f"M, N and K must each be at most {MAX_DIM}")
+
+
+def make_inputs(shape: str, seed: int, params: Params) -> Tensors:
+    import torch
+
+    m, n, k = parse_shape(shape)
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    # Standard normal entries, A scaled by 1/sqrt(K): every output is a sum of K products with
+    # variance 1/K each, so C is O(1) (standard normal) whatever K is.
+    a = torch.randn(m, k, device="cuda", dtype=torch.float32, generator=gen) / math.sqrt(k)
+    b = torch.randn(k, n, device="cuda", dtype=torch.float32, generator=gen)
+    return {"a": a, "b": b}
+
+
+def make_output(inputs: Tensors, shape: str) -> Any:
+    import torch
+
+    m, n, _ = parse_shape(shape)
+    return torch.empty(m, n, device=inputs["a"].device, dtype=torch.float32)
+
+
+def reference(inputs: Tensors, params: Params) -> Any:
+    return inputs["a"].double() @ inputs["b"].double()
+
+
+_cuda = our_launch("harness.ops.matmul.kernels", "launch_cuda", "a", "b")
+_triton = our_launch("harness.ops.matmul.kernels", "launch_triton", "a", "b")
+
+
+def _torch(inputs: Tensors, out: Any, params: Params) -> Any:
+    import torch
+
+    # Full FP32 (cuBLAS SGEMM), not TF32; the harness process runs only this operation, so the
+    # global settings are not restored.
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    return torch.matmul(inputs["a"], inputs["b"])
+
+
+def _bytes(shape: str) -> int:
+    m, n, k = parse_shape(shape)
+    return 4 * (m * k + k * n + m * n)  # read A and B once, write C once
+
+
+def _flops(shape: str) -> int:
+    m, n, k = parse_shape(shape)
+    return 2 * m * n * k  # one multiply and one add per (i, j, k)
+
+
+OP = Operation(
+    name="matmul",
+    description="FP32 matrix product C = A @ B (no TF32)",
+    make_inputs=make_inputs,
+    make_output=make_output,
+    reference=reference,
+    implementations={"cuda": _cuda, "triton": _triton, "torch": _torch},
+    bytes_moved=_bytes,
+    flops=_flops,
+    validate_shape=validate_shape,
+    sources={"cuda": ["matmul/matmul.cu"], "triton": ["matmul/matmul_triton.py"], "torch": []},
+    kernels="harness.ops.matmul.kernels",
+    dim_names=("m", "n", "k"),
+)

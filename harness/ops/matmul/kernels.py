@@ -1,0 +1,329 @@
+"""Launchers for our two FP32 matrix-product kernels, and the one dispatch on shape they share with
+the census.
+
+`cuda_variant(m, n, k)` and `triton_variant(m, n, k)` decide which compiled specialization serves
+an M x N x K product (A [M, K] @ B [K, N]); `launch_cuda` / `launch_triton` launch exactly that
+one, and `harness.build` compiles exactly the ones `variants_for` lists, so the census describes
+the code that runs.
+
+CUDA (kernels/matmul/matmul.cu), dispatched by shape (`cuda_variant`):
+    N % 4 == K % 4 == 0, C has >= 132 tiles of 128 x 128
+                   matmul_f32_tiled<128, 128, 16, 8>   128 x 128 x 16 tiles, 256 threads, 8 x 8
+                   outputs per thread, warp-tiled; B by cp.async, A staged in registers
+    N % 4 == K % 4 == 0, fewer tiles
+                   matmul_f32_tiled<64, 64, 32, 4>   64 x 64 x 32 tiles, 128 threads, 4 x 8 outputs
+    otherwise      matmul_f32<VEC_B>   64 x 64 x 32 tiles, 256 threads, 4 x 4 outputs per thread,
+                   cp.async double buffering, grid = ceil(M / 64) * ceil(N / 64) blocks:
+        N % 4 == 0     matmul_f32<4>   B copied in 16-byte cp.async.cg, C stored as float4
+        N % 4 != 0     matmul_f32<1>   B copied in 4-byte cp.async.ca, C stored as floats
+        (A is always copied in 4-byte cp.async.ca, transposed into shared memory; any M, K.)
+    The variants' defines replace a choice: MM_TILE (64: matmul_f32 at every shape; 128: the tiled
+    kernel at every shape it can serve), MM_BM / MM_BN / MM_BK / MM_ROWS (the tiled kernel's
+    instance wherever it serves), MM_STAGED128=1 (matmul_f32_128, the 128 x 128 x 8 kernel before
+    it, A and B staged in registers, where the tiled kernel would serve).
+Triton (kernels/matmul/matmul_triton.py), M, N, K compile-time constants (one specialization per
+shape), grid = ceil(M / 64) * ceil(N / 64) programs:
+    any shape      BLOCK 64 x 64 x 32, GROUP_M = 8, 4 warps, 3 stages (`config_for`: measured
+                   fastest or within 1.5 % of nine configurations on the H200)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from harness.errors import EvidenceError
+from harness.launch.instances import VariantShapes, group_by_variant, pick_ours
+from harness.launch.checks import check_apart, check_tensors
+
+__all__ = ["VariantShapes", "cuda_variant", "triton_variant", "variants_for", "launch_cuda",
+           "launch_triton", "cuda_grid"]
+
+CUDA_SOURCE = "matmul/matmul.cu"
+"""Kernel source under kernels/ for the CUDA implementation."""
+
+TRITON_SOURCE = "matmul/matmul_triton.py"
+"""Kernel source under kernels/ for the Triton implementation."""
+
+CUDA_TILE = (64, 64, 32)
+"""(BLOCK_M, BLOCK_N, BLOCK_K) of the cp.async kernel matmul_f32 (fixed in kernels/matmul/matmul.cu)."""
+
+CUDA_THREADS = 256
+"""Threads per block of matmul_f32 and matmul_f32_128."""
+
+TILE128_MIN_TILES = 132
+"""Fewest 128 x 128 tiles of C for which the tiled kernel serves by default (the H200's SM count)."""
+
+DEFAULT_TILED = (128, 128, 16, 8)
+"""(BM, BN, BK, ROWS) of the tiled kernel where C has at least TILE128_MIN_TILES tiles of 128 x 128
+and no variant names them (MM_BM, MM_BN, MM_BK, MM_ROWS)."""
+
+DEFAULT_SMALL = (64, 64, 32, 4)
+"""(BM, BN, BK, ROWS) of the tiled kernel for products with fewer tiles of 128 x 128 (as Triton's
+64 x 64 x 32 programs of 4 warps: 4 x 8 outputs per thread, 128 threads)."""
+
+MAX_DIM = 2**31 - 1
+"""Largest M, N or K (the kernels take them as 32-bit integers)."""
+
+
+# ----------------------------------------------------------------------------- dispatch
+
+
+@dataclass(frozen=True)
+class CudaVariant:
+    """One compiled specialization of kernels/matmul/matmul.cu."""
+
+    vec_b: int
+    """Floats per copy of B and per store of C: 4 (N % 4 == 0) or 1."""
+
+    family: str = "cp"
+    """Which kernel: 'cp' is matmul_f32<VEC_B> (64 x 64 x 32 tiles, cp.async, any shape); 'tiled'
+    is matmul_f32_tiled<bm, bn, bk, rows> and 'staged' matmul_f32_128 (both for N % 4 == 0 and
+    K % 4 == 0)."""
+
+    bm: int = DEFAULT_TILED[0]
+    bn: int = DEFAULT_TILED[1]
+    bk: int = DEFAULT_TILED[2]
+    rows: int = DEFAULT_TILED[3]
+    """The tiled kernel's tile (bm x bn x bk) and output rows per thread (4 or 8); unused by the
+    other kernels."""
+
+    source: str = CUDA_SOURCE
+    dynamic_smem: int = 0
+
+    @property
+    def kernel(self) -> str:
+        """The name expression that instantiates it, e.g. 'matmul_f32<4>' or
+        'matmul_f32_tiled<128, 128, 16, 8>'."""
+        if self.family == "tiled":
+            return f"matmul_f32_tiled<{self.bm}, {self.bn}, {self.bk}, {self.rows}>"
+        return "matmul_f32_128" if self.family == "staged" else f"matmul_f32<{self.vec_b}>"
+
+    @property
+    def block(self) -> int:
+        """Threads per block: 256, or one per rows x 8 outputs for the tiled kernel."""
+        if self.family == "tiled":
+            return self.bm * self.bn // (8 * self.rows)
+        return CUDA_THREADS
+
+    @property
+    def tile_mn(self) -> tuple[int, int]:
+        """(rows, columns) of the tile of C one block computes."""
+        if self.family == "tiled":
+            return self.bm, self.bn
+        return (128, 128) if self.family == "staged" else (CUDA_TILE[0], CUDA_TILE[1])
+
+    @property
+    def specialization(self) -> str:
+        """Short description for tables, e.g. 'tile=64x64x32 vec_b=4 block=256'."""
+        if self.family == "tiled":
+            tile = f"{self.bm}x{self.bn}x{self.bk} rows={self.rows}"
+        else:
+            tile = "128x128x8 staged" if self.family == "staged" else "x".join(map(str, CUDA_TILE))
+        return f"tile={tile} vec_b={self.vec_b} block={self.block}"
+
+
+def tiled_instance(bm: int, bn: int, bk: int, rows: int) -> str | None:
+    """Why (bm, bn, bk, rows) is not an instance matmul_f32_tiled compiles (its static_asserts and
+    the launch limit), or None where it is."""
+    threads = bm * bn // (8 * rows)
+    if rows not in (4, 8) or (bm // rows) % 4 or bm % rows or bn % 64 or bk % 4:
+        return "BM / ROWS must be a multiple of 4, BN of 64, BK of 4, and ROWS 4 or 8"
+    if not 32 <= threads <= 1024 or (bm * bk // 4) % threads or (bk * bn // 4) % threads:
+        return f"its {threads} threads must be 32 to 1024 and each must carry whole float4s of A and B"
+    return None
+
+
+@dataclass(frozen=True)
+class TritonVariant:
+    """One compiled specialization of kernels/matmul/matmul_triton.py's `matmul_fwd`."""
+
+    m: int
+    n: int
+    k: int
+    block_m: int
+    block_n: int
+    block_k: int
+    group_m: int
+    num_warps: int
+    num_stages: int
+    kernel: str = "matmul_fwd"
+    source: str = TRITON_SOURCE
+
+    @property
+    def block(self) -> int:
+        """Threads per program."""
+        return 32 * self.num_warps
+
+    @property
+    def specialization(self) -> str:
+        """Short description for tables, e.g. 'M=1024 N=1024 K=1024 BLOCK=64x64x32 ...'."""
+        return (f"M={self.m} N={self.n} K={self.k} BLOCK={self.block_m}x{self.block_n}x"
+                f"{self.block_k} GROUP_M={self.group_m} num_warps={self.num_warps} "
+                f"num_stages={self.num_stages}")
+
+    @property
+    def programs(self) -> int:
+        """Programs in the launch grid (one per tile of C)."""
+        return math.ceil(self.m / self.block_m) * math.ceil(self.n / self.block_n)
+
+    # The TritonSpec interface (harness.kernel_specs) the offline build compiles from.
+
+    def jit_function(self) -> Any:
+        from kernels.matmul.matmul_triton import matmul_fwd
+
+        return matmul_fwd
+
+    def signature(self) -> dict[str, str]:
+        """The signature the JIT derives for `matmul_fwd(a, b, c, M=, N=, K=, BLOCK_M=, ...)`."""
+        return {"A": "*fp32", "B": "*fp32", "C": "*fp32", **{name: "constexpr" for name in
+                self.constexprs()}}
+
+    def constexprs(self) -> dict[str, Any]:
+        return {"M": self.m, "N": self.n, "K": self.k, "BLOCK_M": self.block_m,
+                "BLOCK_N": self.block_n, "BLOCK_K": self.block_k, "GROUP_M": self.group_m}
+
+    def aligned_args(self) -> tuple[int, ...]:
+        """Arguments the JIT specializes as 16-byte aligned (torch allocations; the launcher checks)."""
+        return (0, 1, 2)
+
+    def compile_options(self) -> dict[str, Any]:
+        return {"num_warps": self.num_warps, "num_stages": self.num_stages}
+
+
+Variant = CudaVariant | TritonVariant
+
+
+def _check_dims(m: int, n: int, k: int) -> None:
+    for name, d in (("M", m), ("N", n), ("K", k)):
+        if not 1 <= d <= MAX_DIM:
+            raise EvidenceError(f"Matrix-product size {name} = {d} is outside the supported "
+                                f"range 1..{MAX_DIM}.")
+
+
+def cuda_variant(m: int, n: int, k: int) -> CudaVariant:
+    """The CUDA specialization that serves an M x N x K product (see the module docstring); the
+    variants' defines replace a choice of the dispatch, where that kernel can serve the shape."""
+    from harness.launch.cuda import dispatch_define
+
+    _check_dims(m, n, k)
+
+    def define(name: str, allowed: tuple[str, ...]) -> str | None:
+        return dispatch_define(name, lambda v: v in allowed, " or ".join(allowed), "Matrix-product")
+
+    forced = define("MM_TILE", ("64", "128"))
+    tiled = [define(name, allowed) for name, allowed in (("MM_BM", ("64", "128")), ("MM_BN", ("64", "128")),
+                                                          ("MM_BK", ("8", "16", "32")), ("MM_ROWS", ("4", "8")))]
+    staged = define("MM_STAGED128", ("0", "1")) == "1"
+    if not (n % 4 == 0 and k % 4 == 0) or forced == "64":
+        return CudaVariant(vec_b=4 if n % 4 == 0 else 1)
+    large = cuda_grid(m, n, 128) >= TILE128_MIN_TILES or forced == "128"
+    if staged and large:
+        return CudaVariant(vec_b=4, family="staged")
+    default = DEFAULT_TILED if large else DEFAULT_SMALL
+    bm, bn, bk, rows = (int(v) if v is not None else d for v, d in zip(tiled, default, strict=True))
+    why = tiled_instance(bm, bn, bk, rows)
+    if why is not None:
+        raise EvidenceError(f"Matrix-product switches MM_BM/MM_BN/MM_BK/MM_ROWS name the tile {bm}x{bn}x{bk} "
+                            f"with {rows} rows per thread, which the tiled kernel does not take: {why}.")
+    return CudaVariant(vec_b=4, family="tiled", bm=bm, bn=bn, bk=bk, rows=rows)
+
+
+def cuda_grid(m: int, n: int, tile: int | tuple[int, int] = CUDA_TILE[0]) -> int:
+    """Blocks of the CUDA launch: one per tile of C (tile x tile, or rows x columns)."""
+    rows, cols = (tile, tile) if isinstance(tile, int) else tile
+    return math.ceil(m / rows) * math.ceil(n / cols)
+
+
+def triton_variant(m: int, n: int, k: int) -> TritonVariant:
+    """The Triton specialization that serves an M x N x K product."""
+    from kernels.matmul.matmul_triton import config_for
+
+    _check_dims(m, n, k)
+    block_m, block_n, block_k, group_m, warps, stages = config_for(m, n, k)
+    return TritonVariant(m=m, n=n, k=k, block_m=block_m, block_n=block_n, block_k=block_k,
+                         group_m=group_m, num_warps=warps, num_stages=stages)
+
+
+def variant(impl: str, m: int, n: int, k: int) -> Variant:
+    """`cuda_variant` or `triton_variant` by implementation name."""
+    return pick_ours(impl, "Matrix-product", lambda: cuda_variant(m, n, k), lambda: triton_variant(m, n, k))
+
+
+def mnk(shape: Sequence[int]) -> tuple[int, int, int]:
+    """(M, N, K) of a shape (M, N, K), as parsed from 'MxNxK'."""
+    if len(shape) != 3:
+        raise EvidenceError(f"A matrix-product shape is MxNxK, not {'x'.join(map(str, shape))}.")
+    m, n, k = (int(d) for d in shape)
+    return m, n, k
+
+
+def variants_for(impl: str, shapes: Iterable[Sequence[int]]) -> list[VariantShapes]:
+    """Each distinct specialization the shapes need, in order of first use, with its shapes."""
+    return group_by_variant((mnk(s) for s in shapes), lambda s: variant(impl, *s))
+
+
+# ----------------------------------------------------------------------------- launchers
+
+
+def validate(a: Any, b: Any, out: Any) -> tuple[int, int, int]:
+    """Check the tensors of a launch and return (M, N, K); EvidenceError with one sentence if not
+    a [M, K], b [K, N], out [M, N], all float32, contiguous, 16-byte aligned, on one CUDA device,
+    out apart from the inputs (the kernels declare them __restrict__)."""
+    check_tensors("Matrix-product", {"a": a, "b": b, "out": out}, matrices=True)
+    m, k = a.shape
+    if b.shape[0] != k:
+        raise EvidenceError(f"Matrix-product shapes {tuple(a.shape)} and {tuple(b.shape)} do not "
+                            f"chain: a has {k} columns, b has {b.shape[0]} rows.")
+    n = b.shape[1]
+    if tuple(out.shape) != (m, n):
+        raise EvidenceError(f"Matrix-product output has shape {tuple(out.shape)}, but must be "
+                            f"({m}, {n}).")
+    check_apart("Matrix-product", out, {"a": a, "b": b})
+    if max(m, n, k) > MAX_DIM or cuda_grid(m, n) > MAX_DIM:
+        raise EvidenceError(f"Matrix-product sizes {m}x{n}x{k} are too large for one launch.")
+    return m, n, k
+
+
+def _degenerate(m: int, n: int, k: int, out: Any) -> bool:
+    """Handle empty products (nothing to write, or K = 0: zeros); True if handled."""
+    if m == 0 or n == 0:
+        return True
+    if k == 0:
+        out.zero_()
+        return True
+    return False
+
+
+def launch_cuda(a: Any, b: Any, out: Any) -> None:
+    """out = a @ b with our CUDA kernel (asynchronous, on torch's current stream of a's device)."""
+    import numpy
+
+    from harness.launch import cuda as cuda_module
+
+    m, n, k = validate(a, b, out)
+    if _degenerate(m, n, k, out):
+        return
+    v = cuda_variant(m, n, k)
+    with cuda_module.on_device(a.device):
+        kernel = cuda_module.get_function(CUDA_SOURCE, v.kernel)
+    args = (*(cuda_module.pointer(t) for t in (a, b, out)), numpy.int32(m), numpy.int32(n),
+            numpy.int32(k))
+    cuda_module.launch(kernel, (cuda_grid(m, n, v.tile_mn), 1, 1), (v.block, 1, 1), args, device=a.device)
+
+
+def launch_triton(a: Any, b: Any, out: Any) -> None:
+    """out = a @ b with our Triton kernel (asynchronous, on torch's current stream of a's device)."""
+    import torch
+
+    from kernels.matmul.matmul_triton import matmul_fwd
+
+    m, n, k = validate(a, b, out)
+    if _degenerate(m, n, k, out):
+        return
+    v = triton_variant(m, n, k)
+    with torch.cuda.device(a.device):
+        matmul_fwd[(v.programs,)](a, b, out, num_warps=v.num_warps, num_stages=v.num_stages,
+                                  **v.constexprs())

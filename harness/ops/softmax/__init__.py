@@ -1,0 +1,80 @@
+"""FP32 softmax over the last dimension: y[r, :] = exp(x[r, :] - max_r) / sum exp(x[r, :] - max_r)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.shapes import parse_shape, shape_tag
+from harness.ops import Operation, Params, Tensors, our_launch
+from harness.ops.softmax.kernels import MAX_ROWS, MAX_WIDTH
+
+
+def validate_shape(shape: str) -> None:
+    dims = parse_shape(shape)
+    if len(dims) != 2 or shape_tag(shape) is not None:
+        raise ValueError("a softmax shape is ROWSxCOLS")
+    if dims[1] > MAX_WIDTH:
+        raise ValueError(f"rows wider than {MAX_WIDTH} are not supported")
+    if dims[0] > MAX_ROWS:
+        raise ValueError(f"more than {MAX_ROWS} rows do not fit one launch")
+
+
+def make_inputs(shape: str, seed: int, params: Params) -> Tensors:
+    import torch
+
+    rows, n = parse_shape(shape)
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    # Scaled by 3 so that the exponentials spread over many orders of magnitude (e^-25 .. e^12 in
+    # a 32768-wide row): a kernel that forgets to subtract the max or to normalise fails the check.
+    x = torch.randn(rows, n, device="cuda", dtype=torch.float32, generator=gen) * 3.0
+    return {"x": x}
+
+
+def make_output(inputs: Tensors, shape: str) -> Any:
+    import torch
+
+    return torch.empty_like(inputs["x"])
+
+
+def reference(inputs: Tensors, params: Params) -> Any:
+    import torch
+
+    return torch.softmax(inputs["x"].double(), dim=-1)
+
+
+_cuda = our_launch("harness.ops.softmax.kernels", "launch_cuda", "x")
+_triton = our_launch("harness.ops.softmax.kernels", "launch_triton", "x")
+
+
+def _torch(inputs: Tensors, out: Any, params: Params) -> Any:
+    import torch
+
+    return torch.softmax(inputs["x"], dim=-1)
+
+
+def _bytes(shape: str) -> int:
+    rows, n = parse_shape(shape)
+    return 4 * 2 * rows * n  # read x once, write y once
+
+
+def _flops(shape: str) -> int:
+    rows, n = parse_shape(shape)
+    # Per element: subtract the max, exponential, add to the sum, divide (normalise): ~4. The max
+    # (a comparison per element) is not counted; an exponential counts as one operation.
+    return 4 * rows * n
+
+
+OP = Operation(
+    name="softmax",
+    description="FP32 softmax over the last dimension",
+    make_inputs=make_inputs,
+    make_output=make_output,
+    reference=reference,
+    implementations={"cuda": _cuda, "triton": _triton, "torch": _torch},
+    bytes_moved=_bytes,
+    flops=_flops,
+    validate_shape=validate_shape,
+    sources={"cuda": ["softmax/softmax.cu"], "triton": ["softmax/softmax_triton.py"], "torch": []},
+    kernels="harness.ops.softmax.kernels",
+    dim_names=("rows", "cols"),
+)

@@ -1,0 +1,75 @@
+"""FP32 out-of-place transpose: out [C, R] = x [R, C]^T, both contiguous."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.shapes import parse_shape, shape_tag
+from harness.ops import Operation, Params, Tensors, our_launch
+from harness.ops.transpose.kernels import MAX_DIM, MAX_TILES
+
+
+def validate_shape(shape: str) -> None:
+    dims = parse_shape(shape)
+    if len(dims) != 2 or shape_tag(shape) is not None:
+        raise ValueError("a transpose shape is ROWSxCOLS")
+    if max(dims) > MAX_DIM:
+        raise ValueError(f"dimensions above {MAX_DIM} are not supported")
+    if -(-dims[0] // 16) * -(-dims[1] // 16) > MAX_TILES:
+        raise ValueError("the matrix has more tiles than one launch takes")
+
+
+def make_inputs(shape: str, seed: int, params: Params) -> Tensors:
+    import torch
+
+    r, c = parse_shape(shape)
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    # Distinct random values (never zeros), so a misplaced element fails the exact check.
+    x = torch.randn(r, c, device="cuda", dtype=torch.float32, generator=gen)
+    return {"x": x}
+
+
+def make_output(inputs: Tensors, shape: str) -> Any:
+    import torch
+
+    r, c = inputs["x"].shape
+    return torch.empty(c, r, device=inputs["x"].device, dtype=torch.float32)
+
+
+def reference(inputs: Tensors, params: Params) -> Any:
+    # Exact: a transpose only moves data, so every implementation must be bit-exact.
+    return inputs["x"].double().t()
+
+
+_cuda = our_launch("harness.ops.transpose.kernels", "launch_cuda", "x")
+_triton = our_launch("harness.ops.transpose.kernels", "launch_triton", "x")
+
+
+def _torch(inputs: Tensors, out: Any, params: Params) -> Any:
+    return inputs["x"].t().contiguous()
+
+
+def _bytes(shape: str) -> int:
+    r, c = parse_shape(shape)
+    return 4 * 2 * r * c  # read x once, write out once
+
+
+def _flops(shape: str) -> int:
+    # A transpose does no arithmetic: it is measured by bytes only.
+    return 0
+
+
+OP = Operation(
+    name="transpose",
+    description="FP32 out-of-place transpose of a row-major matrix",
+    make_inputs=make_inputs,
+    make_output=make_output,
+    reference=reference,
+    implementations={"cuda": _cuda, "triton": _triton, "torch": _torch},
+    bytes_moved=_bytes,
+    flops=_flops,
+    validate_shape=validate_shape,
+    sources={"cuda": ["transpose/transpose.cu"], "triton": ["transpose/transpose_triton.py"], "torch": []},
+    kernels="harness.ops.transpose.kernels",
+    dim_names=("rows", "cols"),
+)

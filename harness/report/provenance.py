@@ -1,0 +1,94 @@
+"""Provenance of a namespace: code, configuration, tools, GPU, host, date and the commands run."""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness import ROOT, ops
+from harness.tools import versions
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def config_hash(cfg: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(cfg, sort_keys=True).encode()).hexdigest()
+
+
+def git_state() -> dict[str, Any]:
+    """The commit the run used and whether tracked files differed from it. EVIDENCE_GIT_COMMIT /
+    EVIDENCE_GIT_DIRTY first, when set: whoever copied the tree to another machine knows its commit,
+    and a copied .git may be stale (the H200 copy once carried a .git at an older commit, so a run of
+    4a8d6f8 recorded 324809d); else from git; else unknown."""
+
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(["git", *args], capture_output=True, text=True, cwd=ROOT, timeout=30)
+        except OSError:
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    env_commit = os.environ.get("EVIDENCE_GIT_COMMIT")
+    if env_commit:
+        dirty = os.environ.get("EVIDENCE_GIT_DIRTY")
+        return {"commit": env_commit, "dirty": None if dirty is None else dirty not in ("0", "false", ""),
+                "source": "EVIDENCE_GIT_COMMIT"}
+    commit = git("rev-parse", "HEAD")
+    if commit:
+        return {"commit": commit, "dirty": bool(git("status", "--porcelain", "--untracked-files=no")), "source": "git"}
+    return {"commit": "unknown", "dirty": None, "source": "none (no git checkout, EVIDENCE_GIT_COMMIT unset)"}
+
+
+def source_hashes(cfg: dict[str, Any]) -> dict[str, str]:
+    hashes = {}
+    for op_name in cfg["operations"]:
+        for files in ops.get(op_name).sources.values():
+            for f in files:
+                hashes[f"kernels/{f}"] = sha256_file(ROOT / "kernels" / f)
+    return hashes
+
+
+def measured_with(capture_metas: list[dict[str, Any]]) -> tuple[dict[str, str], list[str]]:
+    """The package versions and hosts the captures ran with, from their metadata (each capture job
+    records its own). On a cluster the provenance job runs elsewhere (a login node, a CPU pod), so
+    its own environment says nothing about the measurements. A package seen at several versions
+    lists them all, ';'-joined. Falls back to this process's versions for metadata without any."""
+    seen: dict[str, set[str]] = {}
+    for m in capture_metas:
+        for k, v in (m.get("versions") or {}).items():
+            seen.setdefault(k, set()).add(str(v))
+    hosts = sorted({str(m["host"]) for m in capture_metas if m.get("host")})
+    if not seen:
+        return versions(), hosts or [platform.node()]
+    return {k: "; ".join(sorted(v)) for k, v in seen.items()}, hosts
+
+
+def collect(cfg: dict[str, Any], capture_metas: list[dict[str, Any]], commands_file: str | Path) -> dict[str, Any]:
+    gpus = sorted({(g.get("name", ""), g.get("uuid", "")) for m in capture_metas for g in m.get("export", {}).get("gpus", [])})
+    nsys_versions = sorted({m.get("nsys_version", "") for m in capture_metas})
+    commands = Path(commands_file).read_text().splitlines() if Path(commands_file).exists() else []
+    measured_versions, hosts = measured_with(capture_metas)
+    return {
+        "namespace": cfg["namespace"],
+        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "host": "; ".join(hosts),
+        "provenance_host": platform.node(),
+        "git": git_state(),
+        "config_sha256": config_hash(cfg),
+        "config": cfg,
+        "sources_sha256": source_hashes(cfg),
+        "versions": {**measured_versions, "nsys": "; ".join(nsys_versions)},
+        "gpus": [{"name": n, "uuid": u} for n, u in gpus],
+        "gpu_state_before_captures": [m.get("gpu") for m in capture_metas if m.get("gpu")][:1],
+        "commands": commands,
+        "python_executable": sys.executable,
+    }

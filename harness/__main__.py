@@ -25,6 +25,8 @@ USAGE = "usage: python -m harness {nsys,target,config,history,compare,retrust,re
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Each command imports its own module: the capture target, started under nsys once per
+    # measurement group, must not pay for pandas, Jinja2 and matplotlib.
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
         print(__doc__.strip())

@@ -15,8 +15,9 @@ from typing import Any
 import jsonschema
 import yaml
 
-from harness import ROOT
-from harness.errors import ConfigError
+from harness import ROOT, ops
+from harness.errors import ConfigError, EvidenceError
+from harness.launch.external import validate_external
 
 SCHEMA_PATH = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 
@@ -94,7 +95,6 @@ def validate(raw: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _semantic_checks(cfg: dict[str, Any]) -> None:
-    from harness import ops
 
     for entry in cfg.get("variants") or []:
         op_name, _, name = entry.partition(".")
@@ -113,8 +113,6 @@ def _semantic_checks(cfg: dict[str, Any]) -> None:
             raise ConfigError(f"config: operation '{op_name}' lists the implementation 'external' but has no "
                               f"'operations.{op_name}.external' block saying which PTX or cubin to load.")
         if "external" in spec:
-            from harness.errors import EvidenceError
-            from harness.launch.external import validate_external
 
             try:
                 validate_external(spec["external"], op.dim_names, None, spec.keys())

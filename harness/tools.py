@@ -10,8 +10,8 @@ import os
 import platform
 import shutil
 import subprocess
-from importlib import metadata
 from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 
 from harness import ROOT
@@ -67,3 +67,9 @@ def versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             out[dist] = "not installed"
     return out
+
+
+def find_nsys(configured: str | None) -> str:
+    """The nsys to use: the config's `nsys.path`, else $NSYS, else nsys on PATH."""
+
+    return find_tool("nsys", "Nsight Systems", configured, "nsys.path", "NSYS")

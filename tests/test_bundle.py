@@ -18,11 +18,11 @@ import pytest
 
 from harness import ROOT, config
 from harness.evidence import bundle
+from harness.io import write_csv
 from harness.report import render as report
 from harness.report import step as report_step
-from harness.tables import step as tables_step
 from harness.tables import derive as tables
-from harness.io import write_csv
+from harness.tables import step as tables_step
 
 FIX = Path(__file__).parent / "fixtures" / "nsys"
 SHAPE = "4096x768"

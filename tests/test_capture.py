@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.measure import capture
+from harness import tools
 from harness.errors import ToolMissing
+from harness.measure import capture
 
 FIXTURE = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "h200-torch-layer-norm.sqlite"
 LOCAL_FIXTURE = Path(__file__).parent / "fixtures" / "nsys" / "h200-torch-layer-norm.sqlite"
@@ -28,21 +29,21 @@ def test_nsys_lookup_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     configured = fake_tool(tmp_path / "configured-nsys")
     from_env = fake_tool(tmp_path / "env-nsys")
     monkeypatch.setenv("NSYS", str(from_env))
-    assert capture.find_nsys(str(configured)) == str(configured.resolve())
-    assert capture.find_nsys(None) == str(from_env.resolve())
+    assert tools.find_nsys(str(configured)) == str(configured.resolve())
+    assert tools.find_nsys(None) == str(from_env.resolve())
     monkeypatch.delenv("NSYS")
     bindir = tmp_path / "bin"
     bindir.mkdir()
     on_path = fake_tool(bindir / "nsys")
     monkeypatch.setenv("PATH", str(bindir))
-    assert capture.find_nsys(None) == str(on_path)
+    assert tools.find_nsys(None) == str(on_path)
 
 
 def test_missing_nsys_names_where_it_looked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setenv("NSYS", str(tmp_path / "nope"))
     with pytest.raises(ToolMissing) as info:
-        capture.find_nsys("/opt/absent/nsys")
+        tools.find_nsys("/opt/absent/nsys")
     msg = str(info.value)
     assert "/opt/absent/nsys" in msg and "$NSYS" in msg and "PATH" in msg
 

@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from harness import ROOT, config
+from harness.errors import EvidenceError
 from harness.measure import step as measure_step
 from harness.tables import derive as tables
-from harness.errors import EvidenceError
 
 EXPORT = ROOT / "tests" / "fixtures" / "nsys" / "h200-pipeline-layernorm-4096x768-cuda.sqlite"
 

@@ -15,12 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from harness.build import census
-from harness.launch import cuda as cuda_module
-from harness.build import compile
+from harness.build import census, compile
 from harness.errors import EvidenceError, ToolMissing
-from harness.ops.layernorm.kernels import (MAX_WIDTH, CudaVariant, cuda_variant, triton_variant,
-                                       variants_for)
+from harness.launch import cuda as cuda_module
+from harness.ops.layernorm.kernels import (
+    MAX_WIDTH,
+    CudaVariant,
+    cuda_variant,
+    triton_variant,
+    variants_for,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "compiler"
 CUDA_DIRS = sorted(FIXTURES.glob("cuda-*"))
@@ -510,7 +514,6 @@ def test_an_empty_ptxas_log_with_spills_gives_ptxas_figures(op: str, shape: tupl
     from dataclasses import replace
 
     from harness.build import build
-
     from harness.build.build import build_census
 
     try:

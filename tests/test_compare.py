@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.evidence import compare
 from harness.__main__ import main as cli
+from harness.evidence import compare
 from harness.io import write_csv
 
 GPU_A, GPU_B = "GPU-aaaa", "GPU-bbbb"

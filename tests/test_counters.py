@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from harness import config
+from harness.errors import EvidenceError, ToolMissing
 from harness.measure import counters as ncu
 from harness.tables import counters
-from harness.errors import EvidenceError, ToolMissing
 
 FIX = Path(__file__).parent / "fixtures" / "ncu"
 METRICS = config.load(config.ROOT / "config.yaml")["counters"]["metrics"]

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from harness import ROOT, config
-from harness.measure import step as measure_step
 from harness.errors import EvidenceError
+from harness.measure import step as measure_step
 
 RAW = ROOT / "tests" / "fixtures" / "ncu" / "layernorm-4096x768-cuda.raw.csv"
 

@@ -22,11 +22,10 @@ import pytest
 
 from harness import ROOT
 from harness.build import compile
-from harness.launch import exprs
 from harness.build import external as build_external
-from harness.launch import external
 from harness.build.build import CENSUS_COLUMNS
 from harness.errors import EvidenceError
+from harness.launch import exprs, external
 
 FIXTURES = Path(__file__).parent / "fixtures" / "external"
 PTX = FIXTURES / "transpose_naive.ptx"

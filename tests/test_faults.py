@@ -15,13 +15,13 @@ import pytest
 import yaml
 
 from harness import ROOT, config
-from harness.report import render as report
-from harness.measure import step as measure_step
-from harness.tables import step as tables_step
-from harness.tables import derive as tables
-from harness.gpu import deadline as watchdog
 from harness.errors import EvidenceError, GPUFault
+from harness.gpu import deadline as watchdog
 from harness.io import write_csv
+from harness.measure import step as measure_step
+from harness.report import render as report
+from harness.tables import derive as tables
+from harness.tables import step as tables_step
 
 OP, SHAPE = "layernorm", "4096x768"
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import ROOT, config, ops
-from harness.measure import spans
-from harness.tables import derive as tables
-from harness.measure.check import require_pass, run_check
+from harness import ROOT, config, ops, tools
 from harness.errors import CheckFailed
+from harness.measure import spans
+from harness.measure.check import require_pass, run_check
+from harness.tables import derive as tables
 
 pytestmark = pytest.mark.gpu
 
@@ -66,7 +66,7 @@ def test_capture_gives_one_kernel_per_call_and_no_secret(cfg: dict, tmp_path: Pa
     from harness.measure import capture
 
     try:
-        capture.find_nsys(cfg["nsys"]["path"])
+        tools.find_nsys(cfg["nsys"]["path"])
     except Exception as exc:  # noqa: BLE001
         pytest.skip(f"no nsys: {exc}")
     secret = "ghp_FAKE_SECRET_TOKEN_4242"

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from harness.report import render as report
-from harness.tables import derive as tables
 from harness.errors import EvidenceError
 from harness.gpu.watch import Sampler, busy_reason, slowing, wait_until_quiet
+from harness.report import render as report
+from harness.tables import derive as tables
 
 POLICY = {"busy_utilization_pct": 5, "max_other_processes": 0, "busy_wait_s": 3.0, "sample_interval_s": 0.01}
 

@@ -11,8 +11,8 @@ import pytest
 import sqlite_utils
 
 from harness import ROOT
-from harness.tables import history
 from harness.errors import EvidenceError
+from harness.tables import history
 
 REAL = ROOT / "artifacts"
 RETAINED = ["h200-layernorm-1", "h200-ops-defaults-1"]

@@ -17,8 +17,12 @@ pytestmark = [
 
 from harness.build.build import device_arch  # noqa: E402
 from harness.errors import EvidenceError  # noqa: E402
-from harness.ops.layernorm.kernels import (cuda_variant, launch_cuda, launch_triton,  # noqa: E402
-                                       triton_variant)
+from harness.ops.layernorm.kernels import (  # noqa: E402
+    cuda_variant,
+    launch_cuda,
+    launch_triton,
+    triton_variant,
+)
 
 WIDTHS = [768, 1024, 2048, 4096, 8192, 1000, 771, 33, 4]
 ROWS = [1, 7, 300]

@@ -17,12 +17,17 @@ from pathlib import Path
 
 import pytest
 
-from harness.build import census
-from harness.launch import cuda as cuda_module
-from harness.build import compile
+from harness.build import census, compile
 from harness.errors import EvidenceError, ToolMissing
-from harness.ops.matmul.kernels import (CUDA_THREADS, CUDA_TILE, cuda_grid, cuda_variant,
-                                    triton_variant, variants_for)
+from harness.launch import cuda as cuda_module
+from harness.ops.matmul.kernels import (
+    CUDA_THREADS,
+    CUDA_TILE,
+    cuda_grid,
+    cuda_variant,
+    triton_variant,
+    variants_for,
+)
 
 SWEEP = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (4096, 4096, 1024)]
 
@@ -238,11 +243,16 @@ def test_dispatch_by_shape_and_the_tile_variants() -> None:
     MM_BK and MM_ROWS name the tiled instance, MM_STAGED128 puts matmul_f32_128 where the large
     instance would serve; anything else is refused."""
     from harness import config
-    from harness.launch import cuda as cuda_module
-    from harness.ops import variants
     from harness.build.build import build_census
     from harness.errors import EvidenceError
-    from harness.ops.matmul.kernels import TILE128_MIN_TILES, cuda_grid, cuda_variant, tiled_instance
+    from harness.launch import cuda as cuda_module
+    from harness.ops import variants
+    from harness.ops.matmul.kernels import (
+        TILE128_MIN_TILES,
+        cuda_grid,
+        cuda_variant,
+        tiled_instance,
+    )
 
     assert cuda_variant(1024, 1024, 1024).kernel == SMALL  # 64 tiles of 128 x 128
     assert cuda_variant(2048, 2048, 2048).kernel == BIG  # 256
@@ -312,8 +322,8 @@ def test_census_of_the_tiled_variants(variant: str, kernel: str, smem: int, tmp_
     """Each config variant of the large-tile kernels builds the instance its defines name, with the
     shared memory of its tile, rows x 8 FFMA per k and no tensor-core instruction."""
     from harness import config
-    from harness.ops import variants
     from harness.build.build import build_census
+    from harness.ops import variants
 
     if compile.load_nvrtc() is None:
         pytest.skip("NVRTC is not available here")

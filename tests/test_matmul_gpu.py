@@ -16,8 +16,12 @@ torch = pytest.importorskip("torch")
 
 from harness.build.build import device_arch  # noqa: E402
 from harness.errors import EvidenceError  # noqa: E402
-from harness.ops.matmul.kernels import (cuda_variant, launch_cuda, launch_triton,  # noqa: E402
-                                    triton_variant)
+from harness.ops.matmul.kernels import (  # noqa: E402
+    cuda_variant,
+    launch_cuda,
+    launch_triton,
+    triton_variant,
+)
 
 gpu = pytest.mark.gpu
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU visible")

@@ -16,12 +16,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from harness.errors import EvidenceError, ToolMissing
 from harness.launch import cuda as cuda_module
 from harness.ops.neighbor_aggregation import graphs
-from harness.errors import EvidenceError, ToolMissing
-from harness.ops.neighbor_aggregation.kernels import (LONG_ROW_CHUNK, LONG_ROW_PIECE, MAX_FEATURES,
-                                                  cuda_params, cuda_variants, needs_long_pass,
-                                                  triton_variants, variants_for)
+from harness.ops.neighbor_aggregation.kernels import (
+    LONG_ROW_CHUNK,
+    LONG_ROW_PIECE,
+    MAX_FEATURES,
+    cuda_params,
+    cuda_variants,
+    needs_long_pass,
+    triton_variants,
+    variants_for,
+)
 
 SWEEP = [(65536, 1048576, f) for f in (64, 16, 256)]  # the config's widths but 128 (time)
 

@@ -26,12 +26,17 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU visible"),
 ]
 
-from harness.ops.neighbor_aggregation import graphs  # noqa: E402
 from harness.build.build import device_arch  # noqa: E402
 from harness.errors import EvidenceError  # noqa: E402
-from harness.ops.neighbor_aggregation.kernels import (LONG_ROW_CHUNK, cuda_variants,  # noqa: E402
-                                                  launch_cuda, launch_triton, triton_variants)
 from harness.ops import neighbor_aggregation as na  # noqa: E402
+from harness.ops.neighbor_aggregation import graphs  # noqa: E402
+from harness.ops.neighbor_aggregation.kernels import (  # noqa: E402
+    LONG_ROW_CHUNK,
+    cuda_variants,
+    launch_cuda,
+    launch_triton,
+    triton_variants,
+)
 
 U = 2.0**-24
 LAUNCHERS = {"cuda": launch_cuda, "triton": launch_triton}
@@ -340,7 +345,10 @@ def test_cuda_census_matches_the_loaded_kernels(features: int) -> None:
 def test_triton_census_matches_the_jit_kernels(features: int) -> None:
     from harness.build import census
     from harness.build.build import compile_triton
-    from kernels.neighbor_aggregation.neighbor_aggregation_triton import neighbor_sum, neighbor_zero_long_rows
+    from kernels.neighbor_aggregation.neighbor_aggregation_triton import (
+        neighbor_sum,
+        neighbor_zero_long_rows,
+    )
 
     inputs = _graph("powerlaw", 4096, 100000, features, seed=features)
     x, ip, ix = inputs["x"], inputs["indptr"], inputs["indices"]

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from harness.tables import nsys
 from harness.__main__ import main as harness_main
+from harness.tables import nsys
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from nsys_exports import Call, ExportBuilder, Kernel, Range, global_tid  # noqa: E402

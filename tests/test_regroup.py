@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.evidence import regroup
 from harness.__main__ import main as harness_main
+from harness.evidence import regroup
 
 NS = "split-ns"
 GROUPS = {("matmul", "1024x1024x1024"): {"cuda": "GPU-b", "triton": "GPU-a", "torch": "GPU-a"},

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import json
-import re
 import random
+import re
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from harness import ROOT, config
+from harness.io import write_csv
+from harness.measure.spans import summarise
 from harness.report import render as report
 from harness.tables import derive as tables
-from harness.measure.spans import summarise
-from harness.io import write_csv
 
 SHAPES = ["4096x768", "1024x2048"]
 IMPLS = ["cuda", "triton", "torch"]

@@ -15,11 +15,19 @@ from pathlib import Path
 
 import pytest
 
-from harness.launch import cuda as cuda_module
 from harness.errors import EvidenceError, ToolMissing
-from harness.ops.softmax.kernels import (MAX_WIDTH, ONLINE_UNROLL, REGISTER_MAX_SCALAR,
-                                     REGISTER_MAX_VEC4, WARP_MAX, CudaVariant, cuda_variant,
-                                     triton_variant, variants_for)
+from harness.launch import cuda as cuda_module
+from harness.ops.softmax.kernels import (
+    MAX_WIDTH,
+    ONLINE_UNROLL,
+    REGISTER_MAX_SCALAR,
+    REGISTER_MAX_VEC4,
+    WARP_MAX,
+    CudaVariant,
+    cuda_variant,
+    triton_variant,
+    variants_for,
+)
 
 CONFIG_SHAPES = [(4096, 1024), (8192, 4096), (1024, 32768), (32768, 256)]
 

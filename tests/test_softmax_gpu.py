@@ -15,8 +15,12 @@ torch = pytest.importorskip("torch")
 
 from harness.build.build import device_arch  # noqa: E402
 from harness.errors import EvidenceError  # noqa: E402
-from harness.ops.softmax.kernels import (cuda_variant, launch_cuda, launch_triton,  # noqa: E402
-                                     triton_variant)
+from harness.ops.softmax.kernels import (  # noqa: E402
+    cuda_variant,
+    launch_cuda,
+    launch_triton,
+    triton_variant,
+)
 
 gpu = pytest.mark.gpu
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU visible")
@@ -205,9 +209,8 @@ def test_reference_matches_plain_python_loops() -> None:
 @pytest.mark.parametrize("n", [256, 1024, 4096, 32768, 771, 40000])
 def test_cuda_census_matches_the_loaded_kernel(n: int) -> None:
     """The offline census (same NVRTC options) reports what CuPy compiled and loaded."""
-    from harness.build import census
+    from harness.build import census, compile
     from harness.launch import cuda as cuda_module
-    from harness.build import compile
     from harness.ops.softmax.kernels import CUDA_SOURCE
 
     v = cuda_variant(n)

@@ -14,10 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from harness.launch import cuda as cuda_module
 from harness.errors import EvidenceError, ToolMissing
-from harness.ops.transpose.kernels import (MAX_DIM, SCALAR, VEC4, CudaVariant, cuda_variant,
-                                       triton_variant, variants_for)
+from harness.launch import cuda as cuda_module
+from harness.ops.transpose.kernels import (
+    MAX_DIM,
+    SCALAR,
+    VEC4,
+    CudaVariant,
+    cuda_variant,
+    triton_variant,
+    variants_for,
+)
 
 CONFIG_SHAPES = [(4096, 4096), (8192, 8192), (1024, 16384)]
 

@@ -13,8 +13,12 @@ torch = pytest.importorskip("torch")
 
 from harness.build.build import device_arch  # noqa: E402
 from harness.errors import EvidenceError  # noqa: E402
-from harness.ops.transpose.kernels import (cuda_variant, launch_cuda, launch_triton,  # noqa: E402
-                                       triton_variant)
+from harness.ops.transpose.kernels import (  # noqa: E402
+    cuda_variant,
+    launch_cuda,
+    launch_triton,
+    triton_variant,
+)
 
 gpu = pytest.mark.gpu
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU visible")
@@ -151,9 +155,8 @@ def test_reference_matches_plain_indexing() -> None:
 @pytest.mark.parametrize(("r", "c"), [(4096, 4096), (37, 100)])
 def test_cuda_census_matches_the_loaded_kernel(r: int, c: int) -> None:
     """The offline census (same NVRTC options) reports what CuPy compiled and loaded."""
-    from harness.build import census
+    from harness.build import census, compile
     from harness.launch import cuda as cuda_module
-    from harness.build import compile
     from harness.ops.transpose.kernels import CUDA_SOURCE
 
     v = cuda_variant(r, c)

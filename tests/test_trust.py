@@ -10,9 +10,8 @@ import pandas as pd
 import pytest
 
 from harness import ROOT
-from harness.tables import history
-from harness.tables import trust
 from harness.errors import EvidenceError
+from harness.tables import history, trust
 
 REAL = ROOT / "artifacts"
 OLD, NEW = "h200-layernorm-1", "h200-ops-defaults-1"

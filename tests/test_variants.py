@@ -11,11 +11,11 @@ import pytest
 import yaml
 
 from harness import ROOT, config
-from harness.report import render as report
-from harness.ops import variants
-from harness.tables import variants as variant_table
 from harness.errors import ConfigError, EvidenceError
 from harness.io import write_csv
+from harness.ops import variants
+from harness.report import render as report
+from harness.tables import variants as variant_table
 
 RAW = yaml.safe_load((ROOT / "config.yaml").read_text())
 

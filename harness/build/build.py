@@ -12,6 +12,7 @@ the log of the ptxas run that made the cubin; SASS by cuobjdump.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import re
 import tempfile
@@ -20,10 +21,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.build import census
-from harness.launch import cuda as cuda_module
-from harness.build import compile
+from harness import ops
+from harness.build import census, compile
 from harness.errors import EvidenceError, ToolMissing
+from harness.launch import cuda as cuda_module
 from harness.launch.instances import CudaSpec, TritonSpec, VariantShapes
 
 CENSUS_COLUMNS: tuple[str, ...] = (
@@ -43,9 +44,7 @@ IMPLS = ("cuda", "triton")
 
 def kernels_module(op: str) -> Any:
     """The module that describes an operation's kernels (harness/<op>_kernels.py)."""
-    import importlib
 
-    from harness import ops
 
     try:
         return importlib.import_module(ops.get(op).kernels)

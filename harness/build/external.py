@@ -16,9 +16,14 @@ from typing import Any
 from harness import ROOT
 from harness.build import build, census, compile
 from harness.errors import EvidenceError
-from harness.launch.external import SASS_SHARED_RESERVE, check_block, check_entry, check_shared, resolve_path
+from harness.launch.external import (
+    SASS_SHARED_RESERVE,
+    check_block,
+    check_entry,
+    check_shared,
+    resolve_path,
+)
 from harness.launch.instances import VariantShapes
-
 
 
 @dataclass(frozen=True)

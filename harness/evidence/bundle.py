@@ -86,8 +86,13 @@ from pathlib import Path
 from typing import Any
 
 from harness import ROOT
+from harness import config as hconfig
 from harness.errors import EvidenceError
 from harness.io import read_csvs, write_csv
+from harness.measure.capture import scrub_export
+from harness.report.provenance import git_state
+from harness.report.render import render_reports, table_inputs
+from harness.tables import derive as tables
 
 FORMAT = "kernel-evidence-bundle/1"
 MANIFEST = "MANIFEST.json"
@@ -204,8 +209,6 @@ def make_bundle(ns: str, out: Path, root: Path = ROOT, include_reports: bool = F
     docstring for the members and MANIFEST.json). Returns `out`. Raises BundleError (one sentence)
     when the namespace lacks its provenance, its tables or its two reports, holds a symbolic link,
     or an export cannot be scrubbed."""
-    from harness.measure.capture import scrub_export
-    from harness.report.provenance import git_state
 
     ns = _check_namespace(ns)
     root = Path(root)
@@ -487,7 +490,6 @@ def _compare_table(name: str, bundled: Path, derived: Path, keys: list[str], sco
 
 
 def _not_measured(record: Path) -> bool:
-    from harness.tables import derive as tables
 
     try:
         return not tables.measured(json.loads(record.read_text()))
@@ -499,8 +501,6 @@ def _check_tables(dest: Path, cfg: Mapping[str, Any], ns: str, work: Path, drift
     """Re-derive kernel_time_detail, kernel_time and the sweep tables from the bundled exports."""
     import pandas as pd
 
-    from harness import config as hconfig
-    from harness.tables import derive as tables
 
     art = dest / "artifacts" / ns
     tdir = art / "tables"
@@ -617,7 +617,6 @@ def _diff_lines(name: str, bundled: str, rendered: str, drift: list[str]) -> lis
 
 def _check_reports(dest: Path, cfg: Mapping[str, Any], ns: str, work: Path, commit: str, drift: list[str]) -> list[str]:
     """Re-render both reports (and figures) from the bundled tables and compare."""
-    from harness.report.render import render_reports
 
     art, rep = dest / "artifacts" / ns, dest / "report" / ns
     tdir = art / "tables"
@@ -625,7 +624,6 @@ def _check_reports(dest: Path, cfg: Mapping[str, Any], ns: str, work: Path, comm
     missing = [f"tables/{t}.csv" for t in RENDER_TABLES if not (tdir / f"{t}.csv").is_file()]
     if missing:
         return [f"The bundle lacks {', '.join(missing)}, so its reports cannot be re-rendered from its tables."]
-    from harness.report.render import table_inputs
 
     inputs = table_inputs(art)
     out = work / "report"
@@ -712,7 +710,6 @@ def verify(bundle: Path | str, workdir: Path | str | None = None) -> list[str]:
 def _unsafe_config_names(cfg: Mapping[str, Any]) -> str | None:
     """The first operation, shape or implementation name of the config that could not be a single
     path component (they become file names while re-deriving), shown; None when all are plain."""
-    from harness import config as hconfig
 
     try:
         names = [n for op in cfg["operations"] for n in (op, *hconfig.shapes(cfg, op), *hconfig.implementations(cfg, op))]

@@ -24,10 +24,10 @@ from typing import Any
 import pandas as pd
 
 from harness import ROOT
-from harness.tables import history
-from harness.tables import derive as tables
 from harness.errors import EvidenceError
 from harness.io import write_csv
+from harness.tables import derive as tables
+from harness.tables import history
 
 COMPARE_COLUMNS = ["op", "shape", "impl", "a_us", "b_us", "change_pct", "b_over_a_lo", "b_over_a_hi", "verdict",
                    "reason"]

@@ -21,14 +21,15 @@ import sys
 from pathlib import Path
 
 from harness import ROOT
-from harness.report import step as report_step
-from harness.tables import step as tables_step
 from harness.errors import EvidenceError
+from harness.io import write_text
+from harness.report import step as report_step
+from harness.report.render import table_inputs
+from harness.tables import step as tables_step
+
 
 def retrust(namespace: str, artifacts: str | Path = ROOT / "artifacts", reports: str | Path = ROOT / "report") -> None:
     """Rerun the trust step and the render of `namespace`, and note the command in its provenance."""
-    from harness.io import write_text
-    from harness.report.render import table_inputs
 
     ns_dir = Path(artifacts) / namespace
     prov_path = ns_dir / "provenance.json"

@@ -3,13 +3,18 @@ job starts (called from the workflow's onstart with the jobs that will run)."""
 
 from __future__ import annotations
 
+import datetime
+import shlex
 import sys
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
-from harness.measure.capture import find_nsys
+from harness import ops
+from harness.config import shapes
 from harness.errors import ToolMissing
 from harness.gpu.device import require_gpu
+from harness.tools import find_nsys
 
 
 def problems(needs: Iterable[tuple[str, int]], cfg: dict[str, Any]) -> list[str]:
@@ -44,8 +49,6 @@ def gpu_memory_bytes() -> int:
 
 def too_large(cfg: dict[str, Any], memory: int) -> list[str]:
     """One sentence per configured shape whose check would not fit in the GPU's memory."""
-    from harness import ops
-    from harness.config import shapes
 
     out = []
     for op_name in cfg["operations"]:
@@ -68,9 +71,6 @@ def before_jobs(jobs: Iterable[Any], cfg: dict[str, Any]) -> None:
 
 def record_command(path: str) -> None:
     """Append the snakemake command line that started this run (for provenance)."""
-    import datetime
-    import shlex
-    from pathlib import Path
 
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)

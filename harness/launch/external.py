@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from harness import ROOT
+from harness.errors import EvidenceError
 from harness.launch import cuda as cuda_module
 from harness.launch import exprs
-from harness.errors import EvidenceError
+from harness.shapes import parse_shape
 
 KEYS = ("path", "entry", "grid", "block", "shared_bytes", "args")
 """Keys of an external block (shared_bytes is optional, default 0)."""
@@ -287,7 +288,6 @@ def _arg_value(arg: Arg, shape_dims: Mapping[str, int], inputs: Mapping[str, Any
 
 def dims_from_shape(shape: str, dim_names: Sequence[str]) -> dict[str, int]:
     """{'rows': 4096, 'cols': 768} from '4096x768' and ('rows', 'cols'); tags are dropped."""
-    from harness.shapes import parse_shape
 
     dims = parse_shape(shape)
     if len(dims) != len(dim_names):

@@ -7,9 +7,14 @@ and the census use the same descriptions, so the census describes the code that 
 
 from __future__ import annotations
 
+import importlib
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from harness.errors import EvidenceError
+from harness.launch.cuda import dispatch_define
 
 
 class CudaSpec(Protocol):
@@ -110,7 +115,6 @@ class SimpleTritonSpec:
         return " ".join(parts)
 
     def jit_function(self) -> Any:
-        import importlib
 
         return getattr(importlib.import_module(self.module), self.kernel)
 
@@ -133,7 +137,6 @@ class SimpleTritonSpec:
 def pick_ours(impl: str, what: str, cuda: Callable[[], Any], triton: Callable[[], Any]) -> Any:
     """Our specialization for `impl` (`cuda()` or `triton()`); an EvidenceError naming `what`
     (e.g. 'Softmax') for any other implementation, which we do not build."""
-    from harness.errors import EvidenceError
 
     if impl == "cuda":
         return cuda()
@@ -144,9 +147,7 @@ def pick_ours(impl: str, what: str, cuda: Callable[[], Any], triton: Callable[[]
 
 def rows_and_last(shape: Sequence[int], what: str) -> tuple[int, int]:
     """(rows, n) of a shape normalised over its last dimension: (4096, 768) -> (4096, 768)."""
-    import math
 
-    from harness.errors import EvidenceError
 
     if len(shape) < 1:
         raise EvidenceError(f"A {what} shape needs at least one dimension.")
@@ -161,7 +162,6 @@ def block_override(define: str, n: int, vec: int, default: int, what: str, max_s
     """Threads per block for a row of width n on a block-per-row path whose threads hold
     ceil(n / (vec * block)) vectors: the variant's define `define` (128, 256, 512 or 1024) where it
     sets one and the row then fits `max_slots` vectors per thread, else `default`."""
-    from harness.launch.cuda import dispatch_define
 
     value = dispatch_define(define, lambda v: v in BLOCK_SIZES, "128, 256, 512 or 1024", what)
     if value is not None and -(-n // (vec * int(value))) <= max_slots:

@@ -19,6 +19,7 @@ from typing import Any
 
 from harness import ROOT
 from harness.errors import EvidenceError
+from harness.tools import find_nsys
 
 # Variables the captured process may see; everything else is dropped before nsys starts.
 ENV_ALLOWLIST = (
@@ -26,13 +27,6 @@ ENV_ALLOWLIST = (
     "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH", "TRITON_CACHE_DIR", "CUPY_CACHE_DIR",
     "XDG_CACHE_HOME", "NVIDIA_VISIBLE_DEVICES",
 )
-
-
-def find_nsys(configured: str | None) -> str:
-    """The nsys to use: the config's `nsys.path`, else $NSYS, else nsys on PATH."""
-    from harness.tools import find_tool
-
-    return find_tool("nsys", "Nsight Systems", configured, "nsys.path", "NSYS")
 
 
 def minimal_env() -> dict[str, str]:

@@ -10,6 +10,7 @@ fails the check job itself (`crash_message`).
 
 from __future__ import annotations
 
+import json
 import zlib
 from pathlib import Path
 from typing import Any
@@ -73,7 +74,6 @@ def require_pass(record: dict[str, Any]) -> None:
 
 def read_check(path: str | Path) -> dict[str, Any]:
     """A check record as the check step wrote it; EvidenceError (one sentence) if it is not one."""
-    import json
 
     try:
         record = json.loads(Path(path).read_text())

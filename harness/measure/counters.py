@@ -19,6 +19,7 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from harness.tools import find_tool
 
 # Metrics ncu derives from the launch configuration: `ncu --query-metrics` does not list them, and
 # every raw export holds them without being asked (seen on the H200 with ncu 2025.3.1), so they are
@@ -44,7 +45,6 @@ def requested_metrics(metrics: Mapping[str, str]) -> list[str]:
 def find_ncu(configured: str | None) -> str:
     """The ncu to use: the config's `counters.ncu`, else $NCU, else ncu on PATH, else the newest
     /opt/nvidia/nsight-compute/*/ncu. ToolMissing names every place looked at."""
-    from harness.tools import find_tool
 
     return find_tool("ncu", "Nsight Compute", configured, "counters.ncu", "NCU", ("/opt/nvidia/nsight-compute/*/ncu",))
 

@@ -11,9 +11,9 @@ that nsys recorded, within a tolerance for those gaps (harness.tables.cross_chec
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable
 from typing import Any
-
 
 MIN_REPLAYS = 3
 
@@ -31,7 +31,6 @@ def replay_times(call: Callable[[], Any], calls_per_replay: int, replays: int,
     """Per-call time (µs) of each timed replay of a graph of `calls_per_replay` calls: `replays`
     of them, or fewer where they would take over `max_seconds` (replays_within). Raises whatever
     CUDA graph capture raises when the call cannot be captured."""
-    import time
 
     import torch
 

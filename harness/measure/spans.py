@@ -16,6 +16,7 @@ from typing import Any
 
 from harness import ops
 from harness.gpu.device import require_gpu
+from harness.measure import graph_replay
 
 
 def rotation(impls: list[str], round_index: int) -> list[str]:
@@ -52,7 +53,6 @@ def measure(cfg: dict[str, Any], op_name: str, shape: str, impls: list[str],
                 rows.append({"op": op_name, "shape": shape, "impl": impl, "round": r, "sample": i,
                              "span_us": start.elapsed_time(end) * 1000.0})
     if graph_rows is not None and cfg["cross_check"]["enabled"]:
-        from harness.measure import graph_replay
 
         for impl in impls:
             graph_rows.append(graph_replay.measure(op_name, shape, impl, calls[impl], cfg["capture"]["iterations"],

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 
 from harness import config, ops
+from harness.gpu.deadline import deadline
 from harness.gpu.device import require_gpu
 
 
@@ -18,7 +19,6 @@ def run(cfg: dict, op_name: str, shape: str, impl: str) -> None:
     require_gpu()
     import torch
 
-    from harness.gpu.deadline import deadline
 
     cap = cfg["capture"]
     with deadline(0.9 * float(cfg.get("timeouts", {}).get("capture_s", 900)), f"the capture target {op_name} {shape} {impl}"):

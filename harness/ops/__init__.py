@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.errors import EvidenceError
+from harness.launch import cuda as cuda_module
+from harness.launch import external
+from harness.ops import variants
 
 Tensors = dict[str, Any]  # name -> torch.Tensor
 Params = Mapping[str, Any]  # the operation's config block (eps, tolerance, ...)
@@ -75,14 +78,12 @@ def launcher(op: Operation, impl: str, params: Params | None = None, shape: str 
     """The launch function of one implementation; 'external' is built from the op's config block,
     its launch geometry evaluated on the dimensions of `shape`."""
     if impl == "external":
-        from harness.launch import external
 
         if not params or "external" not in params:
             raise EvidenceError(f"operation {op.name!r} has no 'external' block in the config, so it has no external implementation.")
         ext = external.make_launcher(op, params["external"])
         dims = external.dims_from_shape(shape, op.dim_names) if shape else None
         return lambda inputs, out, p: ext(inputs, out, p, dims=dims)
-    from harness.ops import variants
 
     base, name = variants.split(impl)
     if name is not None:
@@ -90,7 +91,6 @@ def launcher(op: Operation, impl: str, params: Params | None = None, shape: str 
         base_launch = launcher(op, base, params, shape)
 
         def launch_variant(inputs: Tensors, out: Any, p: Params) -> Any:
-            from harness.launch import cuda as cuda_module
 
             with cuda_module.variant_options(options):
                 return base_launch(inputs, out, p)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -17,8 +18,11 @@ import jinja2
 import pandas as pd
 
 from harness import ROOT
-from harness.tables import history
-from harness.tables import trust
+from harness.config import implementations
+from harness.io import write_text
+from harness.report.figures import sweep_figure
+from harness.tables import counters as ctr
+from harness.tables import history, trust, variants
 
 TEMPLATES = ROOT / "report" / "templates"
 IMPL_ORDER = ["cuda", "triton", "torch", "external"]
@@ -69,7 +73,6 @@ def gpu_label(gpus: list[Mapping[str, Any]]) -> str:
 
 def build_context(cfg: Mapping[str, Any], tables: Mapping[str, pd.DataFrame], provenance: Mapping[str, Any],
                   figures: Mapping[str, str] | None = None) -> dict[str, Any]:
-    from harness.config import implementations
 
     kt, span, check, sweep, census, detail = (tables[k] for k in ("kernel_time", "span", "check", "sweep", "census", "kernel_time_detail"))
     ceilings = tables.get("ceilings", pd.DataFrame())
@@ -150,7 +153,6 @@ def counters_context(frame: pd.DataFrame | None, op: str, shape: str, impls: lis
     implementation (harness.counters.summarise), and ours (cuda) compared with the control on each
     counter. `state` says why there are none: 'off' (config), 'unavailable' (with the reason),
     'missing' (no table)."""
-    from harness.tables import counters as ctr
 
     if not counters_cfg.get("enabled"):
         return {"state": "off"}
@@ -206,7 +208,6 @@ def gpu_groups(kt: pd.DataFrame) -> dict[str, Any] | None:
 def variants_context(frame: pd.DataFrame | None) -> dict[str, Any] | None:
     """The variants measured in this run against their bases (tables/variants.csv), and which were
     not kept (harness.variants.outcomes)."""
-    from harness.tables import variants
 
     if frame is None or frame.empty:
         return None
@@ -277,7 +278,6 @@ def spans_shared_cpu(cfg: Mapping[str, Any], provenance: Mapping[str, Any]) -> d
     command of the run allowed more than one job at once (`--cores N`, `--resources gpu=K`).
     Returns the largest N and K seen, or None. A span times the launch path on the CPU: on the
     H200 such spans came out up to 1.56x longer (h200-ops-1 against h200-ops-solo-1)."""
-    import re
 
     if (cfg.get("span") or {}).get("exclusive", False):
         return None
@@ -309,7 +309,6 @@ def load_tables(inputs: Mapping[str, str]) -> dict[str, pd.DataFrame]:
 
 
 def _write(text: str, path: str | Path) -> None:
-    from harness.io import write_text
 
     write_text(text, path)
 
@@ -322,7 +321,6 @@ def render_reports(cfg: Mapping[str, Any], inputs: Mapping[str, str], field_note
     loaded = load_tables(inputs)
     links: dict[str, str] = {}
     for path in figures or []:
-        from harness.report.figures import sweep_figure
 
         op = Path(path).name.removesuffix("_sweep.svg")
         sweep_figure(loaded["sweep"][loaded["sweep"]["op"] == op], op, Path(path), cache_mode=str(cfg["cache_mode"]))

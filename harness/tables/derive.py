@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from harness import ops
 from harness.tables import nsys
 
 KERNEL_TIME_DETAIL_COLUMNS = [
@@ -78,7 +79,6 @@ def kernel_time_summary(detail: pd.DataFrame, iterations: int, namespace: str, c
     """Kernel time per iteration = summed kernel durations inside the range / iterations; with the
     operation's bytes and flops, the rates they imply and their fractions of the session's ceilings;
     `gpus` maps (op, shape, impl) to the UUID of the GPU that captured it (gpus_of_captures)."""
-    from harness import ops
 
     ceil = ceiling_values(ceilings)
     out = []

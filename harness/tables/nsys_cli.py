@@ -18,8 +18,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from harness.tables import nsys
 from harness.errors import EvidenceError
+from harness.tables import nsys
 
 USAGE = "usage: python -m harness nsys {kern-sum,nvtx-kern-sum,info} FILE.sqlite [--format csv|table]"
 

@@ -12,9 +12,9 @@ from typing import Any
 import pandas as pd
 
 from harness.errors import EvidenceError
+from harness.io import read_csvs, write_csv
 from harness.tables import counters, cross_check, derive, trust, variants
 from harness.tables.derive import GRAPH_COLUMNS
-from harness.io import read_csvs, write_csv
 
 
 def kernel_time(meta: str, range_name: str, iterations: int, op: str, shape: str, impl: str, out: str) -> None:

@@ -29,9 +29,9 @@ from typing import Any
 import pandas as pd
 import sqlite_utils
 
-from harness.tables import history
-from harness.errors import EvidenceError
+from harness.errors import ConfigError, EvidenceError
 from harness.io import write_csv
+from harness.tables import history
 
 LIBRARY_IMPLS = ("torch",)
 """Library baselines: never compared across namespaces."""
@@ -472,7 +472,6 @@ def retained_inputs(artifacts: str | Path, current: str) -> list[str]:
 
 def check_earlier(artifacts: Path, current: str, earlier: str | None) -> None:
     """ConfigError (one sentence) when `trust.earlier` names a namespace with no retained tables."""
-    from harness.errors import ConfigError
 
     if earlier is None:
         return

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.ops.variants import split
+from harness.tables.derive import ratio_interval, same_gpu
 
 VARIANT_COLUMNS = ["namespace", "op", "shape", "variant", "base", "description", "cache_mode", "base_us",
                    "variant_us", "ratio", "ratio_lo", "ratio_hi", "verdict"]
@@ -16,7 +17,6 @@ VARIANT_COLUMNS = ["namespace", "op", "shape", "variant", "base", "description",
 def variant_rows(kernel_time: list[Mapping[str, Any]], cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Each variant's kernel time against its base at every shape it was measured at, with the
     interval of the ratio from the spread of the launches and its verdict (tables.ratio_interval)."""
-    from harness.tables.derive import ratio_interval, same_gpu
 
     by_key = {(r["op"], r["shape"], r["impl"]): r for r in kernel_time}
     out = []

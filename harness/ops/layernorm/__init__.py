@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.shapes import parse_shape, shape_tag
 from harness.ops import Operation, Params, Tensors
+from harness.ops.layernorm.kernels import launch_cuda, launch_triton
+from harness.shapes import parse_shape, shape_tag
 
 
 def validate_shape(shape: str) -> None:
@@ -45,14 +46,12 @@ def reference(inputs: Tensors, params: Params) -> Any:
 
 
 def _cuda(inputs: Tensors, out: Any, params: Params) -> Any:
-    from harness.ops.layernorm.kernels import launch_cuda
 
     launch_cuda(inputs["x"], inputs["w"], inputs["b"], float(params["eps"]), out)
     return out
 
 
 def _triton(inputs: Tensors, out: Any, params: Params) -> Any:
-    from harness.ops.layernorm.kernels import launch_triton
 
     launch_triton(inputs["x"], inputs["w"], inputs["b"], float(params["eps"]), out)
     return out

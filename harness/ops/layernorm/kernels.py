@@ -27,8 +27,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import EvidenceError
-from harness.launch.instances import VariantShapes, block_override, group_by_variant, pick_ours, rows_and_last
+from harness.launch import cuda as cuda_module
 from harness.launch.checks import check_apart, check_tensors
+from harness.launch.cuda import dispatch_define
+from harness.launch.instances import (
+    VariantShapes,
+    block_override,
+    group_by_variant,
+    pick_ours,
+    rows_and_last,
+)
 
 __all__ = ["VariantShapes", "cuda_variant", "triton_variant", "variants_for", "launch_cuda", "launch_triton"]
 
@@ -157,7 +165,6 @@ def _check_width(n: int) -> None:
 
 def _switch(name: str, default: bool) -> bool:
     """A dispatch switch: the variant's -D define where it sets one (0 or 1), else the default."""
-    from harness.launch.cuda import dispatch_define
 
     value = dispatch_define(name, lambda v: v in ("0", "1"), "0 or 1", "Layer-norm")
     return default if value is None else value == "1"
@@ -235,7 +242,6 @@ def launch_cuda(x: Any, w: Any, b: Any, eps: float, out: Any) -> None:
     stream of x's device)."""
     import numpy
 
-    from harness.launch import cuda as cuda_module
 
     rows, n = validate(x, w, b, eps, out)
     if rows == 0:

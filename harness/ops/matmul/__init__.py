@@ -8,8 +8,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from harness.shapes import parse_shape, shape_tag
 from harness.ops import Operation, Params, Tensors, our_launch
+from harness.shapes import parse_shape, shape_tag
 
 MAX_DIM = 2**31 - 1
 """Largest M, N or K (the kernels take them as 32-bit integers)."""

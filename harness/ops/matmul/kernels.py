@@ -35,8 +35,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import EvidenceError
-from harness.launch.instances import VariantShapes, group_by_variant, pick_ours
+from harness.launch import cuda as cuda_module
 from harness.launch.checks import check_apart, check_tensors
+from harness.launch.cuda import dispatch_define
+from harness.launch.instances import VariantShapes, group_by_variant, pick_ours
 
 __all__ = ["VariantShapes", "cuda_variant", "triton_variant", "variants_for", "launch_cuda",
            "launch_triton", "cuda_grid"]
@@ -206,7 +208,6 @@ def _check_dims(m: int, n: int, k: int) -> None:
 def cuda_variant(m: int, n: int, k: int) -> CudaVariant:
     """The CUDA specialization that serves an M x N x K product (see the module docstring); the
     variants' defines replace a choice of the dispatch, where that kernel can serve the shape."""
-    from harness.launch.cuda import dispatch_define
 
     _check_dims(m, n, k)
 
@@ -301,7 +302,6 @@ def launch_cuda(a: Any, b: Any, out: Any) -> None:
     """out = a @ b with our CUDA kernel (asynchronous, on torch's current stream of a's device)."""
     import numpy
 
-    from harness.launch import cuda as cuda_module
 
     m, n, k = validate(a, b, out)
     if _degenerate(m, n, k, out):

@@ -27,10 +27,24 @@ power-law graph: GPU time, host overhead hidden).
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
-from harness.shapes import parse_shape, shape_tag
 from harness.ops import Operation, Params, Tensors
+from harness.ops.neighbor_aggregation.graphs import (
+    coo_rows,
+    generate_torch,
+    in_degrees,
+    kind_of,
+)
+from harness.ops.neighbor_aggregation.kernels import (
+    MAX_EDGES,
+    MAX_FEATURES,
+    MAX_NODES,
+    launch_cuda,
+    launch_triton,
+)
+from harness.shapes import parse_shape, shape_tag
 
 TORCH_METHOD = "sparse_mm"
 """The library call `implementations['torch']` runs: 'sparse_mm' (the faster on the H200) or 'index_add'."""
@@ -45,14 +59,12 @@ def graph_seed(seed: int) -> int:
 
 def dims(shape: str) -> tuple[int, int, int, str]:
     """(nodes, edges, features, graph kind) of a shape string."""
-    from harness.ops.neighbor_aggregation.graphs import kind_of
 
     nodes, edges, features = parse_shape(shape)
     return nodes, edges, features, kind_of(shape_tag(shape))
 
 
 def validate_shape(shape: str) -> None:
-    from harness.ops.neighbor_aggregation.kernels import MAX_EDGES, MAX_FEATURES, MAX_NODES
 
     if len(parse_shape(shape)) != 3:
         raise ValueError("a neighbour-aggregation shape is NODESxEDGESxFEATURES with an optional "
@@ -68,7 +80,6 @@ def validate_shape(shape: str) -> None:
 def make_inputs(shape: str, seed: int, params: Params) -> Tensors:
     import torch
 
-    from harness.ops.neighbor_aggregation.graphs import coo_rows, generate_torch, in_degrees
 
     nodes, edges, features, kind = dims(shape)
     exponent = float(params.get("degree_exponent", DEFAULT_DEGREE_EXPONENT))
@@ -85,7 +96,6 @@ def make_inputs(shape: str, seed: int, params: Params) -> Tensors:
 
 def adjacency_csr(dst: Any, src: Any, nodes: int) -> Any:
     """The float32 sparse CSR matrix A [nodes, nodes] with A[i, j] = number of edges j -> i."""
-    import warnings
 
     import torch
 
@@ -111,7 +121,6 @@ def reference(inputs: Tensors, params: Params) -> Any:
 
 
 def _cuda(inputs: Tensors, out: Any, params: Params) -> Any:
-    from harness.ops.neighbor_aggregation.kernels import launch_cuda
 
     launch_cuda(inputs["x"], inputs["indptr"], inputs["indices"], out,
                 max_degree=int(inputs["max_degree"]))
@@ -119,7 +128,6 @@ def _cuda(inputs: Tensors, out: Any, params: Params) -> Any:
 
 
 def _triton(inputs: Tensors, out: Any, params: Params) -> Any:
-    from harness.ops.neighbor_aggregation.kernels import launch_triton
 
     launch_triton(inputs["x"], inputs["indptr"], inputs["indices"], out,
                   max_degree=int(inputs["max_degree"]))

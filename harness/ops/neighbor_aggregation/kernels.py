@@ -37,8 +37,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import EvidenceError
-from harness.launch.instances import SimpleTritonSpec, VariantShapes, pick_ours
+from harness.launch import cuda as cuda_module
 from harness.launch.checks import check_apart, check_tensors
+from harness.launch.instances import SimpleTritonSpec, VariantShapes, pick_ours
 
 __all__ = ["VariantShapes", "CudaSumVariant", "CudaZeroVariant", "cuda_variants",
            "triton_variants", "variants_for", "needs_long_pass", "launch_cuda", "launch_triton"]
@@ -159,8 +160,13 @@ _TRITON_ZERO_ARGS = (("INDPTR", "*i32"), ("OUT", "*fp32"), ("nodes", "i32"), ("F
 @functools.lru_cache(maxsize=None)
 def triton_variants(features: int) -> tuple[SimpleTritonSpec, SimpleTritonSpec]:
     """The (sum, zero) Triton specializations that serve feature width F."""
-    from kernels.neighbor_aggregation.neighbor_aggregation_triton import (ZERO_WARPS, block_e_for, block_f_for,
-                                                     block_r_for, num_warps_for)
+    from kernels.neighbor_aggregation.neighbor_aggregation_triton import (
+        ZERO_WARPS,
+        block_e_for,
+        block_f_for,
+        block_r_for,
+        num_warps_for,
+    )
 
     _check_features(features)
     block_f = block_f_for(features)
@@ -266,7 +272,6 @@ def launch_cuda(x: Any, indptr: Any, indices: Any, out: Any, max_degree: int | N
     current stream of x's device). `max_degree`: the graph's largest in-degree, or None."""
     import numpy
 
-    from harness.launch import cuda as cuda_module
 
     nodes, edges, features = validate(x, indptr, indices, out, max_degree)
     if nodes == 0:
@@ -294,7 +299,10 @@ def launch_triton(x: Any, indptr: Any, indices: Any, out: Any,
     torch's current stream of x's device). `max_degree`: the graph's largest in-degree, or None."""
     import torch
 
-    from kernels.neighbor_aggregation.neighbor_aggregation_triton import neighbor_sum, neighbor_zero_long_rows
+    from kernels.neighbor_aggregation.neighbor_aggregation_triton import (
+        neighbor_sum,
+        neighbor_zero_long_rows,
+    )
 
     nodes, edges, features = validate(x, indptr, indices, out, max_degree)
     if nodes == 0:

@@ -29,9 +29,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import EvidenceError
-from harness.launch.instances import (SimpleTritonSpec, VariantShapes, block_override, group_by_variant, pick_ours,
-                                  rows_and_last)
+from harness.launch import cuda as cuda_module
 from harness.launch.checks import check_apart, check_tensors
+from harness.launch.cuda import dispatch_define
+from harness.launch.instances import (
+    SimpleTritonSpec,
+    VariantShapes,
+    block_override,
+    group_by_variant,
+    pick_ours,
+    rows_and_last,
+)
 
 __all__ = ["VariantShapes", "cuda_variant", "triton_variant", "variants_for", "launch_cuda",
            "launch_triton"]
@@ -120,7 +128,6 @@ def _check_width(n: int) -> None:
 def _register_max_vec4() -> int:
     """REGISTER_MAX_VEC4, or the variant's define SM_REGISTER_MAX_VEC4 where it sets one (it may
     only lower it: a wider row does not fit a block's registers)."""
-    from harness.launch.cuda import dispatch_define
 
     value = dispatch_define("SM_REGISTER_MAX_VEC4",
                             lambda v: v.isdigit() and WARP_MAX <= int(v) <= REGISTER_MAX_VEC4,
@@ -131,7 +138,6 @@ def _register_max_vec4() -> int:
 def _warp_max() -> int:
     """WARP_MAX, or the variant's define SM_WARP_MAX where it sets one (it may only lower it, to a
     multiple of 128: narrower rows then take the block path)."""
-    from harness.launch.cuda import dispatch_define
 
     value = dispatch_define("SM_WARP_MAX", lambda v: v.isdigit() and 128 <= int(v) <= WARP_MAX and int(v) % 128 == 0,
                             f"a multiple of 128 from 128 to {WARP_MAX}", "Softmax")
@@ -156,8 +162,14 @@ def cuda_variant(n: int) -> CudaVariant:
 
 def triton_variant(n: int) -> SimpleTritonSpec:
     """The Triton specialization that serves rows of width n."""
-    from kernels.softmax.softmax_triton import (ONLINE_BLOCK_N, ONLINE_STAGES, ONLINE_WARPS,
-                                        REGISTER_MAX_N, block_n_for, num_warps_for)
+    from kernels.softmax.softmax_triton import (
+        ONLINE_BLOCK_N,
+        ONLINE_STAGES,
+        ONLINE_WARPS,
+        REGISTER_MAX_N,
+        block_n_for,
+        num_warps_for,
+    )
 
     _check_width(n)
     types = (("X", "*fp32"), ("Y", "*fp32"), ("N", "constexpr"), ("BLOCK_N", "constexpr"))
@@ -214,7 +226,6 @@ def launch_cuda(x: Any, out: Any) -> None:
     stream of x's device)."""
     import numpy
 
-    from harness.launch import cuda as cuda_module
 
     rows, n = validate(x, out)
     if rows == 0:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.shapes import parse_shape, shape_tag
 from harness.ops import Operation, Params, Tensors, our_launch
 from harness.ops.transpose.kernels import MAX_DIM, MAX_TILES
+from harness.shapes import parse_shape, shape_tag
 
 
 def validate_shape(shape: str) -> None:

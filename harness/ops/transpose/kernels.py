@@ -21,8 +21,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import EvidenceError
-from harness.launch.instances import SimpleTritonSpec, VariantShapes, group_by_variant, pick_ours
+from harness.launch import cuda as cuda_module
 from harness.launch.checks import check_apart, check_tensors
+from harness.launch.instances import (
+    SimpleTritonSpec,
+    VariantShapes,
+    group_by_variant,
+    pick_ours,
+)
 
 __all__ = ["VariantShapes", "cuda_variant", "triton_variant", "variants_for", "launch_cuda",
            "launch_triton"]
@@ -147,7 +153,6 @@ def launch_cuda(x: Any, out: Any) -> None:
     x's device)."""
     import numpy
 
-    from harness.launch import cuda as cuda_module
 
     r, c = validate(x, out)
     if r == 0 or c == 0:

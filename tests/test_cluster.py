@@ -25,7 +25,7 @@ import yaml
 from harness import ROOT, config
 
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
-SLURM = ["--profile", "workflow/profiles/slurm"]
+SLURM = ["--profile", "profiles/slurm"]
 GPU_RULES = {"check", "capture", "span", "ceilings", "counters"}
 
 
@@ -177,7 +177,7 @@ def test_kubernetes_profile_sets_the_same_group_rules() -> None:
 
     parsed = {}
     for name in ("slurm", "kubernetes"):
-        _, args = cli.parse_args(["--profile", f"workflow/profiles/{name}", "-n", "report"])
+        _, args = cli.parse_args(["--profile", f"profiles/{name}", "-n", "report"])
         parsed[name] = args
     k8s, slurm = parsed["kubernetes"], parsed["slurm"]
     assert k8s.executor == "kubernetes" and slurm.executor == "slurm"
@@ -193,7 +193,7 @@ def test_kubernetes_profile_sets_the_same_group_rules() -> None:
 
 @pytest.mark.parametrize("name", ["slurm", "kubernetes"])
 def test_profiles_comment_every_entry(name: str) -> None:
-    lines = (ROOT / "workflow" / "profiles" / name / "config.yaml").read_text().splitlines()
+    lines = (ROOT / "profiles" / name / "config.yaml").read_text().splitlines()
     for i, line in enumerate(lines):
         if re.match(r"^[a-z]", line):  # a top-level entry: a comment right above its block of entries
             j = i - 1

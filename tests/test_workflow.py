@@ -106,3 +106,11 @@ def test_a_span_runs_alone_on_the_cpu(tmp_path: Path) -> None:
     shared = run_snakemake("-n", "--forceall", "report", "--cores", "8", "--configfile", str(tmp_path / "shared.yaml"))
     assert shared.returncode == 0, shared.stderr
     assert threads_by_rule(shared.stdout)["span"] == {1}
+
+
+def test_the_default_profile_is_loaded() -> None:
+    """Snakemake reads profiles/default beside the working directory, so the main command gets
+    rerun-incomplete and show-failed-logs without naming a profile."""
+    out = subprocess.run(["snakemake", "-n", "report"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "Using workflow specific profile profiles/default" in out.stdout + out.stderr

@@ -96,7 +96,7 @@ def census_of(wildcards):
 
 
 onstart:
-    # Only where the jobs run here: under a cluster executor (workflow/profiles/slurm, kubernetes)
+    # Only where the jobs run here: under a cluster executor (profiles/slurm, kubernetes)
     # this process runs on a login or client machine without a GPU, and the jobs get theirs from
     # the cluster.
     if workflow.local_exec:

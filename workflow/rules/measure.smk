@@ -4,7 +4,7 @@
 # The evidence rule: the jobs whose figures are compared with each other (the checks and captures
 # of every implementation of one operation and shape, and its span) form one group,
 # gpu-<op>-<shape>. On a cluster Snakemake submits a group as one job with one GPU (the profiles in
-# workflow/profiles/ give each submitted job gpu=1 and merge the pieces of a group); on one host
+# profiles/ give each submitted job gpu=1 and merge the pieces of a group); on one host
 # with several GPUs the lock in harness/gpu/lock.py keeps every job of a group on the group's GPU.
 
 

@@ -1,4 +1,5 @@
-"""Shared test set-up: GPU tests skip cleanly on machines without a CUDA GPU."""
+"""Shared test set-up: GPU tests (marked `gpu`, and every test of a file named test_*_gpu.py) skip
+cleanly on machines without a CUDA GPU, and hold the GPU's lock where there is one."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ from harness.gpu.device import has_gpu
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:  # a file named test_*_gpu.py holds GPU tests only
+        if item.path.name.endswith("_gpu.py") and item.get_closest_marker("gpu") is None:
+            item.add_marker(pytest.mark.gpu)
     if has_gpu():
         return
     skip = pytest.mark.skip(reason="no CUDA GPU visible (torch.cuda.is_available() is False)")

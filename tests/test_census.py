@@ -20,10 +20,10 @@ from harness.errors import EvidenceError, ToolMissing
 from harness.launch import cuda as cuda_module
 from harness.ops.layernorm.kernels import (
     MAX_WIDTH,
-    CudaVariant,
-    cuda_variant,
-    triton_variant,
-    variants_for,
+    CudaInstance,
+    cuda_instance,
+    triton_instance,
+    instances_for,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures" / "compiler"
@@ -294,20 +294,20 @@ def test_sass_access_bits() -> None:
 
 
 @pytest.mark.parametrize(("n", "expected"), [
-    (768, CudaVariant("rows128", 4, 128, 2, True)), (1024, CudaVariant("rows128", 4, 128, 2, True)),
-    (4, CudaVariant("rows128", 4, 128, 1, True)), (1000, CudaVariant("rows128", 4, 128, 2, True)),
-    (2048, CudaVariant("wide", 4, 256, 2, True)), (4096, CudaVariant("wide", 4, 256, 4, True)),
-    (8192, CudaVariant("wide", 4, 512, 4, True)), (771, CudaVariant("scalar", 1, 128, 7, True)),
-    (33, CudaVariant("scalar", 1, 128, 1, True)), (8191, CudaVariant("scalar", 1, 1024, 8, True)),
+    (768, CudaInstance("rows128", 4, 128, 2, True)), (1024, CudaInstance("rows128", 4, 128, 2, True)),
+    (4, CudaInstance("rows128", 4, 128, 1, True)), (1000, CudaInstance("rows128", 4, 128, 2, True)),
+    (2048, CudaInstance("wide", 4, 256, 2, True)), (4096, CudaInstance("wide", 4, 256, 4, True)),
+    (8192, CudaInstance("wide", 4, 512, 4, True)), (771, CudaInstance("scalar", 1, 128, 7, True)),
+    (33, CudaInstance("scalar", 1, 128, 1, True)), (8191, CudaInstance("scalar", 1, 1024, 8, True)),
 ])
-def test_cuda_variant(n: int, expected: CudaVariant) -> None:
+def test_cuda_variant(n: int, expected: CudaInstance) -> None:
     """The dispatch: block paths with w and b loaded late at every width (h200-dispatch-1)."""
-    assert cuda_variant(n) == expected
+    assert cuda_instance(n) == expected
 
 
 def test_cuda_variant_covers_every_width_without_empty_slots() -> None:
     for n in range(1, MAX_WIDTH + 1):
-        v = cuda_variant(n)
+        v = cuda_instance(n)
         per_slot = v.vec * v.block
         assert (v.slots - 1) * per_slot < n <= v.slots * per_slot, n
         assert v.block % 32 == 0 and (v.block & (v.block - 1)) == 0 and v.block <= 1024
@@ -319,75 +319,75 @@ def test_switches_override_the_dispatch() -> None:
     """LN_LATE_WB and LN_WARP_ROWS (the variants early_params and warp_rows) replace the dispatch's
     choice for one run; the warp path serves only n % 4 == 0 up to 1024, 4 rows per block."""
     with cuda_module.variant_options(("-DLN_LATE_WB=1",)):
-        assert cuda_variant(768) == CudaVariant("rows128", 4, 128, 2, late_wb=True)
-        assert cuda_variant(771).late_wb and cuda_variant(4096).kernel == "layernorm_fwd_vec4<256, 4, true>"
+        assert cuda_instance(768) == CudaInstance("rows128", 4, 128, 2, late_wb=True)
+        assert cuda_instance(771).late_wb and cuda_instance(4096).kernel == "layernorm_fwd_vec4<256, 4, true>"
     with cuda_module.variant_options(("-DLN_LATE_WB=0",)):
-        assert not any(cuda_variant(n).late_wb for n in (768, 2048, 4096, 771))
+        assert not any(cuda_instance(n).late_wb for n in (768, 2048, 4096, 771))
     with cuda_module.variant_options(("-DLN_WARP_ROWS=1",)):
-        warp = cuda_variant(768)
+        warp = cuda_instance(768)
         assert (warp.path, warp.block, warp.slots, warp.rows_per_block) == ("warp", 128, 6, 4)
         assert warp.kernel == "layernorm_fwd_warp_vec4<6, 4>" and warp.grid(4097) == 1025
-        assert cuda_variant(1024).slots == 8 and cuda_variant(4).slots == 1
-        assert cuda_variant(2048).path == "wide" and cuda_variant(770).path == "scalar"
+        assert cuda_instance(1024).slots == 8 and cuda_instance(4).slots == 1
+        assert cuda_instance(2048).path == "wide" and cuda_instance(770).path == "scalar"
     with cuda_module.variant_options(("-DLN_WARP_ROWS=0",)):
-        assert cuda_variant(768).path == "rows128" and cuda_variant(768).grid(4097) == 4097
+        assert cuda_instance(768).path == "rows128" and cuda_instance(768).grid(4097) == 4097
     with cuda_module.variant_options(("-DLN_LATE_WB=yes",)), pytest.raises(EvidenceError, match="LN_LATE_WB"):
-        cuda_variant(768)
+        cuda_instance(768)
 
 
 def test_block_switch_sets_the_wide_paths_threads() -> None:
     """LN_BLOCK (the variants block512 and block128) sets the threads of the vec4 wide path where
     the row then fits 8 slots; narrower rows, the scalar path and rows too wide keep the dispatch."""
-    assert cuda_variant(4096) == CudaVariant("wide", 4, 256, 4, late_wb=True)
+    assert cuda_instance(4096) == CudaInstance("wide", 4, 256, 4, late_wb=True)
     with cuda_module.variant_options(("-DLN_BLOCK=512",)):
-        assert cuda_variant(4096) == CudaVariant("wide", 4, 512, 2, late_wb=True)
-        assert cuda_variant(2048) == CudaVariant("wide", 4, 512, 1, late_wb=True)
-        assert cuda_variant(768).block == 128 and cuda_variant(4095).block == 512  # scalar: its own
+        assert cuda_instance(4096) == CudaInstance("wide", 4, 512, 2, late_wb=True)
+        assert cuda_instance(2048) == CudaInstance("wide", 4, 512, 1, late_wb=True)
+        assert cuda_instance(768).block == 128 and cuda_instance(4095).block == 512  # scalar: its own
     with cuda_module.variant_options(("-DLN_BLOCK=128",)):
-        assert cuda_variant(4096) == CudaVariant("wide", 4, 128, 8, late_wb=True)
-        assert cuda_variant(8192) == CudaVariant("wide", 4, 512, 4, late_wb=True)  # 16 slots: no
+        assert cuda_instance(4096) == CudaInstance("wide", 4, 128, 8, late_wb=True)
+        assert cuda_instance(8192) == CudaInstance("wide", 4, 512, 4, late_wb=True)  # 16 slots: no
         for n in range(1028, MAX_WIDTH + 1, 4):
-            v = cuda_variant(n)
+            v = cuda_instance(n)
             assert (v.slots - 1) * 4 * v.block < n <= v.slots * 4 * v.block <= 4 * 8 * v.block, n
     with cuda_module.variant_options(("-DLN_BLOCK=300",)), pytest.raises(EvidenceError, match="LN_BLOCK"):
-        cuda_variant(4096)
+        cuda_instance(4096)
 
 
 def test_warp_path_holds_every_width_it_serves() -> None:
     with cuda_module.variant_options(("-DLN_WARP_ROWS=1",)):
         for n in range(4, 1025, 4):
-            v = cuda_variant(n)
+            v = cuda_instance(n)
             assert v.path == "warp" and (v.slots - 1) * 128 < n <= v.slots * 128, n
 
 
 @pytest.mark.parametrize("n", [0, -1, MAX_WIDTH + 1])
 def test_widths_out_of_range_are_refused(n: int) -> None:
     with pytest.raises(EvidenceError, match="outside the supported range"):
-        cuda_variant(n)
+        cuda_instance(n)
     with pytest.raises(EvidenceError, match="outside the supported range"):
-        triton_variant(n)
+        triton_instance(n)
 
 
 def test_triton_variant() -> None:
-    assert (triton_variant(768).block_n, triton_variant(768).num_warps) == (1024, 4)
-    assert (triton_variant(33).block_n, triton_variant(33).num_warps) == (64, 1)
-    assert (triton_variant(4096).block_n, triton_variant(4096).num_warps) == (4096, 16)
-    assert (triton_variant(8192).block_n, triton_variant(8192).num_warps) == (8192, 16)
+    assert (triton_instance(768).block_n, triton_instance(768).num_warps) == (1024, 4)
+    assert (triton_instance(33).block_n, triton_instance(33).num_warps) == (64, 1)
+    assert (triton_instance(4096).block_n, triton_instance(4096).num_warps) == (4096, 16)
+    assert (triton_instance(8192).block_n, triton_instance(8192).num_warps) == (8192, 16)
 
 
 def test_variants_for_groups_shapes_by_specialization() -> None:
     shapes = [(4096, 768), (8192, 768), (1024, 2048), (4096, 4096), (4096, 768)]
-    cuda = variants_for("cuda", shapes)
-    assert [v.variant.kernel for v in cuda] == [
+    cuda = instances_for("cuda", shapes)
+    assert [v.instance.kernel for v in cuda] == [
         "layernorm_fwd_vec4<128, 2, true>", "layernorm_fwd_vec4<256, 2, true>",
         "layernorm_fwd_vec4<256, 4, true>"]
     assert cuda[0].shapes_text == "4096x768;8192x768"
-    triton = variants_for("triton", shapes)
-    assert [v.variant.specialization for v in triton] == [
+    triton = instances_for("triton", shapes)
+    assert [v.instance.specialization for v in triton] == [
         "N=768 BLOCK_N=1024 num_warps=4", "N=2048 BLOCK_N=2048 num_warps=8",
         "N=4096 BLOCK_N=4096 num_warps=16"]
     with pytest.raises(EvidenceError, match="not ours"):
-        variants_for("torch", shapes)
+        instances_for("torch", shapes)
 
 
 def test_launchers_refuse_cpu_tensors() -> None:

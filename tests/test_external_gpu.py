@@ -13,7 +13,6 @@ from harness import ROOT
 from harness.build import compile
 from harness.launch import external
 
-pytestmark = pytest.mark.gpu
 
 FIXTURES = Path(__file__).parent / "fixtures" / "external"
 TRANSPOSE = {"path": str((FIXTURES / "transpose_naive.ptx").relative_to(ROOT)),

@@ -9,19 +9,15 @@ from __future__ import annotations
 
 import pytest
 
-torch = pytest.importorskip("torch")
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU visible"),
-]
+import torch  # noqa: E402
 
 from harness.build.build import device_arch  # noqa: E402
 from harness.errors import EvidenceError  # noqa: E402
 from harness.ops.layernorm.kernels import (  # noqa: E402
-    cuda_variant,
+    cuda_instance,
     launch_cuda,
     launch_triton,
-    triton_variant,
+    triton_instance,
 )
 
 WIDTHS = [768, 1024, 2048, 4096, 8192, 1000, 771, 33, 4]
@@ -169,7 +165,7 @@ def test_cuda_census_matches_the_loaded_kernel(n: int) -> None:
     from harness.launch import cuda as cuda_module
     from harness.ops.layernorm.kernels import CUDA_SOURCE
 
-    v = cuda_variant(n)
+    v = cuda_instance(n)
     x, w, b = _inputs(4, n, seed=n)
     _run("cuda", x, w, b)  # compile and load at run time
     with cuda_module.on_device(x.device):
@@ -189,7 +185,7 @@ def test_triton_census_matches_the_jit_kernel(n: int) -> None:
     from harness.build.build import compile_triton
     from kernels.layernorm.layernorm_triton import layernorm_fwd
 
-    v = triton_variant(n)
+    v = triton_instance(n)
     x, w, b = _inputs(4, n, seed=n)
     out = torch.empty_like(x)
     jit = layernorm_fwd[(4,)](x, w, b, out, EPS, N=n, BLOCK_N=v.block_n, num_warps=v.num_warps)

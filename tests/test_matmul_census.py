@@ -24,9 +24,9 @@ from harness.ops.matmul.kernels import (
     CUDA_THREADS,
     CUDA_TILE,
     cuda_grid,
-    cuda_variant,
-    triton_variant,
-    variants_for,
+    cuda_instance,
+    triton_instance,
+    instances_for,
 )
 
 SWEEP = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (4096, 4096, 1024)]
@@ -40,14 +40,14 @@ BIG = "matmul_f32_tiled<128, 128, 16, 8>"
 
 
 def test_cuda_dispatch_follows_n_and_k_modulo_4() -> None:
-    assert cuda_variant(1024, 1024, 1024).kernel == SMALL
-    assert cuda_variant(1001, 1024, 1000).kernel == SMALL  # an M tail: same kernel
-    assert cuda_variant(1001, 1024, 999).kernel == "matmul_f32<4>"  # K % 4 != 0
-    assert cuda_variant(1024, 1001, 1024).kernel == "matmul_f32<1>"
-    assert cuda_variant(7, 5, 3).kernel == "matmul_f32<1>"
-    assert cuda_variant(1024, 1024, 1024).block == 128 and cuda_variant(1024, 1024, 1024).tile_mn == (64, 64)
+    assert cuda_instance(1024, 1024, 1024).kernel == SMALL
+    assert cuda_instance(1001, 1024, 1000).kernel == SMALL  # an M tail: same kernel
+    assert cuda_instance(1001, 1024, 999).kernel == "matmul_f32<4>"  # K % 4 != 0
+    assert cuda_instance(1024, 1001, 1024).kernel == "matmul_f32<1>"
+    assert cuda_instance(7, 5, 3).kernel == "matmul_f32<1>"
+    assert cuda_instance(1024, 1024, 1024).block == 128 and cuda_instance(1024, 1024, 1024).tile_mn == (64, 64)
     for shape in [(1001, 1024, 999), (7, 5, 3)]:
-        v = cuda_variant(*shape)
+        v = cuda_instance(*shape)
         assert v.block == CUDA_THREADS == 256 and v.dynamic_smem == 0 and v.source == "matmul/matmul.cu"
 
 
@@ -62,7 +62,7 @@ def test_cuda_grid_is_one_block_per_64x64_tile() -> None:
 def test_triton_dispatch(shape: tuple[int, int, int]) -> None:
     from kernels.matmul.matmul_triton import config_for
 
-    v = triton_variant(*shape)
+    v = triton_instance(*shape)
     bm, bn, bk, group, warps, stages = config_for(*shape)
     assert (v.block_m, v.block_n, v.block_k, v.group_m, v.num_warps, v.num_stages) == (
         bm, bn, bk, group, warps, stages)
@@ -77,19 +77,19 @@ def test_triton_dispatch(shape: tuple[int, int, int]) -> None:
 
 def test_variants_for_groups_shapes() -> None:
     shapes = [*SWEEP, (1000, 1001, 999), (1024, 1024, 1024)]
-    cuda = variants_for("cuda", shapes)
-    assert [v.variant.kernel for v in cuda] == [SMALL, BIG, "matmul_f32<1>"]
+    cuda = instances_for("cuda", shapes)
+    assert [v.instance.kernel for v in cuda] == [SMALL, BIG, "matmul_f32<1>"]
     assert cuda[0].shapes_text == "1024x1024x1024"
     assert cuda[1].shapes_text == "2048x2048x2048;4096x4096x4096;4096x4096x1024"
     assert cuda[2].shapes_text == "1000x1001x999"
-    triton = variants_for("triton", shapes)  # M, N, K are constexprs: one variant per shape
+    triton = instances_for("triton", shapes)  # M, N, K are constexprs: one variant per shape
     assert [v.shapes for v in triton] == [(s,) for s in [*SWEEP, (1000, 1001, 999)]]
     with pytest.raises(EvidenceError, match="not ours"):
-        variants_for("torch", shapes)
+        instances_for("torch", shapes)
     with pytest.raises(EvidenceError, match="MxNxK"):
-        variants_for("cuda", [(1024, 1024)])
+        instances_for("cuda", [(1024, 1024)])
     with pytest.raises(EvidenceError, match="outside the supported range"):
-        variants_for("cuda", [(0, 8, 8)])
+        instances_for("cuda", [(0, 8, 8)])
 
 
 # ----------------------------------------------------------------------------- the operation
@@ -216,7 +216,7 @@ def test_build_census_triton(tmp_path: Path) -> None:
     rows = _census_or_skip("triton", shapes, tmp_path)
     assert [tuple(r) for r in rows] == [CENSUS_COLUMNS] * 2
     for row, shape in zip(rows, shapes, strict=True):
-        v = triton_variant(*shape)
+        v = triton_instance(*shape)
         assert row["kernel"] == "matmul_fwd" and row["block"] == v.block
         assert row["specialization"] == v.specialization
         assert row["arch"].startswith("sm_90") and row["compiler"].startswith("triton ")
@@ -250,47 +250,47 @@ def test_dispatch_by_shape_and_the_tile_variants() -> None:
     from harness.ops.matmul.kernels import (
         TILE128_MIN_TILES,
         cuda_grid,
-        cuda_variant,
+        cuda_instance,
         tiled_instance,
     )
 
-    assert cuda_variant(1024, 1024, 1024).kernel == SMALL  # 64 tiles of 128 x 128
-    assert cuda_variant(2048, 2048, 2048).kernel == BIG  # 256
-    assert cuda_variant(4096, 4096, 1024).kernel == BIG
-    assert cuda_variant(4096, 4094, 4096).kernel == "matmul_f32<1>"  # N % 4 != 0
-    assert cuda_variant(2048, 2048, 2048).block == 256 and cuda_variant(2048, 2048, 2048).tile_mn == (128, 128)
+    assert cuda_instance(1024, 1024, 1024).kernel == SMALL  # 64 tiles of 128 x 128
+    assert cuda_instance(2048, 2048, 2048).kernel == BIG  # 256
+    assert cuda_instance(4096, 4096, 1024).kernel == BIG
+    assert cuda_instance(4096, 4094, 4096).kernel == "matmul_f32<1>"  # N % 4 != 0
+    assert cuda_instance(2048, 2048, 2048).block == 256 and cuda_instance(2048, 2048, 2048).tile_mn == (128, 128)
     # The boundary: 132 tiles (12 x 11) serve with 128, 120 (12 x 10) not.
     assert cuda_grid(12 * 128, 11 * 128, 128) == TILE128_MIN_TILES == 132
-    assert cuda_variant(12 * 128, 11 * 128, 512).kernel == BIG
-    assert cuda_variant(12 * 128, 10 * 128, 512).kernel == SMALL
+    assert cuda_instance(12 * 128, 11 * 128, 512).kernel == BIG
+    assert cuda_instance(12 * 128, 10 * 128, 512).kernel == SMALL
     with cuda_module.variant_options(("-DMM_TILE=128",)):
-        assert cuda_variant(1024, 1024, 1024).kernel == BIG
-        assert cuda_variant(1024, 1022, 1024).kernel == "matmul_f32<1>"  # N % 4 != 0
-        assert cuda_variant(1024, 1024, 1022).kernel == "matmul_f32<4>"  # K % 4 != 0
+        assert cuda_instance(1024, 1024, 1024).kernel == BIG
+        assert cuda_instance(1024, 1022, 1024).kernel == "matmul_f32<1>"  # N % 4 != 0
+        assert cuda_instance(1024, 1024, 1022).kernel == "matmul_f32<4>"  # K % 4 != 0
     with cuda_module.variant_options(("-DMM_TILE=128", "-DMM_BN=64")):
-        v = cuda_variant(1024, 1024, 1024)
+        v = cuda_instance(1024, 1024, 1024)
         assert v.kernel == "matmul_f32_tiled<128, 64, 16, 8>" and v.block == 128 and v.tile_mn == (128, 64)
         assert cuda_grid(1024, 1024, v.tile_mn) == 8 * 16
         assert v.specialization == "tile=128x64x16 rows=8 vec_b=4 block=128"
     with cuda_module.variant_options(("-DMM_BK=8",)):
-        assert cuda_variant(4096, 4096, 4096).kernel == "matmul_f32_tiled<128, 128, 8, 8>"
-        assert cuda_variant(1024, 1024, 1024).kernel == "matmul_f32_tiled<64, 64, 8, 4>"  # the small one too
+        assert cuda_instance(4096, 4096, 4096).kernel == "matmul_f32_tiled<128, 128, 8, 8>"
+        assert cuda_instance(1024, 1024, 1024).kernel == "matmul_f32_tiled<64, 64, 8, 4>"  # the small one too
     with cuda_module.variant_options(("-DMM_STAGED128=1",)):
-        v = cuda_variant(4096, 4096, 4096)
+        v = cuda_instance(4096, 4096, 4096)
         assert v.kernel == "matmul_f32_128" and v.block == 256 and "staged" in v.specialization
-        assert cuda_variant(1024, 1024, 1024).kernel == SMALL  # only where the large instance serves
+        assert cuda_instance(1024, 1024, 1024).kernel == SMALL  # only where the large instance serves
     with cuda_module.variant_options(("-DMM_TILE=64",)):
-        assert cuda_variant(4096, 4096, 4096).kernel == "matmul_f32<4>"
-        assert cuda_variant(1024, 1024, 1024).kernel == "matmul_f32<4>"
+        assert cuda_instance(4096, 4096, 4096).kernel == "matmul_f32<4>"
+        assert cuda_instance(1024, 1024, 1024).kernel == "matmul_f32<4>"
     for bad in ("-DMM_TILE=96", "-DMM_BN=96", "-DMM_BK=64", "-DMM_STAGED128=2", "-DMM_ROWS=2"):
         with cuda_module.variant_options((bad,)), pytest.raises(EvidenceError, match=bad[2:].split("=")[0]):
-            cuda_variant(4096, 4096, 4096)
+            cuda_instance(4096, 4096, 4096)
     # An instance the kernel's static_asserts refuse is refused by the host first.
     assert tiled_instance(128, 128, 8, 4) is not None  # 512 threads, 256 float4 of A
     assert tiled_instance(64, 64, 32, 4) is None and tiled_instance(128, 128, 16, 8) is None
     with cuda_module.variant_options(("-DMM_ROWS=4", "-DMM_BK=8")), \
             pytest.raises(EvidenceError, match="does not take"):
-        cuda_variant(4096, 4096, 4096)
+        cuda_instance(4096, 4096, 4096)
     assert cuda_grid(1000, 1000, 128) == 8 * 8 and cuda_grid(1000, 1000) == 16 * 16
     if compile.load_nvrtc() is None:
         pytest.skip("NVRTC is not available here")

@@ -12,19 +12,17 @@ import math
 
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch  # noqa: E402
 
 from harness.build.build import device_arch  # noqa: E402
 from harness.errors import EvidenceError  # noqa: E402
 from harness.ops.matmul.kernels import (  # noqa: E402
-    cuda_variant,
+    cuda_instance,
     launch_cuda,
     launch_triton,
-    triton_variant,
+    triton_instance,
 )
 
-gpu = pytest.mark.gpu
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU visible")
 
 # FP32 sums of K products: the rounding error grows like sqrt(K) * 2**-24 * |partial sums|; with
 # outputs of O(1) it stays near 1e-5 at K = 4096, while an indexing or tail mistake gives O(1)
@@ -99,8 +97,6 @@ def test_reference_matches_exact_sums_on_cpu() -> None:
 # ----------------------------------------------------------------------------- GPU: correctness
 
 
-@gpu
-@needs_cuda
 @pytest.mark.parametrize("impl", sorted(LAUNCHERS))
 @pytest.mark.parametrize("shape", SHAPES, ids=["x".join(map(str, s)) for s in SHAPES])
 def test_matches_float64_reference(impl: str, shape: tuple[int, int, int]) -> None:
@@ -124,8 +120,6 @@ CHOICES = {
 TAIL_SHAPES = [(65, 68, 36), (100, 132, 260), (129, 192, 4096), (300, 260, 20), (1, 4, 4), (256, 384, 12)]
 
 
-@gpu
-@needs_cuda
 @pytest.mark.parametrize("choice", sorted(CHOICES))
 @pytest.mark.parametrize("shape", TAIL_SHAPES, ids=["x".join(map(str, s)) for s in TAIL_SHAPES])
 def test_every_tiled_choice_matches_float64_reference(choice: str, shape: tuple[int, int, int]) -> None:
@@ -133,13 +127,11 @@ def test_every_tiled_choice_matches_float64_reference(choice: str, shape: tuple[
 
     a, b = _inputs(*shape, seed=3 * sum(shape) + len(choice))
     with cuda_module.variant_options(CHOICES[choice]):
-        assert cuda_variant(*shape).family != "cp"  # the choice is the kernel that runs
+        assert cuda_instance(*shape).family != "cp"  # the choice is the kernel that runs
         out = _run("cuda", a, b)
     _check(out, _reference(a, b))
 
 
-@gpu
-@needs_cuda
 @pytest.mark.parametrize("shape", ["1024x1024x1024", "4096x4096x1024", "1000x1001x999", "7x5x3"])
 @pytest.mark.parametrize("impl", ["cuda", "triton", "torch"])
 def test_operation_implementations(impl: str, shape: str) -> None:
@@ -163,8 +155,6 @@ def test_operation_implementations(impl: str, shape: str) -> None:
         assert torch.get_float32_matmul_precision() == "highest"
 
 
-@gpu
-@needs_cuda
 def test_tolerance_rejects_tf32_inputs() -> None:
     """The tolerance is tight enough to tell TF32 from FP32: inputs rounded to TF32's 10-bit
     mantissa (round to nearest, in software) give a product outside it at K = 4096."""
@@ -181,8 +171,6 @@ def test_tolerance_rejects_tf32_inputs() -> None:
     assert float(err.max()) > 3 * ATOL
 
 
-@gpu
-@needs_cuda
 @pytest.mark.parametrize("impl", sorted(LAUNCHERS))
 def test_repeated_runs_are_identical(impl: str) -> None:
     """No race: the same inputs give bitwise the same output every time."""
@@ -192,8 +180,6 @@ def test_repeated_runs_are_identical(impl: str) -> None:
         assert torch.equal(_run(impl, a, b), first)
 
 
-@gpu
-@needs_cuda
 @pytest.mark.parametrize("impl", sorted(LAUNCHERS))
 def test_runs_on_torchs_current_stream(impl: str) -> None:
     a, b = _inputs(300, 260, 700, seed=3)
@@ -206,8 +192,6 @@ def test_runs_on_torchs_current_stream(impl: str) -> None:
     _check(out, _reference(a, b))
 
 
-@gpu
-@needs_cuda
 @pytest.mark.parametrize("impl", sorted(LAUNCHERS))
 def test_empty_products(impl: str) -> None:
     """M = 0 writes nothing; K = 0 writes zeros."""
@@ -220,8 +204,6 @@ def test_empty_products(impl: str) -> None:
     assert bool((out == 0).all())
 
 
-@gpu
-@needs_cuda
 @pytest.mark.parametrize("impl", sorted(LAUNCHERS))
 def test_bad_arguments_are_refused_in_one_sentence(impl: str) -> None:
     a, b = _inputs(16, 8, 12, seed=5)
@@ -250,15 +232,13 @@ def test_bad_arguments_are_refused_in_one_sentence(impl: str) -> None:
 
 
 
-@gpu
-@needs_cuda
 @pytest.mark.parametrize("shape", [(1024, 1024, 1024), (1000, 1001, 999)])
 def test_cuda_census_matches_the_loaded_kernel(shape: tuple[int, int, int]) -> None:
     """The offline census (same NVRTC options) reports what CuPy compiled and loaded."""
     from harness.launch import cuda as cuda_module
     from harness.ops.matmul.kernels import CUDA_SOURCE
 
-    v = cuda_variant(*shape)
+    v = cuda_instance(*shape)
     a, b = _inputs(*shape, seed=1)
     _run("cuda", a, b)  # compile and load at run time
     with cuda_module.on_device(a.device):
@@ -272,8 +252,6 @@ def test_cuda_census_matches_the_loaded_kernel(shape: tuple[int, int, int]) -> N
     assert runtime_local == 0 and row["spill_stores"] == 0 and row["sass_local"] == 0
 
 
-@gpu
-@needs_cuda
 @pytest.mark.parametrize("shape", [(1024, 1024, 1024), (4096, 4096, 1024), (1000, 1001, 999)])
 def test_triton_census_matches_the_jit_kernel(shape: tuple[int, int, int]) -> None:
     """The offline Triton compile is the JIT's kernel: same PTX, registers and no spills."""
@@ -281,7 +259,7 @@ def test_triton_census_matches_the_jit_kernel(shape: tuple[int, int, int]) -> No
     from harness.build.build import compile_triton
     from kernels.matmul.matmul_triton import matmul_fwd
 
-    v = triton_variant(*shape)
+    v = triton_instance(*shape)
     a, b = _inputs(*shape, seed=2)
     out = torch.empty(shape[0], shape[1], device="cuda")
     jit = matmul_fwd[(v.programs,)](a, b, out, num_warps=v.num_warps, num_stages=v.num_stages,

@@ -24,10 +24,10 @@ from harness.ops.neighbor_aggregation.kernels import (
     LONG_ROW_PIECE,
     MAX_FEATURES,
     cuda_params,
-    cuda_variants,
+    cuda_instances,
     needs_long_pass,
-    triton_variants,
-    variants_for,
+    triton_instances,
+    instances_for,
 )
 
 SWEEP = [(65536, 1048576, f) for f in (64, 16, 256)]  # the config's widths but 128 (time)
@@ -58,7 +58,7 @@ def test_cuda_params_match_the_documented_table() -> None:
     assert cuda_params(128) == (4, 32, 1, 8)
     assert cuda_params(256) == (4, 32, 2, 4)
     assert cuda_params(7) == (1, 8, 1, 8)
-    summing, zeroing = cuda_variants(64)
+    summing, zeroing = cuda_instances(64)
     assert summing.kernel == "neighbor_sum<4, 16, 1, 8>" and summing.block == 128
     assert zeroing.kernel == "neighbor_zero_long_rows<4>" and zeroing.block == 128
 
@@ -68,19 +68,19 @@ def test_widths_out_of_range_are_refused(features: int) -> None:
     with pytest.raises(EvidenceError, match="outside the supported range"):
         cuda_params(features)
     with pytest.raises(EvidenceError, match="outside the supported range"):
-        triton_variants(features)
+        triton_instances(features)
 
 
 def test_triton_variants() -> None:
     pytest.importorskip("triton", reason="triton is not installed")
-    summing, zeroing = triton_variants(64)
+    summing, zeroing = triton_instances(64)
     assert (summing.kernel, zeroing.kernel) == ("neighbor_sum", "neighbor_zero_long_rows")
     assert summing.constexprs() == {"F": 64, "BLOCK_F": 64, "BLOCK_E": 16,
                                     "CHUNK": LONG_ROW_CHUNK, "PIECE": LONG_ROW_PIECE}
     assert summing.num_warps == 2 and list(summing.signature())[4:6] == ["nodes", "edges"]
     assert zeroing.constexprs()["CHUNK"] == LONG_ROW_CHUNK
     for f in (1, 7, 100, 256, 1024):
-        r, z = triton_variants(f)
+        r, z = triton_instances(f)
         c = r.constexprs()
         assert c["BLOCK_F"] >= f > c["BLOCK_F"] // 2 and 2 <= c["BLOCK_E"] <= 16
         assert 1 <= r.num_warps <= 8 and z.constexprs()["BLOCK_R"] * c["BLOCK_F"] <= 4096
@@ -88,15 +88,15 @@ def test_triton_variants() -> None:
 
 def test_variants_for_lists_both_passes_of_each_width() -> None:
     shapes = [(65536, 1048576, 64), (1000, 5000, 64), (65536, 1048576, 16)]
-    plan = variants_for("cuda", shapes)
-    assert [v.variant.kernel for v in plan] == [
+    plan = instances_for("cuda", shapes)
+    assert [v.instance.kernel for v in plan] == [
         "neighbor_sum<4, 16, 1, 8>", "neighbor_zero_long_rows<4>", "neighbor_sum<4, 4, 1, 4>"]
     assert plan[0].shapes_text == "65536x1048576x64;1000x5000x64"
     assert plan[1].shapes_text == "65536x1048576x64;1000x5000x64;65536x1048576x16"
     with pytest.raises(EvidenceError, match="not ours"):
-        variants_for("torch", shapes)
+        instances_for("torch", shapes)
     with pytest.raises(EvidenceError, match="nodes, edges, features"):
-        variants_for("cuda", [(4096, 768)])
+        instances_for("cuda", [(4096, 768)])
 
 
 def test_long_pass_only_past_the_chunk() -> None:
@@ -192,7 +192,7 @@ def test_torch_method_is_named_and_switchable() -> None:
 
     assert na.TORCH_METHOD in na.TORCH_METHODS
     assert set(na.TORCH_METHODS) == {"index_add", "sparse_mm"}
-    assert "TORCH_METHOD" in (na._torch.__doc__ or "") and na.TORCH_METHOD == "sparse_mm"
+    assert "TORCH_METHOD" in (na.bind_torch.__doc__ or "") and na.TORCH_METHOD == "sparse_mm"
 
 
 def test_torch_methods_and_reference_on_the_cpu() -> None:
@@ -215,7 +215,7 @@ def test_torch_methods_and_reference_on_the_cpu() -> None:
     ref = na.reference(inputs, {}).numpy()
     assert np.allclose(ref, loop, rtol=1e-12, atol=1e-9)
     for method in na.TORCH_METHODS.values():
-        got = method(inputs, torch.full_like(x, float("nan")), {}).double().numpy()
+        got = method(inputs, torch.full_like(x, float("nan")), {})().double().numpy()
         assert np.allclose(got, loop, rtol=1e-5, atol=1e-3)
 
 

@@ -20,11 +20,7 @@ import functools
 
 import pytest
 
-torch = pytest.importorskip("torch")
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU visible"),
-]
+import torch  # noqa: E402
 
 from harness.build.build import device_arch  # noqa: E402
 from harness.errors import EvidenceError  # noqa: E402
@@ -32,10 +28,10 @@ from harness.ops import neighbor_aggregation as na  # noqa: E402
 from harness.ops.neighbor_aggregation import graphs  # noqa: E402
 from harness.ops.neighbor_aggregation.kernels import (  # noqa: E402
     LONG_ROW_CHUNK,
-    cuda_variants,
+    cuda_instances,
     launch_cuda,
     launch_triton,
-    triton_variants,
+    triton_instances,
 )
 
 U = 2.0**-24
@@ -331,7 +327,7 @@ def test_cuda_census_matches_the_loaded_kernels(features: int) -> None:
 
     inputs = _graph("powerlaw", 4096, 100000, features, seed=features)
     _run("cuda", inputs)  # compiles and loads both passes
-    for v in cuda_variants(features):
+    for v in cuda_instances(features):
         with cuda_module.on_device(inputs["x"].device):
             kernel = cuda_module.get_function(CUDA_SOURCE, v.kernel)
             runtime_regs, runtime_local = kernel.num_regs, kernel.local_size_bytes
@@ -353,7 +349,7 @@ def test_triton_census_matches_the_jit_kernels(features: int) -> None:
     inputs = _graph("powerlaw", 4096, 100000, features, seed=features)
     x, ip, ix = inputs["x"], inputs["indptr"], inputs["indices"]
     out = torch.zeros_like(x)
-    summing, zeroing = triton_variants(features)
+    summing, zeroing = triton_instances(features)
     jits = [
         (summing, neighbor_sum[(4,)](x, ip, ix, out, 4096, 100000, **summing.constexprs(),
                                      num_warps=summing.num_warps)),

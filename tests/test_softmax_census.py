@@ -23,10 +23,10 @@ from harness.ops.softmax.kernels import (
     REGISTER_MAX_SCALAR,
     REGISTER_MAX_VEC4,
     WARP_MAX,
-    CudaVariant,
-    cuda_variant,
-    triton_variant,
-    variants_for,
+    CudaInstance,
+    cuda_instance,
+    triton_instance,
+    instances_for,
 )
 
 CONFIG_SHAPES = [(4096, 1024), (8192, 4096), (1024, 32768), (32768, 256)]
@@ -36,25 +36,25 @@ CONFIG_SHAPES = [(4096, 1024), (8192, 4096), (1024, 32768), (32768, 256)]
 
 
 @pytest.mark.parametrize(("n", "expected"), [
-    (256, CudaVariant("warp", 4, 128, 2)),
-    (1024, CudaVariant("warp", 4, 128, 8)),
-    (4, CudaVariant("warp", 4, 128, 1)),
-    (1028, CudaVariant("block", 4, 256, 2)),
-    (4096, CudaVariant("block", 4, 256, 4)),
-    (4100, CudaVariant("block", 4, 512, 3)),
-    (8192, CudaVariant("block", 4, 512, 4)),
-    (8196, CudaVariant("block", 4, 1024, 3)),
-    (32768, CudaVariant("block", 4, 1024, 8)),
-    (32772, CudaVariant("online", 4, 1024, 4)),
-    (1, CudaVariant("warp", 1, 128, 1)),
-    (771, CudaVariant("warp", 1, 128, 25)),
-    (1023, CudaVariant("warp", 1, 128, 32)),
-    (1025, CudaVariant("block", 1, 256, 5)),
-    (8191, CudaVariant("block", 1, 1024, 8)),
-    (8193, CudaVariant("online", 1, 1024, 8)),
+    (256, CudaInstance("warp", 4, 128, 2)),
+    (1024, CudaInstance("warp", 4, 128, 8)),
+    (4, CudaInstance("warp", 4, 128, 1)),
+    (1028, CudaInstance("block", 4, 256, 2)),
+    (4096, CudaInstance("block", 4, 256, 4)),
+    (4100, CudaInstance("block", 4, 512, 3)),
+    (8192, CudaInstance("block", 4, 512, 4)),
+    (8196, CudaInstance("block", 4, 1024, 3)),
+    (32768, CudaInstance("block", 4, 1024, 8)),
+    (32772, CudaInstance("online", 4, 1024, 4)),
+    (1, CudaInstance("warp", 1, 128, 1)),
+    (771, CudaInstance("warp", 1, 128, 25)),
+    (1023, CudaInstance("warp", 1, 128, 32)),
+    (1025, CudaInstance("block", 1, 256, 5)),
+    (8191, CudaInstance("block", 1, 1024, 8)),
+    (8193, CudaInstance("online", 1, 1024, 8)),
 ])
-def test_cuda_dispatch_table(n: int, expected: CudaVariant) -> None:
-    assert cuda_variant(n) == expected
+def test_cuda_dispatch_table(n: int, expected: CudaInstance) -> None:
+    assert cuda_instance(n) == expected
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 31, 32, 33, 127, 128, 129, 255, 256, 1000, 1023, 1024,
@@ -63,7 +63,7 @@ def test_cuda_dispatch_table(n: int, expected: CudaVariant) -> None:
 def test_cuda_dispatch_covers_the_row(n: int) -> None:
     """Every register variant holds the whole row in at most 8 vectors (vec4) / 32 floats per
     thread, in whole warps; the vector width divides n; online variants take any width."""
-    v = cuda_variant(n)
+    v = cuda_instance(n)
     assert n % v.vec == 0 and (v.vec == 4) == (n % 4 == 0)
     assert v.block % 32 == 0 and v.block <= 1024
     assert (v.block // 32) & (v.block // 32 - 1) == 0
@@ -78,15 +78,15 @@ def test_cuda_dispatch_covers_the_row(n: int) -> None:
 
 
 def test_cuda_kernel_names() -> None:
-    assert cuda_variant(256).kernel == "softmax_warp_vec4<2, 4>"
-    assert cuda_variant(256).rows_per_block == 4
-    assert cuda_variant(4096).kernel == "softmax_block_vec4<256, 4>"
-    assert cuda_variant(771).kernel == "softmax_warp_scalar<25, 4>"
-    assert cuda_variant(40000).kernel == "softmax_online_vec4<1024, 4>"
-    assert cuda_variant(40001).kernel == "softmax_online_scalar<1024, 8>"
-    assert cuda_variant(4096).rows_per_block == 1
-    assert cuda_variant(32768).specialization == "block vec4 block=1024 slots=8"
-    assert cuda_variant(40000).specialization == "online vec4 block=1024 unroll=4"
+    assert cuda_instance(256).kernel == "softmax_warp_vec4<2, 4>"
+    assert cuda_instance(256).rows_per_block == 4
+    assert cuda_instance(4096).kernel == "softmax_block_vec4<256, 4>"
+    assert cuda_instance(771).kernel == "softmax_warp_scalar<25, 4>"
+    assert cuda_instance(40000).kernel == "softmax_online_vec4<1024, 4>"
+    assert cuda_instance(40001).kernel == "softmax_online_scalar<1024, 8>"
+    assert cuda_instance(4096).rows_per_block == 1
+    assert cuda_instance(32768).specialization == "block vec4 block=1024 slots=8"
+    assert cuda_instance(40000).specialization == "online vec4 block=1024 unroll=4"
 
 
 @pytest.mark.parametrize(("n", "kernel", "block_n", "warps", "stages"), [
@@ -102,7 +102,7 @@ def test_triton_dispatch(n: int, kernel: str, block_n: int, warps: int, stages: 
     pytest.importorskip("triton", reason="triton is not installed")
     from kernels.softmax import softmax_triton
 
-    v = triton_variant(n)
+    v = triton_instance(n)
     assert (v.kernel, v.constexprs(), v.num_warps, v.num_stages) == (
         kernel, {"N": n, "BLOCK_N": block_n}, warps, stages)
     assert v.jit_function() is getattr(softmax_triton, kernel)
@@ -115,14 +115,14 @@ def test_register_limit_switch() -> None:
     it can only lower the limit."""
     from harness.launch import cuda as cuda_module
 
-    assert cuda_variant(32768).path == "block"
+    assert cuda_instance(32768).path == "block"
     with cuda_module.variant_options(("-DSM_REGISTER_MAX_VEC4=16384",)):
-        assert cuda_variant(32768).path == "online" and cuda_variant(16384).path == "block"
-        assert cuda_variant(4096) == CudaVariant("block", 4, 256, 4)
+        assert cuda_instance(32768).path == "online" and cuda_instance(16384).path == "block"
+        assert cuda_instance(4096) == CudaInstance("block", 4, 256, 4)
     for bad in ("65536", "512", "x"):
         with cuda_module.variant_options((f"-DSM_REGISTER_MAX_VEC4={bad}",)), \
                 pytest.raises(EvidenceError, match="SM_REGISTER_MAX_VEC4"):
-            cuda_variant(32768)
+            cuda_instance(32768)
 
 
 def test_block_and_warp_switches() -> None:
@@ -131,41 +131,41 @@ def test_block_and_warp_switches() -> None:
     (block_rows: width 1024 on one 256-thread block, 1 slot). Other widths keep the dispatch."""
     from harness.launch import cuda as cuda_module
 
-    assert cuda_variant(4096) == CudaVariant("block", 4, 256, 4)
-    assert cuda_variant(1024) == CudaVariant("warp", 4, 128, 8)
+    assert cuda_instance(4096) == CudaInstance("block", 4, 256, 4)
+    assert cuda_instance(1024) == CudaInstance("warp", 4, 128, 8)
     with cuda_module.variant_options(("-DSM_BLOCK=512",)):
-        assert cuda_variant(4096) == CudaVariant("block", 4, 512, 2)
-        assert cuda_variant(32768) == CudaVariant("block", 4, 1024, 8)  # 16 slots at 512: no
-        assert cuda_variant(1024).path == "warp" and cuda_variant(4095).path == "block"
-        assert cuda_variant(4095).block == 512  # the scalar path keeps its own sizes
+        assert cuda_instance(4096) == CudaInstance("block", 4, 512, 2)
+        assert cuda_instance(32768) == CudaInstance("block", 4, 1024, 8)  # 16 slots at 512: no
+        assert cuda_instance(1024).path == "warp" and cuda_instance(4095).path == "block"
+        assert cuda_instance(4095).block == 512  # the scalar path keeps its own sizes
     with cuda_module.variant_options(("-DSM_WARP_MAX=512",)):
-        assert cuda_variant(1024) == CudaVariant("block", 4, 256, 1)
-        assert cuda_variant(512).path == "warp" and cuda_variant(256) == CudaVariant("warp", 4, 128, 2)
+        assert cuda_instance(1024) == CudaInstance("block", 4, 256, 1)
+        assert cuda_instance(512).path == "warp" and cuda_instance(256) == CudaInstance("warp", 4, 128, 2)
     for bad in ("-DSM_BLOCK=384", "-DSM_WARP_MAX=2048", "-DSM_WARP_MAX=200"):
         with cuda_module.variant_options((bad,)), pytest.raises(EvidenceError, match=bad[2:].split("=")[0]):
-            cuda_variant(1024 if "WARP" in bad else 4096)
+            cuda_instance(1024 if "WARP" in bad else 4096)
 
 
 def test_dispatch_refuses_bad_widths() -> None:
     for n in (0, -4, MAX_WIDTH + 1):
         with pytest.raises(EvidenceError, match="outside the supported range"):
-            cuda_variant(n)
+            cuda_instance(n)
 
 
 def test_variants_for_groups_config_shapes() -> None:
     pytest.importorskip("triton", reason="triton is not installed")
     shapes = [*CONFIG_SHAPES, (64, 1024)]
-    cuda = variants_for("cuda", shapes)
-    assert [v.variant.kernel for v in cuda] == [
+    cuda = instances_for("cuda", shapes)
+    assert [v.instance.kernel for v in cuda] == [
         "softmax_warp_vec4<8, 4>", "softmax_block_vec4<256, 4>", "softmax_block_vec4<1024, 8>",
         "softmax_warp_vec4<2, 4>"]
     assert cuda[0].shapes_text == "4096x1024;64x1024"
-    triton = variants_for("triton", shapes)
-    assert [v.variant.specialization for v in triton] == [
+    triton = instances_for("triton", shapes)
+    assert [v.instance.specialization for v in triton] == [
         "N=1024 BLOCK_N=1024 num_warps=4", "N=4096 BLOCK_N=4096 num_warps=16",
         "N=32768 BLOCK_N=8192 num_warps=16 num_stages=1", "N=256 BLOCK_N=256 num_warps=1"]
     with pytest.raises(EvidenceError, match="not ours"):
-        variants_for("torch", shapes)
+        instances_for("torch", shapes)
 
 
 def test_launchers_refuse_cpu_tensors() -> None:
@@ -228,7 +228,7 @@ def test_build_census_cuda(tmp_path: Path) -> None:
 
     shapes = [*CONFIG_SHAPES, (64, 771), (8, 40000)]
     rows = _census_or_skip("cuda", shapes, tmp_path)
-    plan = [item.variant for item in variants_for("cuda", shapes)]
+    plan = [item.instance for item in instances_for("cuda", shapes)]
     assert [r["kernel"] for r in rows] == [v.kernel for v in plan]
     assert [tuple(r) for r in rows] == [CENSUS_COLUMNS] * len(plan)
     sha = hashlib.sha256((cuda_module.KERNELS_DIR / "softmax/softmax.cu").read_bytes()).hexdigest()
@@ -260,13 +260,13 @@ def test_build_census_triton(tmp_path: Path) -> None:
     by_n = {int(r["specialization"].split()[0][2:]): r for r in rows}
     for n in (1024, 4096, 256):  # softmax_row: one 128-bit load/store per 4 floats of a thread
         row = by_n[n]
-        v = triton_variant(n)
+        v = triton_instance(n)
         per_thread = v.constexprs()["BLOCK_N"] // (32 * v.num_warps)
         assert row["kernel"] == "softmax_row" and row["block"] == v.block
         assert (row["ld_global_128"], row["st_global_128"]) == (per_thread // 4, per_thread // 4)
     online = by_n[32768]
     assert online["kernel"] == "softmax_online" and "num_stages=1" in online["options"]
-    v = triton_variant(32768)
+    v = triton_instance(32768)
     per_thread = v.constexprs()["BLOCK_N"] // (32 * v.num_warps)
     assert (online["ld_global_128"], online["st_global_128"]) == (2 * per_thread // 4, per_thread // 4)
     odd = by_n[771]

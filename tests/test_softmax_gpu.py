@@ -11,19 +11,17 @@ import math
 
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch  # noqa: E402
 
 from harness.build.build import device_arch  # noqa: E402
 from harness.errors import EvidenceError  # noqa: E402
 from harness.ops.softmax.kernels import (  # noqa: E402
-    cuda_variant,
+    cuda_instance,
     launch_cuda,
     launch_triton,
-    triton_variant,
+    triton_instance,
 )
 
-gpu = pytest.mark.gpu
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU visible")
 
 # Every CUDA path (warp vec4/scalar, block vec4 at 256/512/1024 threads, block scalar, online
 # vec4/scalar) and both Triton programs, with tails: widths not a multiple of the block's sweep.
@@ -68,8 +66,6 @@ def _check(out, ref) -> None:
                              f"{float(out.flatten()[i])!r}, want {float(ref.flatten()[i])!r}")
 
 
-@gpu
-@needs_cuda
 @pytest.mark.parametrize("impl", ["cuda", "triton", "torch"])
 @pytest.mark.parametrize("rows", ROWS)
 @pytest.mark.parametrize("n", WIDTHS)
@@ -78,8 +74,6 @@ def test_matches_float64_reference(impl: str, rows: int, n: int) -> None:
     _check(_run(impl, x), _reference(x))
 
 
-@gpu
-@needs_cuda
 @pytest.mark.parametrize("impl", ["cuda", "triton"])
 @pytest.mark.parametrize("n", [256, 4096, 771, 32768, 12345])
 def test_rows_sum_to_one(impl: str, n: int) -> None:
@@ -90,8 +84,6 @@ def test_rows_sum_to_one(impl: str, n: int) -> None:
     assert float((sums - 1.0).abs().max()) < 1e-5
 
 
-@gpu
-@needs_cuda
 @pytest.mark.parametrize("impl", ["cuda", "triton"])
 @pytest.mark.parametrize("n", [1024, 771, 40000])
 def test_large_offset_does_not_overflow(impl: str, n: int) -> None:
@@ -100,8 +92,6 @@ def test_large_offset_does_not_overflow(impl: str, n: int) -> None:
     _check(_run(impl, x), _reference(x))
 
 
-@gpu
-@needs_cuda
 @pytest.mark.parametrize("impl", ["cuda", "triton"])
 @pytest.mark.parametrize("n", [256, 8192, 12345])
 def test_wide_spread_underflows_to_zero_only(impl: str, n: int) -> None:
@@ -110,8 +100,6 @@ def test_wide_spread_underflows_to_zero_only(impl: str, n: int) -> None:
     _check(_run(impl, x), _reference(x))
 
 
-@gpu
-@needs_cuda
 @pytest.mark.parametrize("impl", ["cuda", "triton"])
 @pytest.mark.parametrize("n", [4096, 32768])
 def test_repeated_runs_are_identical(impl: str, n: int) -> None:
@@ -122,8 +110,6 @@ def test_repeated_runs_are_identical(impl: str, n: int) -> None:
         assert torch.equal(_run(impl, x), first)
 
 
-@gpu
-@needs_cuda
 @pytest.mark.parametrize("impl", ["cuda", "triton"])
 def test_runs_on_torchs_current_stream(impl: str) -> None:
     x = _inputs(257, 1024, seed=3)
@@ -136,8 +122,6 @@ def test_runs_on_torchs_current_stream(impl: str) -> None:
     _check(out, _reference(x))
 
 
-@gpu
-@needs_cuda
 @pytest.mark.parametrize("impl", ["cuda", "triton"])
 def test_zero_rows_is_a_no_op(impl: str) -> None:
     x = torch.empty(0, 1024, device="cuda")
@@ -145,8 +129,6 @@ def test_zero_rows_is_a_no_op(impl: str) -> None:
     torch.cuda.synchronize()
 
 
-@gpu
-@needs_cuda
 @pytest.mark.parametrize("impl", ["cuda", "triton"])
 def test_bad_arguments_are_refused_in_one_sentence(impl: str) -> None:
     x = _inputs(8, 1024, seed=5)
@@ -167,8 +149,6 @@ def test_bad_arguments_are_refused_in_one_sentence(impl: str) -> None:
         launch(torch.empty(4, 0, device="cuda"), torch.empty(4, 0, device="cuda"))
 
 
-@gpu
-@needs_cuda
 @pytest.mark.parametrize("impl", ["cuda", "triton", "torch"])
 def test_pipeline_check_passes(impl: str) -> None:
     """The pipeline's own check (make_inputs, NaN-poisoned output, reference) at this tolerance."""
@@ -204,8 +184,6 @@ def test_reference_matches_plain_python_loops() -> None:
 
 
 
-@gpu
-@needs_cuda
 @pytest.mark.parametrize("n", [256, 1024, 4096, 32768, 771, 40000])
 def test_cuda_census_matches_the_loaded_kernel(n: int) -> None:
     """The offline census (same NVRTC options) reports what CuPy compiled and loaded."""
@@ -213,7 +191,7 @@ def test_cuda_census_matches_the_loaded_kernel(n: int) -> None:
     from harness.launch import cuda as cuda_module
     from harness.ops.softmax.kernels import CUDA_SOURCE
 
-    v = cuda_variant(n)
+    v = cuda_instance(n)
     x = _inputs(4, n, seed=n)
     _run("cuda", x)  # compile and load at run time
     with cuda_module.on_device(x.device):
@@ -226,15 +204,13 @@ def test_cuda_census_matches_the_loaded_kernel(n: int) -> None:
     assert runtime_local == 0 and info.spill_stores == 0
 
 
-@gpu
-@needs_cuda
 @pytest.mark.parametrize("n", [1024, 771, 32768])
 def test_triton_census_matches_the_jit_kernel(n: int) -> None:
     """The offline Triton compile has the registers and PTX of the JIT's kernel."""
     from harness.build import census
     from harness.build.build import compile_triton
 
-    v = triton_variant(n)
+    v = triton_instance(n)
     x = _inputs(4, n, seed=n)
     out = torch.empty_like(x)
     jit = v.jit_function()[(4,)](x, out, **v.constexprs(), **v.compile_options())

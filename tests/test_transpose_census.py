@@ -20,10 +20,10 @@ from harness.ops.transpose.kernels import (
     MAX_DIM,
     SCALAR,
     VEC4,
-    CudaVariant,
-    cuda_variant,
-    triton_variant,
-    variants_for,
+    CudaInstance,
+    cuda_instance,
+    triton_instance,
+    instances_for,
 )
 
 CONFIG_SHAPES = [(4096, 4096), (8192, 8192), (1024, 16384)]
@@ -36,8 +36,8 @@ CONFIG_SHAPES = [(4096, 4096), (8192, 8192), (1024, 16384)]
     (4096, 4096, VEC4), (1024, 16384, VEC4), (4, 8, VEC4), (100, 36, VEC4),
     (100, 37, SCALAR), (37, 100, SCALAR), (1, 1, SCALAR), (6, 4, SCALAR),
 ])
-def test_cuda_dispatch(r: int, c: int, expected: CudaVariant) -> None:
-    assert cuda_variant(r, c) == expected
+def test_cuda_dispatch(r: int, c: int, expected: CudaInstance) -> None:
+    assert cuda_instance(r, c) == expected
 
 
 def test_cuda_variants() -> None:
@@ -58,7 +58,7 @@ def test_triton_dispatch(r: int, c: int, bm: int, bn: int, warps: int) -> None:
     pytest.importorskip("triton", reason="triton is not installed")
     from kernels.transpose import transpose_triton
 
-    v = triton_variant(r, c)
+    v = triton_instance(r, c)
     assert v.constexprs() == {"R": r, "C": c, "BM": bm, "BN": bn} and v.num_warps == warps
     assert v.jit_function() is transpose_triton.transpose_tile and v.num_stages is None
     assert v.signature() == {"X": "*fp32", "Y": "*fp32", "R": "constexpr", "C": "constexpr",
@@ -69,25 +69,25 @@ def test_triton_dispatch(r: int, c: int, bm: int, bn: int, warps: int) -> None:
 def test_dispatch_refuses_bad_shapes() -> None:
     for r, c in ((0, 4), (4, 0), (MAX_DIM + 1, 4)):
         with pytest.raises(EvidenceError, match="outside"):
-            cuda_variant(r, c)
+            cuda_instance(r, c)
     with pytest.raises(EvidenceError, match="tiles"):
-        cuda_variant(2**20, 2**20)
+        cuda_instance(2**20, 2**20)
     with pytest.raises(EvidenceError, match=r"\[R, C\]"):
-        variants_for("cuda", [(4, 4, 4)])
+        instances_for("cuda", [(4, 4, 4)])
 
 
 def test_variants_for_groups_config_shapes() -> None:
     pytest.importorskip("triton", reason="triton is not installed")
     shapes = [*CONFIG_SHAPES, (37, 100)]
-    cuda = variants_for("cuda", shapes)
-    assert [v.variant for v in cuda] == [VEC4, SCALAR]
+    cuda = instances_for("cuda", shapes)
+    assert [v.instance for v in cuda] == [VEC4, SCALAR]
     assert cuda[0].shapes_text == "4096x4096;8192x8192;1024x16384"
-    triton = variants_for("triton", shapes)
-    assert [v.variant.specialization for v in triton] == [
+    triton = instances_for("triton", shapes)
+    assert [v.instance.specialization for v in triton] == [
         "R=4096 C=4096 BM=64 BN=64 num_warps=4", "R=8192 C=8192 BM=64 BN=64 num_warps=4",
         "R=1024 C=16384 BM=64 BN=64 num_warps=4", "R=37 C=100 BM=64 BN=64 num_warps=4"]
     with pytest.raises(EvidenceError, match="not ours"):
-        variants_for("torch", shapes)
+        instances_for("torch", shapes)
 
 
 def test_launchers_refuse_cpu_tensors() -> None:

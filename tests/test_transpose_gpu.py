@@ -9,19 +9,17 @@ from __future__ import annotations
 
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch  # noqa: E402
 
 from harness.build.build import device_arch  # noqa: E402
 from harness.errors import EvidenceError  # noqa: E402
 from harness.ops.transpose.kernels import (  # noqa: E402
-    cuda_variant,
+    cuda_instance,
     launch_cuda,
     launch_triton,
-    triton_variant,
+    triton_instance,
 )
 
-gpu = pytest.mark.gpu
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU visible")
 
 # Full tiles, partial tiles at the right / bottom / both edges, one-row and one-column matrices,
 # vec4 (both dimensions % 4 == 0) and scalar shapes, and the configured sweep.
@@ -49,8 +47,6 @@ def _run(impl: str, x):
     return out
 
 
-@gpu
-@needs_cuda
 @pytest.mark.parametrize("impl", ["cuda", "triton", "torch"])
 @pytest.mark.parametrize(("r", "c"), SHAPES)
 def test_bit_exact(impl: str, r: int, c: int) -> None:
@@ -61,8 +57,6 @@ def test_bit_exact(impl: str, r: int, c: int) -> None:
     assert torch.equal(out, x.t()), f"{int((out != x.t()).sum())} elements differ"
 
 
-@gpu
-@needs_cuda
 @pytest.mark.parametrize("impl", ["cuda", "triton"])
 def test_every_element_lands_in_its_place(impl: str) -> None:
     """Each element holds its own flat index (exact in float32 below 2^24): a misplaced element
@@ -75,8 +69,6 @@ def test_every_element_lands_in_its_place(impl: str) -> None:
     assert torch.equal(out, (rows * c + cols).float())
 
 
-@gpu
-@needs_cuda
 @pytest.mark.parametrize("impl", ["cuda", "triton"])
 def test_runs_on_torchs_current_stream(impl: str) -> None:
     x = _input(512, 768, seed=3)
@@ -89,8 +81,6 @@ def test_runs_on_torchs_current_stream(impl: str) -> None:
     assert torch.equal(out, x.t())
 
 
-@gpu
-@needs_cuda
 @pytest.mark.parametrize("impl", ["cuda", "triton"])
 def test_empty_is_a_no_op(impl: str) -> None:
     x = torch.empty(0, 64, device="cuda")
@@ -98,8 +88,6 @@ def test_empty_is_a_no_op(impl: str) -> None:
     torch.cuda.synchronize()
 
 
-@gpu
-@needs_cuda
 @pytest.mark.parametrize("impl", ["cuda", "triton"])
 def test_bad_arguments_are_refused_in_one_sentence(impl: str) -> None:
     x = _input(8, 64, seed=5)
@@ -118,8 +106,6 @@ def test_bad_arguments_are_refused_in_one_sentence(impl: str) -> None:
         launch(x, x.view(64, 8))
 
 
-@gpu
-@needs_cuda
 @pytest.mark.parametrize("impl", ["cuda", "triton", "torch"])
 def test_pipeline_check_passes(impl: str) -> None:
     """The pipeline's own check (make_inputs, NaN-poisoned output, reference) at this tolerance."""
@@ -150,8 +136,6 @@ def test_reference_matches_plain_indexing() -> None:
 
 
 
-@gpu
-@needs_cuda
 @pytest.mark.parametrize(("r", "c"), [(4096, 4096), (37, 100)])
 def test_cuda_census_matches_the_loaded_kernel(r: int, c: int) -> None:
     """The offline census (same NVRTC options) reports what CuPy compiled and loaded."""
@@ -159,7 +143,7 @@ def test_cuda_census_matches_the_loaded_kernel(r: int, c: int) -> None:
     from harness.launch import cuda as cuda_module
     from harness.ops.transpose.kernels import CUDA_SOURCE
 
-    v = cuda_variant(r, c)
+    v = cuda_instance(r, c)
     x = _input(r, c, seed=1)
     _run("cuda", x)  # compile and load at run time
     with cuda_module.on_device(x.device):
@@ -172,15 +156,13 @@ def test_cuda_census_matches_the_loaded_kernel(r: int, c: int) -> None:
     assert runtime_local == 0 and info.spill_stores == 0
 
 
-@gpu
-@needs_cuda
 @pytest.mark.parametrize(("r", "c"), [(4096, 4096), (37, 100)])
 def test_triton_census_matches_the_jit_kernel(r: int, c: int) -> None:
     """The offline Triton compile has the registers and PTX of the JIT's kernel."""
     from harness.build import census
     from harness.build.build import compile_triton
 
-    v = triton_variant(r, c)
+    v = triton_instance(r, c)
     x = _input(r, c, seed=2)
     out = torch.empty(c, r, device="cuda")
     jit = v.jit_function()[(1,)](x, out, **v.constexprs(), **v.compile_options())

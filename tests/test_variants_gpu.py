@@ -15,7 +15,6 @@ CASES = [(op, shape, f"{spec['base']}.{name}")
          for shape in config.shapes(CFG, op)]
 
 
-@pytest.mark.gpu
 @pytest.mark.parametrize(("op", "shape", "impl"), CASES, ids=[f"{o}-{s}-{i}" for o, s, i in CASES])
 def test_variant_passes_its_check(op: str, shape: str, impl: str) -> None:
     record = run_check(op, shape, impl, CFG["operations"][op], 11)

@@ -25,7 +25,7 @@ from harness import ops
 from harness.build import census, compile
 from harness.errors import EvidenceError, ToolMissing
 from harness.launch import cuda as cuda_module
-from harness.launch.instances import CudaSpec, TritonSpec, VariantShapes
+from harness.launch.instances import CudaSpec, TritonSpec, InstanceShapes
 
 CENSUS_COLUMNS: tuple[str, ...] = (
     "op", "impl", "kernel", "specialization", "shapes", "arch", "symbol", "block",
@@ -43,13 +43,13 @@ IMPLS = ("cuda", "triton")
 
 
 def kernels_module(op: str) -> Any:
-    """The module that describes an operation's kernels (harness/<op>_kernels.py)."""
+    """The module that describes an operation's kernels (harness/ops/<op>/kernels.py)."""
 
 
     try:
         return importlib.import_module(ops.get(op).kernels)
     except EvidenceError:
-        raise EvidenceError(f"The census knows operation(s) {', '.join(ops.KNOWN)}, not {op!r}.") from None
+        raise EvidenceError(f"The census knows operation(s) {', '.join(ops.known())}, not {op!r}.") from None
 
 
 def build_census(op: str, impl: str, shapes: Sequence[Sequence[int]], arch: str = "sm_90",
@@ -75,7 +75,7 @@ def build_census(op: str, impl: str, shapes: Sequence[Sequence[int]], arch: str 
         outdir = Path(outdir)
         outdir.mkdir(parents=True, exist_ok=True)
     with cuda_module.variant_options(variant[1] if variant else ()):  # dispatch may read the defines
-        plan = module.variants_for(impl, shapes)
+        plan = module.instances_for(impl, shapes)
     rows: list[dict[str, Any]] = []
     if variant is not None and impl != "cuda":
         raise EvidenceError(f"Variants vary our CUDA kernels (preprocessor defines), not {impl!r}.")
@@ -90,7 +90,7 @@ def build_census(op: str, impl: str, shapes: Sequence[Sequence[int]], arch: str 
 # ----------------------------------------------------------------------------- rows
 
 
-def census_row(*, op: str, impl: str, kernel: str, item: VariantShapes, arch: str, symbol: str,
+def census_row(*, op: str, impl: str, kernel: str, item: InstanceShapes, arch: str, symbol: str,
                block: int, ptxas: census.PtxasInfo, res: census.ResUsage | None,
                ptx: census.PtxCounts, sass: census.SassCounts, dynamic_smem: int,
                source_sha256: str, compiler: str, options: str) -> dict[str, Any]:
@@ -99,7 +99,7 @@ def census_row(*, op: str, impl: str, kernel: str, item: VariantShapes, arch: st
     Registers come from the cubin's own resource table when there is one (they equal ptxas's
     report when both exist); spills and the stack frame from ptxas's report."""
     row: dict[str, Any] = {
-        "op": op, "impl": impl, "kernel": kernel, "specialization": item.variant.specialization,
+        "op": op, "impl": impl, "kernel": kernel, "specialization": item.instance.specialization,
         "shapes": item.shapes_text, "arch": arch, "symbol": symbol, "block": block,
         "registers": res.registers if res is not None else ptxas.registers,
         "spill_stores": ptxas.spill_stores, "spill_loads": ptxas.spill_loads,
@@ -164,10 +164,10 @@ def _ptxas_from_cubin(symbol: str, res: census.ResUsage, sass: census.SassCounts
                             spill_stores=sass.stl_bytes, spill_loads=sass.ldl_bytes, entry=True)
 
 
-def _cuda_rows(op: str, item: VariantShapes, arch: str, outdir: Path | None,
+def _cuda_rows(op: str, item: InstanceShapes, arch: str, outdir: Path | None,
                compiler: str, variant: tuple[str, tuple[str, ...]] | None = None) -> list[dict[str, Any]]:
     """Compile one CUDA specialization as CuPy would (one name expression) and census it."""
-    v: CudaSpec = item.variant
+    v: CudaSpec = item.instance
     impl, extra = variant or ("cuda", ())
     build = compile.compile_offline(v.source, [v.kernel], arch=arch, compiler=compiler,
                                         options=(*cuda_module.RUNTIME_OPTIONS, *extra))
@@ -268,10 +268,10 @@ def _rerun_ptxas(ptx: str, capability: int) -> str:
     return proc.stderr + proc.stdout
 
 
-def _triton_rows(op: str, item: VariantShapes, arch: str,
+def _triton_rows(op: str, item: InstanceShapes, arch: str,
                  outdir: Path | None) -> list[dict[str, Any]]:
     """Compile one Triton specialization and census it."""
-    v: TritonSpec = item.variant
+    v: TritonSpec = item.instance
     triton, _, _ = _triton_modules()
     kernel, log = compile_triton(v, arch)
     symbol = kernel.metadata.name

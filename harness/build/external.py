@@ -23,11 +23,11 @@ from harness.launch.external import (
     check_shared,
     resolve_path,
 )
-from harness.launch.instances import VariantShapes
+from harness.launch.instances import InstanceShapes
 
 
 @dataclass(frozen=True)
-class ExternalVariant:
+class ExternalInstance:
     """The external kernel as a census item (what harness.build.census_row reads)."""
 
     kernel: str
@@ -68,7 +68,7 @@ def census_rows(op: Any, ext_cfg: Mapping[str, Any], arch: str = "sm_90",
                 target.write_bytes(content)
             else:
                 target.write_text(content)
-    item = VariantShapes(ExternalVariant(entry, describe(ext_cfg)),
+    item = InstanceShapes(ExternalInstance(entry, describe(ext_cfg)),
                          tuple(tuple(int(d) for d in s) for s in shapes))
     row = build.census_row(
         op=op_name, impl="external", kernel=entry, item=item, arch=info["arch"], symbol=entry,

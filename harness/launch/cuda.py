@@ -3,7 +3,9 @@ tensors.
 
 `get_function` builds a `cupy.RawModule` from a `.cu` file under `kernels/` with `RUNTIME_OPTIONS`
 and the name expressions that instantiate its templates (cached per file, options and name
-expressions), and `launch` runs a kernel on torch's current stream of the tensors' device. CuPy
+expressions). `bind` fixes one launch (kernel handle, grid, block, argument tuple) and returns a
+call that only launches, on torch's current stream at the time of the call; `launch` is the
+one-off form. CuPy
 adds options of its own before calling NVRTC (`CUPY_IMPLICIT_OPTIONS`, and `-arch=sm_XX` for the
 current device); the offline compile of the census (harness.build.compile) adds the same ones, so
 that the census describes the code that runs.
@@ -173,3 +175,86 @@ def _cupy_stream(torch_stream: Any, index: int) -> Any:
                 stream = cupy.cuda.ExternalStream(key[1], index)
         _STREAMS[key] = stream
     return stream
+
+
+Launch = Callable[[], None]
+"""A bound launch: calling it launches its kernels once, asynchronously."""
+
+
+class _StreamHandle:
+    """The one attribute CuPy's `Function.__call__` reads of a stream object: its handle."""
+
+    __slots__ = ("ptr",)
+
+    def __init__(self, ptr: int) -> None:
+        self.ptr = ptr
+
+
+def raw_stream_reader(index: int) -> Callable[[], int]:
+    """A call that returns the handle of torch's current stream on device `index` (the stream a
+    CUDA graph capture switches to included), at the cost of one C call."""
+    import torch
+
+    getter = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if getter is not None:
+        return functools.partial(getter, index)
+    return lambda: int(torch.cuda.current_stream(index).cuda_stream)
+
+
+def bind(filename: str, name_expression: str, grid: tuple[int, ...], block: tuple[int, ...],
+         args: Sequence[Any], device: Any, shared_mem: int = 0) -> Launch:
+    """One launch of a kernel of ours, prepared: compiled (or taken from the caches) and loaded on
+    `device` now, with its grid, block and argument tuple fixed. The returned call launches on
+    torch's current stream at the time of the call and does nothing else (no lookup, no context
+    manager), so it costs what CuPy's own launch costs.
+
+    Pass pointers as `pointer(t)` and scalars as sized numpy scalars (`numpy.int32`,
+    `numpy.float32`): a bare Python float would be passed as a double."""
+    index = device_index(device)
+    with on_device(device):
+        function = get_function(filename, name_expression).kernel
+    return bind_function(function, grid, block, args, index, shared_mem)
+
+
+def bind_function(function: Any, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any],
+                  index: int, shared_mem: int = 0) -> Launch:
+    """`bind` for a loaded `cupy.cuda.function.Function` (a kernel of ours or an external one)."""
+    import torch
+
+    grid3 = (tuple(grid) + (1, 1))[:3]
+    block3 = (tuple(block) + (1, 1))[:3]
+    argv = tuple(args)
+    current = raw_stream_reader(index)
+    handles: dict[int, _StreamHandle] = {}
+
+    def call() -> None:
+        handle = current()
+        stream = handles.get(handle)
+        if stream is None:
+            stream = handles[handle] = _StreamHandle(handle)
+        function(grid3, block3, argv, shared_mem, stream)
+
+    if torch.cuda.device_count() == 1:
+        return call
+
+    def on_its_device() -> None:  # several GPUs visible: the kernel runs where it was loaded
+        with on_device(torch.device("cuda", index)):
+            call()
+
+    return on_its_device
+
+
+def sequence(*launches: Launch) -> Launch:
+    """One call that makes several bound launches in order (an operation of several kernels)."""
+    if len(launches) == 1:
+        return launches[0]
+
+    def call() -> None:
+        for launch in launches:
+            launch()
+
+    return call
+
+
+def nothing() -> None:
+    """The bound launch of an empty problem: no kernel runs."""

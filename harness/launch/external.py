@@ -334,7 +334,9 @@ def _kernel(path: str, entry: str, device: int, shared: int) -> Any:
 
 
 class ExternalLauncher:
-    """Launches an external kernel: `launcher(inputs, out, params, dims=None) -> out`.
+    """Launches an external kernel: `launcher.bind(inputs, out, params, dims=None)` checks and
+    plans one launch and returns the call that makes it; `launcher(inputs, out, params, dims=None)`
+    binds and launches once, returning out.
 
     The shape's dimensions come from `dims` when given, else from `dims_of(inputs, out)`, else
     from the first input's shape (see `first_input_dims`)."""
@@ -358,6 +360,11 @@ class ExternalLauncher:
 
     def __call__(self, inputs: Mapping[str, Any], out: Any, params: Mapping[str, Any],
                  dims: Mapping[str, int] | None = None) -> Any:
+        self.bind(inputs, out, params, dims)()
+        return out
+
+    def bind(self, inputs: Mapping[str, Any], out: Any, params: Mapping[str, Any],
+             dims: Mapping[str, int] | None = None) -> cuda_module.Launch:
         dims = dict(dims) if dims is not None else self.dims(inputs, out)
         missing = [d for d in self.dim_names if d not in dims]
         if missing:
@@ -367,8 +374,9 @@ class ExternalLauncher:
         grid, block, shared, args = plan_launch(self.ext_cfg, dims, inputs, out, params)
         index = cuda_module.device_index(out.device)
         kernel = _kernel(self.path, self.ext_cfg["entry"], index, shared)
-        cuda_module.launch(kernel, grid, block, args, device=out.device, shared_mem=shared)
-        return out
+        with cuda_module.on_device(out.device):
+            function = kernel.kernel
+        return cuda_module.bind_function(function, grid, block, args, index, shared)
 
     def _check_tensors(self, inputs: Mapping[str, Any], out: Any) -> None:
         """One-sentence EvidenceError unless every tensor argument is a contiguous CUDA tensor on

@@ -1,7 +1,7 @@
-"""What the build needs to know about one compiled specialization of one of our kernels.
+"""What the build and the launchers need to know about one compiled instance of one of our kernels.
 
-Each operation's kernel module (harness/<op>_kernels.py) describes its specializations with these
-two shapes and lists, in `variants_for(impl, shapes)`, the ones a set of shapes needs; the launcher
+Each operation's kernel module (harness/ops/<op>/kernels.py) describes its instances with these
+two shapes and lists, in `instances_for(impl, shapes)`, the ones a set of shapes needs; the launcher
 and the census use the same descriptions, so the census describes the code that runs.
 """
 
@@ -18,7 +18,7 @@ from harness.launch.cuda import dispatch_define
 
 
 class CudaSpec(Protocol):
-    """A CUDA specialization: one name expression of one .cu file under kernels/."""
+    """A CUDA instance: one name expression of one .cu file under kernels/."""
 
     @property
     def source(self) -> str: ...  # file name under kernels/, e.g. "layernorm/layernorm.cu"
@@ -37,7 +37,7 @@ class CudaSpec(Protocol):
 
 
 class TritonSpec(Protocol):
-    """A Triton specialization: one @triton.jit function with fixed constexprs and options."""
+    """A Triton instance: one @triton.jit function with fixed constexprs and options."""
 
     @property
     def source(self) -> str: ...  # file name under kernels/, e.g. "layernorm/layernorm_triton.py"
@@ -66,10 +66,10 @@ class TritonSpec(Protocol):
 
 
 @dataclass(frozen=True)
-class VariantShapes:
-    """A compiled specialization and the shapes it serves."""
+class InstanceShapes:
+    """A compiled instance and the shapes it serves."""
 
-    variant: Any
+    instance: Any
     shapes: tuple[tuple[int, ...], ...]
 
     @property
@@ -78,20 +78,20 @@ class VariantShapes:
         return ";".join("x".join(str(d) for d in s) for s in self.shapes)
 
 
-def group_by_variant(shapes: Iterable[Sequence[int]], pick: Callable[[tuple[int, ...]], Any]) -> list[VariantShapes]:
-    """Each distinct specialization `pick(shape)` returns, in order of first use, with its shapes."""
+def group_by_instance(shapes: Iterable[Sequence[int]], pick: Callable[[tuple[int, ...]], Any]) -> list[InstanceShapes]:
+    """Each distinct instance `pick(shape)` returns, in order of first use, with its shapes."""
     found: dict[Any, list[tuple[int, ...]]] = {}
     for shape in shapes:
         key = tuple(int(d) for d in shape)
         served = found.setdefault(pick(key), [])
         if key not in served:
             served.append(key)
-    return [VariantShapes(v, tuple(s)) for v, s in found.items()]
+    return [InstanceShapes(v, tuple(s)) for v, s in found.items()]
 
 
 @dataclass(frozen=True)
 class SimpleTritonSpec:
-    """A TritonSpec for kernels whose specialization is just constexprs and num_warps/num_stages."""
+    """A TritonSpec for kernels whose instance is just constexprs and num_warps/num_stages."""
 
     source: str
     module: str  # importable module holding the function, e.g. "kernels.softmax.softmax_triton"
@@ -135,7 +135,7 @@ class SimpleTritonSpec:
 
 
 def pick_ours(impl: str, what: str, cuda: Callable[[], Any], triton: Callable[[], Any]) -> Any:
-    """Our specialization for `impl` (`cuda()` or `triton()`); an EvidenceError naming `what`
+    """Our instance for `impl` (`cuda()` or `triton()`); an EvidenceError naming `what`
     (e.g. 'Softmax') for any other implementation, which we do not build."""
 
     if impl == "cuda":

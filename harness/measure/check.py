@@ -30,11 +30,11 @@ def run_check(op_name: str, shape: str, impl: str, params: dict[str, Any], seed:
     import torch
 
     op = ops.get(op_name)
-    launch = ops.launcher(op, impl, params, shape)
+    bind = ops.launcher(op, impl, params, shape)
     inputs = op.make_inputs(shape, check_seed(seed, op_name, shape, impl), params)
     out = op.make_output(inputs, shape)
     out.fill_(float("nan"))
-    result = launch(inputs, out, params)
+    result = ops.result(bind(inputs, out, params)(), out)
     torch.cuda.synchronize()
     ref = op.reference(inputs, params)
     got = result.double()

@@ -1,26 +1,58 @@
-"""Operations the pipeline measures: inputs, float64 reference and implementations.
+"""The operations the pipeline measures, one folder each.
 
-Each operation module defines an `OP` (an `Operation`); `get(name)` finds it.
+An operation is the folder `harness/ops/<name>/` (its inputs, float64 reference, tolerances come
+from the config) beside `kernels/<name>/` (its CUDA and Triton sources and its notebook). The
+folder's `__init__.py` defines, by name:
+
+    DESCRIPTION                              one line for tables and reports
+    DIMS                                     the names of the shape's dimensions ('rows', 'width')
+    validate_shape(shape)                    raise ValueError with a one-sentence reason
+    make_inputs(shape, seed, params)         fresh random inputs on the GPU, never zeros
+    make_output(inputs, shape)               an uninitialised output (the check poisons it)
+    reference(inputs, params)                the float64 result
+    bytes_moved(shape), flops(shape)         the fewest bytes and the arithmetic one call needs
+    bind_torch(inputs, out, params)          the library call (see Bind)
+    OP = define(__name__)                    last line: the Operation, derived from the above
+
+and its `kernels.py` the dispatch and launchers of our kernels: `bind_cuda`, `bind_triton` (each a
+Bind) and `instances_for(impl, shapes)` (the compiled instances the shapes need, for the census).
+Everything else (the operation's name, its implementations, its kernel sources) is derived from
+the folder: docs/adding-an-operation.md walks through a new one.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from harness import ROOT
 from harness.errors import EvidenceError
-from harness.launch import cuda as cuda_module
+from harness.launch import cuda as cuda_launch
 from harness.launch import external
 from harness.ops import variants
 
 Tensors = dict[str, Any]  # name -> torch.Tensor
 Params = Mapping[str, Any]  # the operation's config block (eps, tolerance, ...)
 
-# An implementation launches the operation once. It writes into `out` where it can (ours) and
-# returns the tensor that holds the result (the library call returns a fresh tensor).
-Launch = Callable[[Tensors, Any, Params], Any]
+Call = Callable[[], Any]
+"""One launch of an implementation on the inputs it was bound to. It returns the tensor holding
+the result where that is a fresh tensor (the library call), else None: the result is in `out`."""
+
+Bind = Callable[[Tensors, Any, Params], Call]
+"""Binds an implementation to one input set and its output: checks the tensors, chooses the
+instance and prepares the launch, once; the returned Call only launches."""
+
+OPS_DIR = Path(__file__).resolve().parent
+KERNELS_DIR = ROOT / "kernels"
+OURS = ("cuda", "triton")
+"""Our implementations: `bind_<impl>` in the operation's kernels.py, sources in kernels/<name>/."""
+
+SOURCE_FILES = {"cuda": "{name}.cu", "triton": "{name}_triton.py"}
+"""Where an implementation of ours keeps its source under kernels/<name>/."""
 
 
 @dataclass(frozen=True)
@@ -29,12 +61,12 @@ class Operation:
     description: str
     make_inputs: Callable[[str, int, Params], Tensors]
     """(shape, seed, params) -> fresh random inputs on the GPU, never zeros. Shapes are the config's
-    strings ('4096x768', '65536x1048576x64-powerlaw'); harness.config.parse_shape/shape_tag read them."""
+    strings ('4096x768', '65536x1048576x64-powerlaw'); harness.shapes reads them."""
     make_output: Callable[[Tensors, str], Any]
     """(inputs, shape) -> an uninitialised output tensor (the check poisons it)."""
     reference: Callable[[Tensors, Params], Any]
     """(inputs, params) -> float64 reference output."""
-    implementations: Mapping[str, Launch]
+    implementations: Mapping[str, Bind]
     bytes_moved: Callable[[str], int]
     """Fewest bytes a kernel must move through device memory (each input read, output written once)."""
     flops: Callable[[str], int]
@@ -44,59 +76,84 @@ class Operation:
     sources: Mapping[str, list[str]] = field(default_factory=dict)
     """impl -> kernel source files under kernels/ (for source hashes)."""
     kernels: str = ""
-    """Module describing our kernels' specializations (variants_for), e.g. 'harness.ops.layernorm.kernels'."""
+    """The module of our kernels' dispatch and launchers, e.g. 'harness.ops.layernorm.kernels'."""
     dim_names: tuple[str, ...] = ()
     """Names of the shape's dimensions, for the external kind's launch expressions ('rows', 'width')."""
 
 
-def our_launch(module: str, function: str, *input_names: str) -> Launch:
-    """An implementation that calls `module.function(*inputs[name] for name in input_names, out)`
-    (our launchers write into `out`) and returns `out`; the module is imported on first use, so an
-    operation imports without a GPU."""
-
-    def launch(inputs: Tensors, out: Any, params: Params) -> Any:
-        fn = getattr(importlib.import_module(module), function)
-        fn(*(inputs[name] for name in input_names), out)
-        return out
-
-    launch.__name__ = f"{module}.{function}"
-    return launch
+REQUIRED = ("DESCRIPTION", "DIMS", "validate_shape", "make_inputs", "make_output", "reference",
+            "bytes_moved", "flops", "bind_torch")
 
 
-KNOWN = ("layernorm", "matmul", "softmax", "neighbor_aggregation", "transpose")
+def define(module_name: str) -> Operation:
+    """The Operation of the folder `harness/ops/<name>/`, from the names its `__init__.py` defines
+    (see the module docstring) and what lies in `kernels/<name>/`: an implementation of ours
+    exists where kernels.py has its `bind_<impl>` and its source file is there."""
+    module = sys.modules[module_name]
+    name = module_name.rpartition(".")[2]
+    missing = [n for n in REQUIRED if not hasattr(module, n)]
+    if missing:
+        raise EvidenceError(f"Operation {name!r} does not define {', '.join(missing)} in "
+                            f"harness/ops/{name}/__init__.py.")
+    binders: dict[str, Bind] = {}
+    sources: dict[str, list[str]] = {}
+    kernels_module = f"{module_name}.kernels"
+    if (OPS_DIR / name / "kernels.py").is_file():
+        kernels = importlib.import_module(kernels_module)
+        for impl in OURS:
+            source = f"{name}/{SOURCE_FILES[impl].format(name=name)}"
+            if hasattr(kernels, f"bind_{impl}") and (KERNELS_DIR / source).is_file():
+                binders[impl] = getattr(kernels, f"bind_{impl}")
+                sources[impl] = [source]
+    binders["torch"] = module.bind_torch
+    sources["torch"] = []
+    return Operation(name=name, description=module.DESCRIPTION, make_inputs=module.make_inputs,
+                     make_output=module.make_output, reference=module.reference, implementations=binders,
+                     bytes_moved=module.bytes_moved, flops=module.flops, validate_shape=module.validate_shape,
+                     sources=sources, kernels=kernels_module if binders.keys() - {"torch"} else "",
+                     dim_names=tuple(module.DIMS))
+
+
+def known() -> tuple[str, ...]:
+    """The operations there are: every folder of harness/ops/ with an __init__.py."""
+    return tuple(sorted(d.name for d in OPS_DIR.iterdir() if (d / "__init__.py").is_file()))
 
 
 def get(name: str) -> Operation:
-    if name not in KNOWN:
-        raise EvidenceError(f"unknown operation {name!r}; known operations are {', '.join(KNOWN)}.")
+    if name not in known():
+        raise EvidenceError(f"unknown operation {name!r}; known operations are {', '.join(known())}.")
     module = importlib.import_module(f"harness.ops.{name}")
     op: Operation = module.OP
     return op
 
 
-def launcher(op: Operation, impl: str, params: Params | None = None, shape: str | None = None) -> Launch:
-    """The launch function of one implementation; 'external' is built from the op's config block,
-    its launch geometry evaluated on the dimensions of `shape`."""
-    if impl == "external":
+def result(returned: Any, out: Any) -> Any:
+    """The tensor holding a call's result: what it returned (the library's fresh tensor), else out."""
+    return out if returned is None else returned
 
+
+def launcher(op: Operation, impl: str, params: Params | None = None, shape: str | None = None) -> Bind:
+    """The Bind of one implementation; 'external' is built from the op's config block, its launch
+    geometry evaluated on the dimensions of `shape`; a variant ('cuda.block512') binds its base
+    with the variant's defines in force, so its dispatch and compile see them."""
+    if impl == "external":
         if not params or "external" not in params:
             raise EvidenceError(f"operation {op.name!r} has no 'external' block in the config, so it has no external implementation.")
         ext = external.make_launcher(op, params["external"])
         dims = external.dims_from_shape(shape, op.dim_names) if shape else None
-        return lambda inputs, out, p: ext(inputs, out, p, dims=dims)
+        return lambda inputs, out, p: ext.bind(inputs, out, p, dims=dims)
 
     base, name = variants.split(impl)
     if name is not None:
         options = variants.compiler_options(params, impl)
-        base_launch = launcher(op, base, params, shape)
+        base_bind = launcher(op, base, params, shape)
 
-        def launch_variant(inputs: Tensors, out: Any, p: Params) -> Any:
+        def bind_variant(inputs: Tensors, out: Any, p: Params) -> Call:
+            with cuda_launch.variant_options(options):
+                return base_bind(inputs, out, p)
 
-            with cuda_module.variant_options(options):
-                return base_launch(inputs, out, p)
-
-        launch_variant.__name__ = f"{impl} ({' '.join(options)})"
-        return launch_variant
+        bind_variant.__name__ = f"{impl} ({' '.join(options)})"
+        return bind_variant
     try:
         return op.implementations[impl]
     except KeyError:
@@ -129,25 +186,47 @@ def bind(op_name: str, impl: str, shape: str, params: Params, seed: int, cache_m
     calls rotate through `cold_sets` input sets (different seeds) and outputs, totalling several
     times the L2, so each call reads its inputs from device memory."""
     op = get(op_name)
-    launch = launcher(op, impl, params, shape)
+    binder = launcher(op, impl, params, shape)
     count = 1
     if cache_mode == "cold":
         import torch
 
         l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or 0)
         count = cold_sets(op.bytes_moved(shape), l2)
-    sets = []
+    calls: list[Call] = []
+    kept = []  # the input sets stay alive as long as the call that launches on them
     for i in range(count):
         inputs = op.make_inputs(shape, seed + i, params)
         out = op.make_output(inputs, shape)
         out.fill_(float("nan"))
-        sets.append((inputs, out))
-    turn = [0]
+        kept.append((inputs, out))
+        calls.append(binder(inputs, out, params))
+    if count == 1:
+        call = calls[0]
+    else:
+        turn = [0]
 
-    def call() -> Any:
-        inputs, out = sets[turn[0]]
-        turn[0] = (turn[0] + 1) % count
-        return launch(inputs, out, params)
+        def call() -> Any:
+            launch = calls[turn[0]]
+            turn[0] = (turn[0] + 1) % count
+            return launch()
 
-    call.input_sets = count  # type: ignore[attr-defined]
-    return call
+    # input_sets: how many sets the call rotates through; launch_path: how it launches ('direct'
+    # for a CUDA launch or the library call, 'prepared' or 'jit' for Triton, harness.launch.triton)
+    return _annotated(call, sets=kept, input_sets=count, launch_path=getattr(calls[0], "launch_path", "direct"))
+
+
+
+def _annotated(call: Call, **attributes: Any) -> Call:
+    """`call` carrying `attributes` (a wrapper where the call itself takes none, as a builtin)."""
+    try:
+        for key, value in attributes.items():
+            setattr(call, key, value)
+        return call
+    except AttributeError:
+        def wrapped() -> Any:
+            return call()
+
+        for key, value in attributes.items():
+            setattr(wrapped, key, value)
+        return wrapped

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.ops import Operation, Params, Tensors
-from harness.ops.layernorm.kernels import launch_cuda, launch_triton
+from harness.ops import Call, Params, Tensors, define
 from harness.shapes import parse_shape, shape_tag
+
+DESCRIPTION = "FP32 layer norm forward over the last dimension"
+DIMS = ("rows", "width")
+TEST_SHAPES = ("7x771", "300x4", "5x8192")
+"""Odd shapes the generic GPU test (tests/test_ops_gpu.py) checks besides the default: tails."""
 
 
 def validate_shape(shape: str) -> None:
@@ -45,46 +49,23 @@ def reference(inputs: Tensors, params: Params) -> Any:
     return (x - mean) / torch.sqrt(var + float(params["eps"])) * inputs["w"].double() + inputs["b"].double()
 
 
-def _cuda(inputs: Tensors, out: Any, params: Params) -> Any:
-
-    launch_cuda(inputs["x"], inputs["w"], inputs["b"], float(params["eps"]), out)
-    return out
-
-
-def _triton(inputs: Tensors, out: Any, params: Params) -> Any:
-
-    launch_triton(inputs["x"], inputs["w"], inputs["b"], float(params["eps"]), out)
-    return out
-
-
-def _torch(inputs: Tensors, out: Any, params: Params) -> Any:
+def bind_torch(inputs: Tensors, out: Any, params: Params) -> Call:
+    """torch.nn.functional.layer_norm (a fresh tensor per call)."""
     import torch
 
-    x = inputs["x"]
-    return torch.nn.functional.layer_norm(x, (x.shape[-1],), inputs["w"], inputs["b"], float(params["eps"]))
+    x, w, b, eps = inputs["x"], inputs["w"], inputs["b"], float(params["eps"])
+    layer_norm, width = torch.nn.functional.layer_norm, (x.shape[-1],)
+    return lambda: layer_norm(x, width, w, b, eps)
 
 
-def _bytes(shape: str) -> int:
+def bytes_moved(shape: str) -> int:
     rows, n = parse_shape(shape)
     return 4 * (2 * rows * n + 2 * n)  # read x, write y, read w and b
 
 
-def _flops(shape: str) -> int:
+def flops(shape: str) -> int:
     rows, n = parse_shape(shape)
     return 8 * rows * n  # mean, deviation, square, sum, scale, shift: ~8 per element
 
 
-OP = Operation(
-    name="layernorm",
-    description="FP32 layer norm forward over the last dimension",
-    make_inputs=make_inputs,
-    make_output=make_output,
-    reference=reference,
-    implementations={"cuda": _cuda, "triton": _triton, "torch": _torch},
-    bytes_moved=_bytes,
-    flops=_flops,
-    validate_shape=validate_shape,
-    sources={"cuda": ["layernorm/layernorm.cu"], "triton": ["layernorm/layernorm_triton.py"], "torch": []},
-    kernels="harness.ops.layernorm.kernels",
-    dim_names=("rows", "width"),
-)
+OP = define(__name__)

@@ -1,9 +1,9 @@
 """Launchers for our two layer-norm kernels, and the one dispatch on width they share with the
 census.
 
-`cuda_variant(n)` and `triton_variant(n)` decide which compiled specialization serves a row width
+`cuda_instance(n)` and `triton_instance(n)` decide which compiled instance serves a row width
 n; `launch_cuda` / `launch_triton` launch exactly that one, and `harness.build` compiles exactly
-the ones `variants_for` lists, so the census describes the code that runs.
+the ones `instances_for` lists, so the census describes the code that runs.
 
 CUDA paths (kernels/layernorm/layernorm.cu), one thread block per row, the row held in registers:
     n % 4 == 0, n <= 1024          vec4,   128 threads, SLOTS = ceil(n / 4 / 128) (1 or 2)
@@ -22,23 +22,27 @@ num_warps from BLOCK_N, N a compile-time constant.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy
+
 from harness.errors import EvidenceError
-from harness.launch import cuda as cuda_module
+from harness.launch import cuda as cuda_launch
+from harness.launch import triton as triton_launch
 from harness.launch.checks import check_apart, check_tensors
-from harness.launch.cuda import dispatch_define
+from harness.launch.cuda import Launch, dispatch_define
 from harness.launch.instances import (
-    VariantShapes,
+    InstanceShapes,
     block_override,
-    group_by_variant,
+    group_by_instance,
     pick_ours,
     rows_and_last,
 )
 
-__all__ = ["VariantShapes", "cuda_variant", "triton_variant", "variants_for", "launch_cuda", "launch_triton"]
+__all__ = ["InstanceShapes", "cuda_instance", "triton_instance", "instances_for", "bind_cuda", "bind_triton",
+           "launch_cuda", "launch_triton"]
 
 CUDA_SOURCE = "layernorm/layernorm.cu"
 """Kernel source under kernels/ for the CUDA implementation."""
@@ -70,8 +74,8 @@ path at 4096x768 (1.002) and 8192x768 (0.993)."""
 
 
 @dataclass(frozen=True)
-class CudaVariant:
-    """One compiled specialization of kernels/layernorm/layernorm.cu."""
+class CudaInstance:
+    """One compiled instance of kernels/layernorm/layernorm.cu."""
 
     path: str
     """'rows128' (vec4, n <= 1024), 'wide' (vec4, n > 1024), 'scalar' (n % 4 != 0), each one block
@@ -113,8 +117,8 @@ class CudaVariant:
 
 
 @dataclass(frozen=True)
-class TritonVariant:
-    """One compiled specialization of kernels/layernorm/layernorm_triton.py's `layernorm_fwd`."""
+class TritonInstance:
+    """One compiled instance of kernels/layernorm/layernorm_triton.py's `layernorm_fwd`."""
 
     n: int
     block_n: int
@@ -155,7 +159,7 @@ class TritonVariant:
         return {"num_warps": self.num_warps}
 
 
-Variant = CudaVariant | TritonVariant
+Instance = CudaInstance | TritonInstance
 
 
 def _check_width(n: int) -> None:
@@ -170,34 +174,34 @@ def _switch(name: str, default: bool) -> bool:
     return default if value is None else value == "1"
 
 
-def cuda_variant(n: int) -> CudaVariant:
-    """The CUDA specialization that serves rows of width n (see the module docstring)."""
+def cuda_instance(n: int) -> CudaInstance:
+    """The CUDA instance that serves rows of width n (see the module docstring)."""
     _check_width(n)
     if n % 4 == 0 and n <= WARP_MAX_WIDTH and _switch("LN_WARP_ROWS", DEFAULT_WARP_ROWS):
-        return CudaVariant("warp", 4, 32 * WARP_ROWS_PER_BLOCK, math.ceil(n / 128), late_wb=True)
+        return CudaInstance("warp", 4, 32 * WARP_ROWS_PER_BLOCK, math.ceil(n / 128), late_wb=True)
     late = _switch("LN_LATE_WB", DEFAULT_LATE_WB)
     if n % 4 == 0:
         block = 128 if n <= 1024 else (256 if n <= 4096 else 512)
         if n > 1024:  # the wide path; the variants' LN_BLOCK sets its threads per block
             block = block_override("LN_BLOCK", n, 4, block, "Layer-norm")
-        return CudaVariant("rows128" if n <= 1024 else "wide", 4, block, math.ceil(n / (4 * block)),
+        return CudaInstance("rows128" if n <= 1024 else "wide", 4, block, math.ceil(n / (4 * block)),
                            late)
     block = 128 if n <= 1024 else (256 if n <= 2048 else (512 if n <= 4096 else 1024))
-    return CudaVariant("scalar", 1, block, math.ceil(n / block), late)
+    return CudaInstance("scalar", 1, block, math.ceil(n / block), late)
 
 
-def triton_variant(n: int) -> TritonVariant:
-    """The Triton specialization that serves rows of width n."""
+def triton_instance(n: int) -> TritonInstance:
+    """The Triton instance that serves rows of width n."""
     from kernels.layernorm.layernorm_triton import block_n_for, num_warps_for
 
     _check_width(n)
     block_n = block_n_for(n)
-    return TritonVariant(n=n, block_n=block_n, num_warps=num_warps_for(block_n))
+    return TritonInstance(n=n, block_n=block_n, num_warps=num_warps_for(block_n))
 
 
-def variant(impl: str, n: int) -> Variant:
-    """`cuda_variant` or `triton_variant` by implementation name."""
-    return pick_ours(impl, "Layer-norm", lambda: cuda_variant(n), lambda: triton_variant(n))
+def instance(impl: str, n: int) -> Instance:
+    """`cuda_instance` or `triton_instance` by implementation name."""
+    return pick_ours(impl, "Layer-norm", lambda: cuda_instance(n), lambda: triton_instance(n))
 
 
 def rows_and_width(shape: Sequence[int]) -> tuple[int, int]:
@@ -205,9 +209,9 @@ def rows_and_width(shape: Sequence[int]) -> tuple[int, int]:
     return rows_and_last(shape, "layer-norm")
 
 
-def variants_for(impl: str, shapes: Iterable[Sequence[int]]) -> list[VariantShapes]:
-    """Each distinct specialization the shapes need, in order of first use, with its shapes."""
-    return group_by_variant((rows_and_width(s) for s in shapes), lambda rn: variant(impl, rn[1]))
+def instances_for(impl: str, shapes: Iterable[Sequence[int]]) -> list[InstanceShapes]:
+    """Each distinct instance the shapes need, in order of first use, with its shapes."""
+    return group_by_instance((rows_and_width(s) for s in shapes), lambda rn: instance(impl, rn[1]))
 
 
 # ----------------------------------------------------------------------------- launchers
@@ -237,34 +241,38 @@ def validate(x: Any, w: Any, b: Any, eps: float, out: Any) -> tuple[int, int]:
     return rows, n
 
 
-def launch_cuda(x: Any, w: Any, b: Any, eps: float, out: Any) -> None:
-    """Layer norm of x's rows into `out` with our CUDA kernel (asynchronous, on torch's current
-    stream of x's device)."""
-    import numpy
-
-
+def bind_cuda(inputs: Mapping[str, Any], out: Any, params: Mapping[str, Any]) -> Launch:
+    """Layer norm of inputs x, w, b into `out` with our CUDA kernel, bound once: the tensors are
+    checked and the instance chosen here; the call launches on torch's current stream."""
+    x, w, b, eps = inputs["x"], inputs["w"], inputs["b"], float(params["eps"])
     rows, n = validate(x, w, b, eps, out)
     if rows == 0:
-        return
-    v = cuda_variant(n)
-    with cuda_module.on_device(x.device):
-        kernel = cuda_module.get_function(CUDA_SOURCE, v.kernel)
+        return cuda_launch.nothing
+    v = cuda_instance(n)
     sizes = (numpy.int32(rows), numpy.int32(n)) if v.path == "warp" else (numpy.int32(n),)
-    args = (*(cuda_module.pointer(t) for t in (x, w, b, out)), *sizes, numpy.float32(eps))
-    cuda_module.launch(kernel, (v.grid(rows), 1, 1), (v.block, 1, 1), args, device=x.device)
+    args = (*(cuda_launch.pointer(t) for t in (x, w, b, out)), *sizes, numpy.float32(eps))
+    return cuda_launch.bind(CUDA_SOURCE, v.kernel, (v.grid(rows),), (v.block,), args, x.device)
+
+
+def bind_triton(inputs: Mapping[str, Any], out: Any, params: Mapping[str, Any]) -> Launch:
+    """Layer norm of inputs x, w, b into `out` with our Triton kernel, bound once (the first
+    launch happens here, through the JIT; harness.launch.triton)."""
+    from kernels.layernorm.layernorm_triton import layernorm_fwd
+
+    x, w, b, eps = inputs["x"], inputs["w"], inputs["b"], float(params["eps"])
+    rows, n = validate(x, w, b, eps, out)
+    if rows == 0:
+        return cuda_launch.nothing
+    v = triton_instance(n)
+    return triton_launch.bind(layernorm_fwd, (rows,), (x, w, b, out, eps), {"N": n, "BLOCK_N": v.block_n},
+                              {"num_warps": v.num_warps}, cuda_launch.device_index(x.device))
+
+
+def launch_cuda(x: Any, w: Any, b: Any, eps: float, out: Any) -> None:
+    """One launch of `bind_cuda` (asynchronous)."""
+    bind_cuda({"x": x, "w": w, "b": b}, out, {"eps": eps})()
 
 
 def launch_triton(x: Any, w: Any, b: Any, eps: float, out: Any) -> None:
-    """Layer norm of x's rows into `out` with our Triton kernel (asynchronous, on torch's current
-    stream of x's device)."""
-    import torch
-
-    from kernels.layernorm.layernorm_triton import layernorm_fwd
-
-    rows, n = validate(x, w, b, eps, out)
-    if rows == 0:
-        return
-    v = triton_variant(n)
-    with torch.cuda.device(x.device):
-        layernorm_fwd[(rows,)](x, w, b, out, float(eps), N=n, BLOCK_N=v.block_n,
-                               num_warps=v.num_warps)
+    """One launch of `bind_triton` (asynchronous)."""
+    bind_triton({"x": x, "w": w, "b": b}, out, {"eps": eps})()

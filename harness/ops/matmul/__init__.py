@@ -8,8 +8,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from harness.ops import Operation, Params, Tensors, our_launch
+from harness.ops import Call, Params, Tensors, define
 from harness.shapes import parse_shape, shape_tag
+
+DESCRIPTION = "FP32 matrix product C = A @ B (no TF32)"
+DIMS = ('m', 'n', 'k')
+TEST_SHAPES = ("100x37x55", "129x131x17")
+"""Odd shapes the generic GPU test (tests/test_ops_gpu.py) checks besides the default: tails."""
 
 MAX_DIM = 2**31 - 1
 """Largest M, N or K (the kernels take them as 32-bit integers)."""
@@ -46,41 +51,25 @@ def reference(inputs: Tensors, params: Params) -> Any:
     return inputs["a"].double() @ inputs["b"].double()
 
 
-_cuda = our_launch("harness.ops.matmul.kernels", "launch_cuda", "a", "b")
-_triton = our_launch("harness.ops.matmul.kernels", "launch_triton", "a", "b")
-
-
-def _torch(inputs: Tensors, out: Any, params: Params) -> Any:
+def bind_torch(inputs: Tensors, out: Any, params: Params) -> Call:
+    """torch.matmul in full FP32 (cuBLAS SGEMM, TF32 off; a fresh tensor per call). The switches
+    are set at bind and stay set: a measurement process runs this operation only."""
     import torch
 
-    # Full FP32 (cuBLAS SGEMM), not TF32; the harness process runs only this operation, so the
-    # global settings are not restored.
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
-    return torch.matmul(inputs["a"], inputs["b"])
+    a, b, matmul = inputs["a"], inputs["b"], torch.matmul
+    return lambda: matmul(a, b)
 
 
-def _bytes(shape: str) -> int:
+def bytes_moved(shape: str) -> int:
     m, n, k = parse_shape(shape)
     return 4 * (m * k + k * n + m * n)  # read A and B once, write C once
 
 
-def _flops(shape: str) -> int:
+def flops(shape: str) -> int:
     m, n, k = parse_shape(shape)
     return 2 * m * n * k  # one multiply and one add per (i, j, k)
 
 
-OP = Operation(
-    name="matmul",
-    description="FP32 matrix product C = A @ B (no TF32)",
-    make_inputs=make_inputs,
-    make_output=make_output,
-    reference=reference,
-    implementations={"cuda": _cuda, "triton": _triton, "torch": _torch},
-    bytes_moved=_bytes,
-    flops=_flops,
-    validate_shape=validate_shape,
-    sources={"cuda": ["matmul/matmul.cu"], "triton": ["matmul/matmul_triton.py"], "torch": []},
-    kernels="harness.ops.matmul.kernels",
-    dim_names=("m", "n", "k"),
-)
+OP = define(__name__)

@@ -1,12 +1,12 @@
 """Launchers for our two FP32 matrix-product kernels, and the one dispatch on shape they share with
 the census.
 
-`cuda_variant(m, n, k)` and `triton_variant(m, n, k)` decide which compiled specialization serves
+`cuda_instance(m, n, k)` and `triton_instance(m, n, k)` decide which compiled instance serves
 an M x N x K product (A [M, K] @ B [K, N]); `launch_cuda` / `launch_triton` launch exactly that
-one, and `harness.build` compiles exactly the ones `variants_for` lists, so the census describes
+one, and `harness.build` compiles exactly the ones `instances_for` lists, so the census describes
 the code that runs.
 
-CUDA (kernels/matmul/matmul.cu), dispatched by shape (`cuda_variant`):
+CUDA (kernels/matmul/matmul.cu), dispatched by shape (`cuda_instance`):
     N % 4 == K % 4 == 0, C has >= 132 tiles of 128 x 128
                    matmul_f32_tiled<128, 128, 16, 8>   128 x 128 x 16 tiles, 256 threads, 8 x 8
                    outputs per thread, warp-tiled; B by cp.async, A staged in registers
@@ -21,7 +21,7 @@ CUDA (kernels/matmul/matmul.cu), dispatched by shape (`cuda_variant`):
     kernel at every shape it can serve), MM_BM / MM_BN / MM_BK / MM_ROWS (the tiled kernel's
     instance wherever it serves), MM_STAGED128=1 (matmul_f32_128, the 128 x 128 x 8 kernel before
     it, A and B staged in registers, where the tiled kernel would serve).
-Triton (kernels/matmul/matmul_triton.py), M, N, K compile-time constants (one specialization per
+Triton (kernels/matmul/matmul_triton.py), M, N, K compile-time constants (one instance per
 shape), grid = ceil(M / 64) * ceil(N / 64) programs:
     any shape      BLOCK 64 x 64 x 32, GROUP_M = 8, 4 warps, 3 stages (`config_for`: measured
                    fastest or within 1.5 % of nine configurations on the H200)
@@ -30,17 +30,20 @@ shape), grid = ceil(M / 64) * ceil(N / 64) programs:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.errors import EvidenceError
-from harness.launch import cuda as cuda_module
-from harness.launch.checks import check_apart, check_tensors
-from harness.launch.cuda import dispatch_define
-from harness.launch.instances import VariantShapes, group_by_variant, pick_ours
+import numpy
 
-__all__ = ["VariantShapes", "cuda_variant", "triton_variant", "variants_for", "launch_cuda",
+from harness.errors import EvidenceError
+from harness.launch import cuda as cuda_launch
+from harness.launch import triton as triton_launch
+from harness.launch.checks import check_apart, check_tensors
+from harness.launch.cuda import Launch, dispatch_define
+from harness.launch.instances import InstanceShapes, group_by_instance, pick_ours
+
+__all__ = ["InstanceShapes", "cuda_instance", "triton_instance", "instances_for", "launch_cuda",
            "launch_triton", "cuda_grid"]
 
 CUDA_SOURCE = "matmul/matmul.cu"
@@ -74,8 +77,8 @@ MAX_DIM = 2**31 - 1
 
 
 @dataclass(frozen=True)
-class CudaVariant:
-    """One compiled specialization of kernels/matmul/matmul.cu."""
+class CudaInstance:
+    """One compiled instance of kernels/matmul/matmul.cu."""
 
     vec_b: int
     """Floats per copy of B and per store of C: 4 (N % 4 == 0) or 1."""
@@ -139,8 +142,8 @@ def tiled_instance(bm: int, bn: int, bk: int, rows: int) -> str | None:
 
 
 @dataclass(frozen=True)
-class TritonVariant:
-    """One compiled specialization of kernels/matmul/matmul_triton.py's `matmul_fwd`."""
+class TritonInstance:
+    """One compiled instance of kernels/matmul/matmul_triton.py's `matmul_fwd`."""
 
     m: int
     n: int
@@ -195,7 +198,7 @@ class TritonVariant:
         return {"num_warps": self.num_warps, "num_stages": self.num_stages}
 
 
-Variant = CudaVariant | TritonVariant
+Instance = CudaInstance | TritonInstance
 
 
 def _check_dims(m: int, n: int, k: int) -> None:
@@ -205,8 +208,8 @@ def _check_dims(m: int, n: int, k: int) -> None:
                                 f"range 1..{MAX_DIM}.")
 
 
-def cuda_variant(m: int, n: int, k: int) -> CudaVariant:
-    """The CUDA specialization that serves an M x N x K product (see the module docstring); the
+def cuda_instance(m: int, n: int, k: int) -> CudaInstance:
+    """The CUDA instance that serves an M x N x K product (see the module docstring); the
     variants' defines replace a choice of the dispatch, where that kernel can serve the shape."""
 
     _check_dims(m, n, k)
@@ -219,17 +222,17 @@ def cuda_variant(m: int, n: int, k: int) -> CudaVariant:
                                                           ("MM_BK", ("8", "16", "32")), ("MM_ROWS", ("4", "8")))]
     staged = define("MM_STAGED128", ("0", "1")) == "1"
     if not (n % 4 == 0 and k % 4 == 0) or forced == "64":
-        return CudaVariant(vec_b=4 if n % 4 == 0 else 1)
+        return CudaInstance(vec_b=4 if n % 4 == 0 else 1)
     large = cuda_grid(m, n, 128) >= TILE128_MIN_TILES or forced == "128"
     if staged and large:
-        return CudaVariant(vec_b=4, family="staged")
+        return CudaInstance(vec_b=4, family="staged")
     default = DEFAULT_TILED if large else DEFAULT_SMALL
     bm, bn, bk, rows = (int(v) if v is not None else d for v, d in zip(tiled, default, strict=True))
     why = tiled_instance(bm, bn, bk, rows)
     if why is not None:
         raise EvidenceError(f"Matrix-product switches MM_BM/MM_BN/MM_BK/MM_ROWS name the tile {bm}x{bn}x{bk} "
                             f"with {rows} rows per thread, which the tiled kernel does not take: {why}.")
-    return CudaVariant(vec_b=4, family="tiled", bm=bm, bn=bn, bk=bk, rows=rows)
+    return CudaInstance(vec_b=4, family="tiled", bm=bm, bn=bn, bk=bk, rows=rows)
 
 
 def cuda_grid(m: int, n: int, tile: int | tuple[int, int] = CUDA_TILE[0]) -> int:
@@ -238,19 +241,19 @@ def cuda_grid(m: int, n: int, tile: int | tuple[int, int] = CUDA_TILE[0]) -> int
     return math.ceil(m / rows) * math.ceil(n / cols)
 
 
-def triton_variant(m: int, n: int, k: int) -> TritonVariant:
-    """The Triton specialization that serves an M x N x K product."""
+def triton_instance(m: int, n: int, k: int) -> TritonInstance:
+    """The Triton instance that serves an M x N x K product."""
     from kernels.matmul.matmul_triton import config_for
 
     _check_dims(m, n, k)
     block_m, block_n, block_k, group_m, warps, stages = config_for(m, n, k)
-    return TritonVariant(m=m, n=n, k=k, block_m=block_m, block_n=block_n, block_k=block_k,
+    return TritonInstance(m=m, n=n, k=k, block_m=block_m, block_n=block_n, block_k=block_k,
                          group_m=group_m, num_warps=warps, num_stages=stages)
 
 
-def variant(impl: str, m: int, n: int, k: int) -> Variant:
-    """`cuda_variant` or `triton_variant` by implementation name."""
-    return pick_ours(impl, "Matrix-product", lambda: cuda_variant(m, n, k), lambda: triton_variant(m, n, k))
+def instance(impl: str, m: int, n: int, k: int) -> Instance:
+    """`cuda_instance` or `triton_instance` by implementation name."""
+    return pick_ours(impl, "Matrix-product", lambda: cuda_instance(m, n, k), lambda: triton_instance(m, n, k))
 
 
 def mnk(shape: Sequence[int]) -> tuple[int, int, int]:
@@ -261,9 +264,9 @@ def mnk(shape: Sequence[int]) -> tuple[int, int, int]:
     return m, n, k
 
 
-def variants_for(impl: str, shapes: Iterable[Sequence[int]]) -> list[VariantShapes]:
-    """Each distinct specialization the shapes need, in order of first use, with its shapes."""
-    return group_by_variant((mnk(s) for s in shapes), lambda s: variant(impl, *s))
+def instances_for(impl: str, shapes: Iterable[Sequence[int]]) -> list[InstanceShapes]:
+    """Each distinct instance the shapes need, in order of first use, with its shapes."""
+    return group_by_instance((mnk(s) for s in shapes), lambda s: instance(impl, *s))
 
 
 # ----------------------------------------------------------------------------- launchers
@@ -298,32 +301,36 @@ def _degenerate(m: int, n: int, k: int, out: Any) -> bool:
     return False
 
 
-def launch_cuda(a: Any, b: Any, out: Any) -> None:
-    """out = a @ b with our CUDA kernel (asynchronous, on torch's current stream of a's device)."""
-    import numpy
-
-
+def bind_cuda(inputs: Mapping[str, Any], out: Any, params: Mapping[str, Any]) -> Launch:
+    """out = a @ b with our CUDA kernel, bound once (tensors checked and instance chosen here)."""
+    a, b = inputs["a"], inputs["b"]
     m, n, k = validate(a, b, out)
     if _degenerate(m, n, k, out):
-        return
-    v = cuda_variant(m, n, k)
-    with cuda_module.on_device(a.device):
-        kernel = cuda_module.get_function(CUDA_SOURCE, v.kernel)
-    args = (*(cuda_module.pointer(t) for t in (a, b, out)), numpy.int32(m), numpy.int32(n),
-            numpy.int32(k))
-    cuda_module.launch(kernel, (cuda_grid(m, n, v.tile_mn), 1, 1), (v.block, 1, 1), args, device=a.device)
+        return cuda_launch.nothing
+    v = cuda_instance(m, n, k)
+    args = (*(cuda_launch.pointer(t) for t in (a, b, out)), numpy.int32(m), numpy.int32(n), numpy.int32(k))
+    return cuda_launch.bind(CUDA_SOURCE, v.kernel, (cuda_grid(m, n, v.tile_mn),), (v.block,), args, a.device)
+
+
+def bind_triton(inputs: Mapping[str, Any], out: Any, params: Mapping[str, Any]) -> Launch:
+    """out = a @ b with our Triton kernel, bound once (harness.launch.triton)."""
+    from kernels.matmul.matmul_triton import matmul_fwd
+
+    a, b = inputs["a"], inputs["b"]
+    m, n, k = validate(a, b, out)
+    if _degenerate(m, n, k, out):
+        return cuda_launch.nothing
+    v = triton_instance(m, n, k)
+    return triton_launch.bind(matmul_fwd, (v.programs,), (a, b, out), v.constexprs(),
+                              {"num_warps": v.num_warps, "num_stages": v.num_stages},
+                              cuda_launch.device_index(a.device))
+
+
+def launch_cuda(a: Any, b: Any, out: Any) -> None:
+    """One launch of `bind_cuda` (asynchronous)."""
+    bind_cuda({"a": a, "b": b}, out, {})()
 
 
 def launch_triton(a: Any, b: Any, out: Any) -> None:
-    """out = a @ b with our Triton kernel (asynchronous, on torch's current stream of a's device)."""
-    import torch
-
-    from kernels.matmul.matmul_triton import matmul_fwd
-
-    m, n, k = validate(a, b, out)
-    if _degenerate(m, n, k, out):
-        return
-    v = triton_variant(m, n, k)
-    with torch.cuda.device(a.device):
-        matmul_fwd[(v.programs,)](a, b, out, num_warps=v.num_warps, num_stages=v.num_stages,
-                                  **v.constexprs())
+    """One launch of `bind_triton` (asynchronous)."""
+    bind_triton({"a": a, "b": b}, out, {})()

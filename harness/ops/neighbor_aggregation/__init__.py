@@ -30,7 +30,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from harness.ops import Operation, Params, Tensors
+from harness.ops import Call, Params, Tensors, define
 from harness.ops.neighbor_aggregation.graphs import (
     coo_rows,
     generate_torch,
@@ -41,10 +41,13 @@ from harness.ops.neighbor_aggregation.kernels import (
     MAX_EDGES,
     MAX_FEATURES,
     MAX_NODES,
-    launch_cuda,
-    launch_triton,
 )
 from harness.shapes import parse_shape, shape_tag
+
+DESCRIPTION = "FP32 sum of in-neighbours' feature rows over a CSR graph"
+DIMS = ("nodes", "edges", "features")
+TEST_SHAPES = ("1000x8000x7", "2000x30000x16-powerlaw")
+"""Odd shapes the generic GPU test (tests/test_ops_gpu.py) checks besides the default: tails."""
 
 TORCH_METHOD = "sparse_mm"
 """The library call `implementations['torch']` runs: 'sparse_mm' (the faster on the H200) or 'index_add'."""
@@ -120,43 +123,35 @@ def reference(inputs: Tensors, params: Params) -> Any:
     return out.index_add_(0, inputs["dst"], x.double()[inputs["src"]])
 
 
-def _cuda(inputs: Tensors, out: Any, params: Params) -> Any:
-
-    launch_cuda(inputs["x"], inputs["indptr"], inputs["indices"], out,
-                max_degree=int(inputs["max_degree"]))
-    return out
-
-
-def _triton(inputs: Tensors, out: Any, params: Params) -> Any:
-
-    launch_triton(inputs["x"], inputs["indptr"], inputs["indices"], out,
-                  max_degree=int(inputs["max_degree"]))
-    return out
-
-
-def torch_index_add(inputs: Tensors, out: Any, params: Params) -> Any:
+def torch_index_add(inputs: Tensors, out: Any, params: Params) -> Call:
     """out.zero_(); out.index_add_(0, dst, x.index_select(0, src)): gathers every edge's source
     row into an [edges, F] tensor, then scatter-adds it by destination (atomics)."""
-    out.zero_()
-    return out.index_add_(0, inputs["dst"], inputs["x"].index_select(0, inputs["src"]))
+    x, dst, src = inputs["x"], inputs["dst"], inputs["src"]
+
+    def call() -> Any:
+        out.zero_()
+        return out.index_add_(0, dst, x.index_select(0, src))
+
+    return call
 
 
-def torch_sparse_mm(inputs: Tensors, out: Any, params: Params) -> Any:
+def torch_sparse_mm(inputs: Tensors, out: Any, params: Params) -> Call:
     """torch.sparse.mm(adjacency, x): cuSPARSE SpMM with the CSR adjacency (a fresh tensor)."""
     import torch
 
-    return torch.sparse.mm(inputs["adjacency"], inputs["x"])
+    adjacency, x, mm = inputs["adjacency"], inputs["x"], torch.sparse.mm
+    return lambda: mm(adjacency, x)
 
 
 TORCH_METHODS = {"index_add": torch_index_add, "sparse_mm": torch_sparse_mm}
 
 
-def _torch(inputs: Tensors, out: Any, params: Params) -> Any:
+def bind_torch(inputs: Tensors, out: Any, params: Params) -> Call:
     """The library call named by TORCH_METHOD ('sparse_mm' by default; see the module docstring)."""
     return TORCH_METHODS[TORCH_METHOD](inputs, out, params)
 
 
-def _bytes(shape: str) -> int:
+def bytes_moved(shape: str) -> int:
     # The fewest: x read once, indices and indptr read once, out written once. A real kernel
     # reads x's row j once per edge (4 * edges * F bytes), from L2 or memory: x is re-read
     # edges / nodes times on average, so this figure is a floor, not what the kernels move.
@@ -164,23 +159,10 @@ def _bytes(shape: str) -> int:
     return 4 * nodes * features + 4 * edges + 4 * (nodes + 1) + 4 * nodes * features
 
 
-def _flops(shape: str) -> int:
+def flops(shape: str) -> int:
     # One addition per edge and feature (edges * F; strictly (edges - non-empty rows) * F).
     _, edges, features, _ = dims(shape)
     return edges * features
 
 
-OP = Operation(
-    name="neighbor_aggregation",
-    description="FP32 sum of in-neighbours' feature rows over a CSR graph",
-    make_inputs=make_inputs,
-    make_output=make_output,
-    reference=reference,
-    implementations={"cuda": _cuda, "triton": _triton, "torch": _torch},
-    bytes_moved=_bytes,
-    flops=_flops,
-    validate_shape=validate_shape,
-    sources={"cuda": ["neighbor_aggregation/neighbor_aggregation.cu"], "triton": ["neighbor_aggregation/neighbor_aggregation_triton.py"],
-             "torch": []},
-    kernels="harness.ops.neighbor_aggregation.kernels",
-)
+OP = define(__name__)

@@ -14,7 +14,7 @@ kernels/neighbor_aggregation/neighbor_aggregation.cu for the argument):
 The pieces and the zeroing run only when some row has more than LONG_ROW_CHUNK in-edges: the
 launchers take the graph's maximum in-degree (`max_degree`, a host int known when the graph is
 made) and otherwise launch the sum kernel over the rows alone; with `max_degree=None` they always
-run them (correct for any graph). `variants_for` lists both kernels of every width, since the
+run them (correct for any graph). `instances_for` lists both kernels of every width, since the
 shape alone does not say whether a graph has long rows.
 
 CUDA (blocks of 128 threads: 4 rows or pieces per block), by feature width F:
@@ -32,17 +32,21 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.errors import EvidenceError
-from harness.launch import cuda as cuda_module
-from harness.launch.checks import check_apart, check_tensors
-from harness.launch.instances import SimpleTritonSpec, VariantShapes, pick_ours
+import numpy
 
-__all__ = ["VariantShapes", "CudaSumVariant", "CudaZeroVariant", "cuda_variants",
-           "triton_variants", "variants_for", "needs_long_pass", "launch_cuda", "launch_triton"]
+from harness.errors import EvidenceError
+from harness.launch import cuda as cuda_launch
+from harness.launch import triton as triton_launch
+from harness.launch.checks import check_apart, check_tensors
+from harness.launch.cuda import Launch
+from harness.launch.instances import SimpleTritonSpec, InstanceShapes, pick_ours
+
+__all__ = ["InstanceShapes", "CudaSumInstance", "CudaZeroInstance", "cuda_instances",
+           "triton_instances", "instances_for", "needs_long_pass", "launch_cuda", "launch_triton"]
 
 CUDA_SOURCE = "neighbor_aggregation/neighbor_aggregation.cu"
 """Kernel source under kernels/ for the CUDA implementation."""
@@ -77,8 +81,8 @@ MAX_EDGES = 2**31 - 1 - LONG_ROW_CHUNK
 
 
 @dataclass(frozen=True)
-class CudaSumVariant:
-    """One compiled specialization of neighbor_sum in kernels/neighbor_aggregation/neighbor_aggregation.cu."""
+class CudaSumInstance:
+    """One compiled instance of neighbor_sum in kernels/neighbor_aggregation/neighbor_aggregation.cu."""
 
     vec: int
     """Floats per access: 4 (128-bit) or 1 (32-bit)."""
@@ -106,8 +110,8 @@ class CudaSumVariant:
 
 
 @dataclass(frozen=True)
-class CudaZeroVariant:
-    """One compiled specialization of neighbor_zero_long_rows (one thread per row)."""
+class CudaZeroInstance:
+    """One compiled instance of neighbor_zero_long_rows (one thread per row)."""
 
     vec: int
     block: int = CUDA_BLOCK
@@ -143,10 +147,10 @@ def cuda_params(features: int) -> tuple[int, int, int, int]:
 
 
 @functools.lru_cache(maxsize=None)
-def cuda_variants(features: int) -> tuple[CudaSumVariant, CudaZeroVariant]:
+def cuda_instances(features: int) -> tuple[CudaSumInstance, CudaZeroInstance]:
     """The (sum, zero) CUDA specializations that serve feature width F."""
     params = cuda_params(features)
-    return CudaSumVariant(*params), CudaZeroVariant(params[0])
+    return CudaSumInstance(*params), CudaZeroInstance(params[0])
 
 
 _TRITON_SUM_ARGS = (("X", "*fp32"), ("INDPTR", "*i32"), ("INDICES", "*i32"), ("OUT", "*fp32"),
@@ -158,7 +162,7 @@ _TRITON_ZERO_ARGS = (("INDPTR", "*i32"), ("OUT", "*fp32"), ("nodes", "i32"), ("F
 
 
 @functools.lru_cache(maxsize=None)
-def triton_variants(features: int) -> tuple[SimpleTritonSpec, SimpleTritonSpec]:
+def triton_instances(features: int) -> tuple[SimpleTritonSpec, SimpleTritonSpec]:
     """The (sum, zero) Triton specializations that serve feature width F."""
     from kernels.neighbor_aggregation.neighbor_aggregation_triton import (
         ZERO_WARPS,
@@ -186,9 +190,9 @@ def triton_variants(features: int) -> tuple[SimpleTritonSpec, SimpleTritonSpec]:
     return summing, zeroing
 
 
-def variants(impl: str, features: int) -> tuple[Any, Any]:
-    """`cuda_variants` or `triton_variants` by implementation name."""
-    return pick_ours(impl, "Neighbour-aggregation", lambda: cuda_variants(features), lambda: triton_variants(features))
+def instances(impl: str, features: int) -> tuple[Any, Any]:
+    """`cuda_instances` or `triton_instances` by implementation name."""
+    return pick_ours(impl, "Neighbour-aggregation", lambda: cuda_instances(features), lambda: triton_instances(features))
 
 
 def features_of(shape: Sequence[int]) -> int:
@@ -199,17 +203,17 @@ def features_of(shape: Sequence[int]) -> int:
     return int(shape[2])
 
 
-def variants_for(impl: str, shapes: Iterable[Sequence[int]]) -> list[VariantShapes]:
-    """Each distinct specialization the shapes need (both kernels of each width), in order of
+def instances_for(impl: str, shapes: Iterable[Sequence[int]]) -> list[InstanceShapes]:
+    """Each distinct instance the shapes need (both kernels of each width), in order of
     first use, with its shapes."""
     found: dict[Any, list[tuple[int, ...]]] = {}
     for shape in shapes:
         key = tuple(int(d) for d in shape)
-        for v in variants(impl, features_of(key)):
+        for v in instances(impl, features_of(key)):
             served = found.setdefault(v, [])
             if key not in served:
                 served.append(key)
-    return [VariantShapes(v, tuple(s)) for v, s in found.items()]
+    return [InstanceShapes(v, tuple(s)) for v, s in found.items()]
 
 
 def needs_long_pass(max_degree: int | None) -> bool:
@@ -267,53 +271,67 @@ def _pieces(edges: int, max_degree: int | None) -> int:
     return -(-edges // LONG_ROW_PIECE) if edges and needs_long_pass(max_degree) else 0
 
 
-def launch_cuda(x: Any, indptr: Any, indices: Any, out: Any, max_degree: int | None = None) -> None:
-    """Aggregate x over the CSR graph into `out` with our CUDA kernels (asynchronous, on torch's
-    current stream of x's device). `max_degree`: the graph's largest in-degree, or None."""
-    import numpy
+def _max_degree(inputs: Mapping[str, Any]) -> int | None:
+    value = inputs.get("max_degree")
+    return None if value is None else int(value)
 
 
+def bind_cuda(inputs: Mapping[str, Any], out: Any, params: Mapping[str, Any]) -> Launch:
+    """Aggregate input x over the CSR graph (indptr, indices) into `out` with our CUDA kernels,
+    bound once. `max_degree` (the graph's largest in-degree, when the inputs carry it) lets a graph
+    with no long row skip the long-row pieces and their zeroing."""
+    x, indptr, indices, max_degree = inputs["x"], inputs["indptr"], inputs["indices"], _max_degree(inputs)
     nodes, edges, features = validate(x, indptr, indices, out, max_degree)
     if nodes == 0:
-        return
-    summing, zeroing = cuda_variants(features)
+        return cuda_launch.nothing
+    summing, zeroing = cuda_instances(features)
     pieces = _pieces(edges, max_degree)
-    p_x, p_indptr, p_indices, p_out = (cuda_module.pointer(t) for t in (x, indptr, indices, out))
+    p_x, p_indptr, p_indices, p_out = (cuda_launch.pointer(t) for t in (x, indptr, indices, out))
     n, f, chunk = numpy.int32(nodes), numpy.int32(features), numpy.int32(LONG_ROW_CHUNK)
-    with cuda_module.on_device(x.device):
-        sum_kernel = cuda_module.get_function(CUDA_SOURCE, summing.kernel)
-        zero_kernel = cuda_module.get_function(CUDA_SOURCE, zeroing.kernel) if pieces else None
-    if zero_kernel is not None:
-        cuda_module.launch(zero_kernel, (-(-nodes // zeroing.block), 1, 1), (zeroing.block, 1, 1),
-                           (p_indptr, p_out, n, f, chunk), device=x.device)
+    launches = []
+    if pieces:
+        launches.append(cuda_launch.bind(CUDA_SOURCE, zeroing.kernel, (-(-nodes // zeroing.block),), (zeroing.block,),
+                                         (p_indptr, p_out, n, f, chunk), x.device))
     warps = nodes + pieces
-    cuda_module.launch(sum_kernel, (-(-warps // (summing.block // 32)), 1, 1),
-                       (summing.block, 1, 1),
-                       (p_x, p_indptr, p_indices, p_out, n, numpy.int32(edges), f, chunk,
-                        numpy.int32(LONG_ROW_PIECE)), device=x.device)
+    launches.append(cuda_launch.bind(CUDA_SOURCE, summing.kernel, (-(-warps // (summing.block // 32)),), (summing.block,),
+                                     (p_x, p_indptr, p_indices, p_out, n, numpy.int32(edges), f, chunk,
+                                      numpy.int32(LONG_ROW_PIECE)), x.device))
+    return cuda_launch.sequence(*launches)
 
 
-def launch_triton(x: Any, indptr: Any, indices: Any, out: Any,
-                  max_degree: int | None = None) -> None:
-    """Aggregate x over the CSR graph into `out` with our Triton kernels (asynchronous, on
-    torch's current stream of x's device). `max_degree`: the graph's largest in-degree, or None."""
-    import torch
-
+def bind_triton(inputs: Mapping[str, Any], out: Any, params: Mapping[str, Any]) -> Launch:
+    """Aggregate input x over the CSR graph into `out` with our Triton kernels, bound once
+    (harness.launch.triton)."""
     from kernels.neighbor_aggregation.neighbor_aggregation_triton import (
         neighbor_sum,
         neighbor_zero_long_rows,
     )
 
+    x, indptr, indices, max_degree = inputs["x"], inputs["indptr"], inputs["indices"], _max_degree(inputs)
     nodes, edges, features = validate(x, indptr, indices, out, max_degree)
     if nodes == 0:
-        return
-    summing, zeroing = triton_variants(features)
+        return cuda_launch.nothing
+    summing, zeroing = triton_instances(features)
     pieces = _pieces(edges, max_degree)
-    with torch.cuda.device(x.device):
-        if pieces:
-            block_r = zeroing.constexprs()["BLOCK_R"]
-            neighbor_zero_long_rows[(-(-nodes // block_r),)](indptr, out, nodes,
-                                                             **zeroing.constexprs(),
-                                                             num_warps=zeroing.num_warps)
-        neighbor_sum[(nodes + pieces,)](x, indptr, indices, out, nodes, edges,
-                                        **summing.constexprs(), num_warps=summing.num_warps)
+    index = cuda_launch.device_index(x.device)
+    launches = []
+    if pieces:
+        block_r = zeroing.constexprs()["BLOCK_R"]
+        launches.append(triton_launch.bind(neighbor_zero_long_rows, (-(-nodes // block_r),), (indptr, out, nodes),
+                                           zeroing.constexprs(), {"num_warps": zeroing.num_warps}, index))
+    launches.append(triton_launch.bind(neighbor_sum, (nodes + pieces,), (x, indptr, indices, out, nodes, edges),
+                                       summing.constexprs(), {"num_warps": summing.num_warps}, index))
+    launch = cuda_launch.sequence(*launches)
+    if len(launches) > 1:
+        launch.launch_path = "+".join(sorted({getattr(x, "launch_path", "jit") for x in launches}))  # type: ignore[attr-defined]
+    return launch
+
+
+def launch_cuda(x: Any, indptr: Any, indices: Any, out: Any, max_degree: int | None = None) -> None:
+    """One launch of `bind_cuda` (asynchronous)."""
+    bind_cuda({"x": x, "indptr": indptr, "indices": indices, "max_degree": max_degree}, out, {})()
+
+
+def launch_triton(x: Any, indptr: Any, indices: Any, out: Any, max_degree: int | None = None) -> None:
+    """One launch of `bind_triton` (asynchronous)."""
+    bind_triton({"x": x, "indptr": indptr, "indices": indices, "max_degree": max_degree}, out, {})()

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.ops import Operation, Params, Tensors, our_launch
+from harness.ops import Call, Params, Tensors, define
 from harness.ops.softmax.kernels import MAX_ROWS, MAX_WIDTH
 from harness.shapes import parse_shape, shape_tag
+
+DESCRIPTION = "FP32 softmax over the last dimension"
+DIMS = ('rows', 'cols')
+TEST_SHAPES = ("7x1000", "3x33", "2x40000")
+"""Odd shapes the generic GPU test (tests/test_ops_gpu.py) checks besides the default: tails."""
 
 
 def validate_shape(shape: str) -> None:
@@ -42,39 +47,24 @@ def reference(inputs: Tensors, params: Params) -> Any:
     return torch.softmax(inputs["x"].double(), dim=-1)
 
 
-_cuda = our_launch("harness.ops.softmax.kernels", "launch_cuda", "x")
-_triton = our_launch("harness.ops.softmax.kernels", "launch_triton", "x")
-
-
-def _torch(inputs: Tensors, out: Any, params: Params) -> Any:
+def bind_torch(inputs: Tensors, out: Any, params: Params) -> Call:
+    """torch.softmax over the last dimension (a fresh tensor per call)."""
     import torch
 
-    return torch.softmax(inputs["x"], dim=-1)
+    x, softmax = inputs["x"], torch.softmax
+    return lambda: softmax(x, dim=-1)
 
 
-def _bytes(shape: str) -> int:
+def bytes_moved(shape: str) -> int:
     rows, n = parse_shape(shape)
     return 4 * 2 * rows * n  # read x once, write y once
 
 
-def _flops(shape: str) -> int:
+def flops(shape: str) -> int:
     rows, n = parse_shape(shape)
     # Per element: subtract the max, exponential, add to the sum, divide (normalise): ~4. The max
     # (a comparison per element) is not counted; an exponential counts as one operation.
     return 4 * rows * n
 
 
-OP = Operation(
-    name="softmax",
-    description="FP32 softmax over the last dimension",
-    make_inputs=make_inputs,
-    make_output=make_output,
-    reference=reference,
-    implementations={"cuda": _cuda, "triton": _triton, "torch": _torch},
-    bytes_moved=_bytes,
-    flops=_flops,
-    validate_shape=validate_shape,
-    sources={"cuda": ["softmax/softmax.cu"], "triton": ["softmax/softmax_triton.py"], "torch": []},
-    kernels="harness.ops.softmax.kernels",
-    dim_names=("rows", "cols"),
-)
+OP = define(__name__)

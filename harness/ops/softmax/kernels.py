@@ -1,9 +1,9 @@
 """Launchers for our two softmax kernels, and the one dispatch on width they share with the
 census.
 
-`cuda_variant(n)` and `triton_variant(n)` decide which compiled specialization serves a row width
+`cuda_instance(n)` and `triton_instance(n)` decide which compiled instance serves a row width
 n; `launch_cuda` / `launch_triton` launch exactly that one, and `harness.build` compiles exactly
-the ones `variants_for` lists, so the census describes the code that runs.
+the ones `instances_for` lists, so the census describes the code that runs.
 
 CUDA paths (kernels/softmax/softmax.cu); the row held in registers up to REGISTER_MAX_VEC4 /
 REGISTER_MAX_SCALAR, two passes (online softmax, then a second read) above:
@@ -24,24 +24,27 @@ num_stages 1) above. N is a compile-time constant in both.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy
+
 from harness.errors import EvidenceError
-from harness.launch import cuda as cuda_module
+from harness.launch import cuda as cuda_launch
+from harness.launch import triton as triton_launch
 from harness.launch.checks import check_apart, check_tensors
-from harness.launch.cuda import dispatch_define
+from harness.launch.cuda import Launch, dispatch_define
 from harness.launch.instances import (
     SimpleTritonSpec,
-    VariantShapes,
+    InstanceShapes,
     block_override,
-    group_by_variant,
+    group_by_instance,
     pick_ours,
     rows_and_last,
 )
 
-__all__ = ["VariantShapes", "cuda_variant", "triton_variant", "variants_for", "launch_cuda",
+__all__ = ["InstanceShapes", "cuda_instance", "triton_instance", "instances_for", "launch_cuda",
            "launch_triton"]
 
 CUDA_SOURCE = "softmax/softmax.cu"
@@ -85,8 +88,8 @@ ONLINE_UNROLL = {4: 4, 1: 8}
 
 
 @dataclass(frozen=True)
-class CudaVariant:
-    """One compiled specialization of kernels/softmax/softmax.cu."""
+class CudaInstance:
+    """One compiled instance of kernels/softmax/softmax.cu."""
 
     path: str
     """'warp' (a warp per row), 'block' (a block per row) or 'online' (two passes)."""
@@ -144,24 +147,24 @@ def _warp_max() -> int:
     return WARP_MAX if value is None else int(value)
 
 
-def cuda_variant(n: int) -> CudaVariant:
-    """The CUDA specialization that serves rows of width n (see the module docstring; the
+def cuda_instance(n: int) -> CudaInstance:
+    """The CUDA instance that serves rows of width n (see the module docstring; the
     variants' defines SM_WARP_MAX, SM_BLOCK and SM_REGISTER_MAX_VEC4 replace a choice)."""
     _check_width(n)
     vec = 4 if n % 4 == 0 else 1
     if n <= _warp_max():
-        return CudaVariant("warp", vec, 32 * WARP_ROWS, math.ceil(n / (32 * vec)))
+        return CudaInstance("warp", vec, 32 * WARP_ROWS, math.ceil(n / (32 * vec)))
     if vec == 4 and n <= _register_max_vec4():
         block = block_override("SM_BLOCK", n, 4, 256 if n <= 4096 else (512 if n <= 8192 else 1024), "Softmax")
-        return CudaVariant("block", 4, block, math.ceil(n / (4 * block)))
+        return CudaInstance("block", 4, block, math.ceil(n / (4 * block)))
     if vec == 1 and n <= REGISTER_MAX_SCALAR:
         block = 256 if n <= 2048 else (512 if n <= 4096 else 1024)
-        return CudaVariant("block", 1, block, math.ceil(n / block))
-    return CudaVariant("online", vec, ONLINE_BLOCK, ONLINE_UNROLL[vec])
+        return CudaInstance("block", 1, block, math.ceil(n / block))
+    return CudaInstance("online", vec, ONLINE_BLOCK, ONLINE_UNROLL[vec])
 
 
-def triton_variant(n: int) -> SimpleTritonSpec:
-    """The Triton specialization that serves rows of width n."""
+def triton_instance(n: int) -> SimpleTritonSpec:
+    """The Triton instance that serves rows of width n."""
     from kernels.softmax.softmax_triton import (
         ONLINE_BLOCK_N,
         ONLINE_STAGES,
@@ -183,9 +186,9 @@ def triton_variant(n: int) -> SimpleTritonSpec:
                             num_stages=ONLINE_STAGES, aligned=(0, 1))
 
 
-def variant(impl: str, n: int) -> CudaVariant | SimpleTritonSpec:
-    """`cuda_variant` or `triton_variant` by implementation name."""
-    return pick_ours(impl, "Softmax", lambda: cuda_variant(n), lambda: triton_variant(n))
+def instance(impl: str, n: int) -> CudaInstance | SimpleTritonSpec:
+    """`cuda_instance` or `triton_instance` by implementation name."""
+    return pick_ours(impl, "Softmax", lambda: cuda_instance(n), lambda: triton_instance(n))
 
 
 def rows_and_width(shape: Sequence[int]) -> tuple[int, int]:
@@ -193,9 +196,9 @@ def rows_and_width(shape: Sequence[int]) -> tuple[int, int]:
     return rows_and_last(shape, "softmax")
 
 
-def variants_for(impl: str, shapes: Iterable[Sequence[int]]) -> list[VariantShapes]:
-    """Each distinct specialization the shapes need, in order of first use, with its shapes."""
-    return group_by_variant((rows_and_width(s) for s in shapes), lambda rn: variant(impl, rn[1]))
+def instances_for(impl: str, shapes: Iterable[Sequence[int]]) -> list[InstanceShapes]:
+    """Each distinct instance the shapes need, in order of first use, with its shapes."""
+    return group_by_instance((rows_and_width(s) for s in shapes), lambda rn: instance(impl, rn[1]))
 
 
 # ----------------------------------------------------------------------------- launchers
@@ -221,31 +224,34 @@ def validate(x: Any, out: Any) -> tuple[int, int]:
     return rows, n
 
 
-def launch_cuda(x: Any, out: Any) -> None:
-    """Softmax of x's rows into `out` with our CUDA kernel (asynchronous, on torch's current
-    stream of x's device)."""
-    import numpy
-
-
+def bind_cuda(inputs: Mapping[str, Any], out: Any, params: Mapping[str, Any]) -> Launch:
+    """Softmax of input x's rows into `out` with our CUDA kernel, bound once (tensors checked and
+    instance chosen here; the call launches on torch's current stream)."""
+    x = inputs["x"]
     rows, n = validate(x, out)
     if rows == 0:
-        return
-    v = cuda_variant(n)
-    with cuda_module.on_device(x.device):
-        kernel = cuda_module.get_function(CUDA_SOURCE, v.kernel)
-    grid = (math.ceil(rows / v.rows_per_block), 1, 1)
-    args = (cuda_module.pointer(x), cuda_module.pointer(out), numpy.int32(rows), numpy.int32(n))
-    cuda_module.launch(kernel, grid, (v.block, 1, 1), args, device=x.device)
+        return cuda_launch.nothing
+    v = cuda_instance(n)
+    args = (cuda_launch.pointer(x), cuda_launch.pointer(out), numpy.int32(rows), numpy.int32(n))
+    return cuda_launch.bind(CUDA_SOURCE, v.kernel, (math.ceil(rows / v.rows_per_block),), (v.block,), args, x.device)
+
+
+def bind_triton(inputs: Mapping[str, Any], out: Any, params: Mapping[str, Any]) -> Launch:
+    """Softmax of input x's rows into `out` with our Triton kernel, bound once (harness.launch.triton)."""
+    x = inputs["x"]
+    rows, n = validate(x, out)
+    if rows == 0:
+        return cuda_launch.nothing
+    v = triton_instance(n)
+    return triton_launch.bind(v.jit_function(), (rows,), (x, out), v.constexprs(), v.compile_options(),
+                              cuda_launch.device_index(x.device))
+
+
+def launch_cuda(x: Any, out: Any) -> None:
+    """One launch of `bind_cuda` (asynchronous)."""
+    bind_cuda({"x": x}, out, {})()
 
 
 def launch_triton(x: Any, out: Any) -> None:
-    """Softmax of x's rows into `out` with our Triton kernel (asynchronous, on torch's current
-    stream of x's device)."""
-    import torch
-
-    rows, n = validate(x, out)
-    if rows == 0:
-        return
-    v = triton_variant(n)
-    with torch.cuda.device(x.device):
-        v.jit_function()[(rows,)](x, out, **v.constexprs(), **v.compile_options())
+    """One launch of `bind_triton` (asynchronous)."""
+    bind_triton({"x": x}, out, {})()

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.ops import Operation, Params, Tensors, our_launch
+from harness.ops import Call, Params, Tensors, define
 from harness.ops.transpose.kernels import MAX_DIM, MAX_TILES
 from harness.shapes import parse_shape, shape_tag
+
+DESCRIPTION = "FP32 out-of-place transpose of a row-major matrix"
+DIMS = ('rows', 'cols')
+TEST_SHAPES = ("100x37", "1x1000")
+"""Odd shapes the generic GPU test (tests/test_ops_gpu.py) checks besides the default: tails."""
 
 
 def validate_shape(shape: str) -> None:
@@ -41,35 +46,20 @@ def reference(inputs: Tensors, params: Params) -> Any:
     return inputs["x"].double().t()
 
 
-_cuda = our_launch("harness.ops.transpose.kernels", "launch_cuda", "x")
-_triton = our_launch("harness.ops.transpose.kernels", "launch_triton", "x")
+def bind_torch(inputs: Tensors, out: Any, params: Params) -> Call:
+    """x.t().contiguous() (a fresh tensor per call)."""
+    x = inputs["x"]
+    return lambda: x.t().contiguous()
 
 
-def _torch(inputs: Tensors, out: Any, params: Params) -> Any:
-    return inputs["x"].t().contiguous()
-
-
-def _bytes(shape: str) -> int:
+def bytes_moved(shape: str) -> int:
     r, c = parse_shape(shape)
     return 4 * 2 * r * c  # read x once, write out once
 
 
-def _flops(shape: str) -> int:
+def flops(shape: str) -> int:
     # A transpose does no arithmetic: it is measured by bytes only.
     return 0
 
 
-OP = Operation(
-    name="transpose",
-    description="FP32 out-of-place transpose of a row-major matrix",
-    make_inputs=make_inputs,
-    make_output=make_output,
-    reference=reference,
-    implementations={"cuda": _cuda, "triton": _triton, "torch": _torch},
-    bytes_moved=_bytes,
-    flops=_flops,
-    validate_shape=validate_shape,
-    sources={"cuda": ["transpose/transpose.cu"], "triton": ["transpose/transpose_triton.py"], "torch": []},
-    kernels="harness.ops.transpose.kernels",
-    dim_names=("rows", "cols"),
-)
+OP = define(__name__)

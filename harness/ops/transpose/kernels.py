@@ -1,9 +1,9 @@
 """Launchers for our two transpose kernels, and the one dispatch on shape they share with the
 census.
 
-`cuda_variant(r, c)` and `triton_variant(r, c)` decide which compiled specialization serves an
+`cuda_instance(r, c)` and `triton_instance(r, c)` decide which compiled instance serves an
 [r, c] input; `launch_cuda` / `launch_triton` launch exactly that one, and `harness.build` compiles
-exactly the ones `variants_for` lists, so the census describes the code that runs.
+exactly the ones `instances_for` lists, so the census describes the code that runs.
 
 CUDA paths (kernels/transpose/transpose.cu), one block per tile through padded shared memory, 1-D grid:
     r % 4 == 0 and c % 4 == 0    vec4,   64 x 64 tile, 256 threads, 4 float4 per thread each way
@@ -16,21 +16,25 @@ from the tile (4 for 64 x 64); R and C are compile-time constants.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy
+
 from harness.errors import EvidenceError
-from harness.launch import cuda as cuda_module
+from harness.launch import cuda as cuda_launch
+from harness.launch import triton as triton_launch
 from harness.launch.checks import check_apart, check_tensors
+from harness.launch.cuda import Launch
 from harness.launch.instances import (
     SimpleTritonSpec,
-    VariantShapes,
-    group_by_variant,
+    InstanceShapes,
+    group_by_instance,
     pick_ours,
 )
 
-__all__ = ["VariantShapes", "cuda_variant", "triton_variant", "variants_for", "launch_cuda",
+__all__ = ["InstanceShapes", "cuda_instance", "triton_instance", "instances_for", "launch_cuda",
            "launch_triton"]
 
 CUDA_SOURCE = "transpose/transpose.cu"
@@ -52,8 +56,8 @@ MAX_TILES = 2**31 - 1
 
 
 @dataclass(frozen=True)
-class CudaVariant:
-    """One compiled specialization of kernels/transpose/transpose.cu."""
+class CudaInstance:
+    """One compiled instance of kernels/transpose/transpose.cu."""
 
     vec: int
     """Floats per global access: 4 (128-bit) or 1 (32-bit)."""
@@ -81,8 +85,8 @@ class CudaVariant:
         return math.ceil(r / self.tile) * tiles_c, tiles_c
 
 
-VEC4 = CudaVariant(4, 64, 256)
-SCALAR = CudaVariant(1, 32, 256)
+VEC4 = CudaInstance(4, 64, 256)
+SCALAR = CudaInstance(1, 32, 256)
 
 
 def _check_dims(r: int, c: int) -> None:
@@ -92,14 +96,14 @@ def _check_dims(r: int, c: int) -> None:
         raise EvidenceError(f"Transpose input [{r}, {c}] has more tiles than one launch takes.")
 
 
-def cuda_variant(r: int, c: int) -> CudaVariant:
-    """The CUDA specialization that serves an [r, c] input (see the module docstring)."""
+def cuda_instance(r: int, c: int) -> CudaInstance:
+    """The CUDA instance that serves an [r, c] input (see the module docstring)."""
     _check_dims(r, c)
     return VEC4 if r % 4 == 0 and c % 4 == 0 else SCALAR
 
 
-def triton_variant(r: int, c: int) -> SimpleTritonSpec:
-    """The Triton specialization that serves an [r, c] input."""
+def triton_instance(r: int, c: int) -> SimpleTritonSpec:
+    """The Triton instance that serves an [r, c] input."""
     from kernels.transpose.transpose_triton import block_for, num_warps_for
 
     _check_dims(r, c)
@@ -111,9 +115,9 @@ def triton_variant(r: int, c: int) -> SimpleTritonSpec:
                             aligned=(0, 1))
 
 
-def variant(impl: str, r: int, c: int) -> CudaVariant | SimpleTritonSpec:
-    """`cuda_variant` or `triton_variant` by implementation name."""
-    return pick_ours(impl, "Transpose", lambda: cuda_variant(r, c), lambda: triton_variant(r, c))
+def instance(impl: str, r: int, c: int) -> CudaInstance | SimpleTritonSpec:
+    """`cuda_instance` or `triton_instance` by implementation name."""
+    return pick_ours(impl, "Transpose", lambda: cuda_instance(r, c), lambda: triton_instance(r, c))
 
 
 def rows_and_cols(shape: Sequence[int]) -> tuple[int, int]:
@@ -123,9 +127,9 @@ def rows_and_cols(shape: Sequence[int]) -> tuple[int, int]:
     return int(shape[0]), int(shape[1])
 
 
-def variants_for(impl: str, shapes: Iterable[Sequence[int]]) -> list[VariantShapes]:
-    """Each distinct specialization the shapes need, in order of first use, with its shapes."""
-    return group_by_variant((rows_and_cols(s) for s in shapes), lambda rc: variant(impl, *rc))
+def instances_for(impl: str, shapes: Iterable[Sequence[int]]) -> list[InstanceShapes]:
+    """Each distinct instance the shapes need, in order of first use, with its shapes."""
+    return group_by_instance((rows_and_cols(s) for s in shapes), lambda rc: instance(impl, *rc))
 
 
 # ----------------------------------------------------------------------------- launchers
@@ -148,34 +152,37 @@ def validate(x: Any, out: Any) -> tuple[int, int]:
     return r, c
 
 
-def launch_cuda(x: Any, out: Any) -> None:
-    """Transpose x into `out` with our CUDA kernel (asynchronous, on torch's current stream of
-    x's device)."""
-    import numpy
-
-
+def bind_cuda(inputs: Mapping[str, Any], out: Any, params: Mapping[str, Any]) -> Launch:
+    """Transpose input x into `out` with our CUDA kernel, bound once."""
+    x = inputs["x"]
     r, c = validate(x, out)
     if r == 0 or c == 0:
-        return
-    v = cuda_variant(r, c)
+        return cuda_launch.nothing
+    v = cuda_instance(r, c)
     blocks, tiles_c = v.grid(r, c)
-    with cuda_module.on_device(x.device):
-        kernel = cuda_module.get_function(CUDA_SOURCE, v.kernel)
-    args = (cuda_module.pointer(x), cuda_module.pointer(out), numpy.int32(r), numpy.int32(c),
+    args = (cuda_launch.pointer(x), cuda_launch.pointer(out), numpy.int32(r), numpy.int32(c),
             numpy.int32(tiles_c))
-    cuda_module.launch(kernel, (blocks, 1, 1), (v.block, 1, 1), args, device=x.device)
+    return cuda_launch.bind(CUDA_SOURCE, v.kernel, (blocks,), (v.block,), args, x.device)
+
+
+def bind_triton(inputs: Mapping[str, Any], out: Any, params: Mapping[str, Any]) -> Launch:
+    """Transpose input x into `out` with our Triton kernel, bound once (harness.launch.triton)."""
+    x = inputs["x"]
+    r, c = validate(x, out)
+    if r == 0 or c == 0:
+        return cuda_launch.nothing
+    v = triton_instance(r, c)
+    k = v.constexprs()
+    programs = math.ceil(r / k["BM"]) * math.ceil(c / k["BN"])
+    return triton_launch.bind(v.jit_function(), (programs,), (x, out), k, v.compile_options(),
+                              cuda_launch.device_index(x.device))
+
+
+def launch_cuda(x: Any, out: Any) -> None:
+    """One launch of `bind_cuda` (asynchronous)."""
+    bind_cuda({"x": x}, out, {})()
 
 
 def launch_triton(x: Any, out: Any) -> None:
-    """Transpose x into `out` with our Triton kernel (asynchronous, on torch's current stream of
-    x's device)."""
-    import torch
-
-    r, c = validate(x, out)
-    if r == 0 or c == 0:
-        return
-    v = triton_variant(r, c)
-    k = v.constexprs()
-    programs = math.ceil(r / k["BM"]) * math.ceil(c / k["BN"])
-    with torch.cuda.device(x.device):
-        v.jit_function()[(programs,)](x, out, **k, **v.compile_options())
+    """One launch of `bind_triton` (asynchronous)."""
+    bind_triton({"x": x}, out, {})()

@@ -25,9 +25,24 @@ SCHEMA_PATH = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 MAX_CALL_BYTES = 64 * 2**30
 
 
-def _schema() -> dict[str, Any]:
+def _schema(operations: Any = None) -> dict[str, Any]:
+    """The config schema, with a block of its own for each configured operation: the common keys
+    ($defs/operation) and the keys the operation's folder declares in its PARAMS (layernorm's eps).
+    An operation with no folder under harness/ops/ is one sentence."""
     with open(SCHEMA_PATH) as fh:
-        return yaml.safe_load(fh)
+        schema: dict[str, Any] = yaml.safe_load(fh)
+    if isinstance(operations, Mapping):
+        known = ops.known()
+        properties = {}
+        for name in operations:
+            if name not in known:
+                raise ConfigError(f"config: unknown operation {name!r} under 'operations'; known operations "
+                                  f"(folders of harness/ops/) are {', '.join(known)}.")
+            block = json.loads(json.dumps(schema["$defs"]["operation"]))
+            block["properties"].update(ops.get(name).params)
+            properties[name] = block
+        schema["properties"]["operations"]["properties"] = properties
+    return schema
 
 
 def _with_defaults(validator_class: type) -> type:
@@ -80,7 +95,7 @@ def validate(raw: Mapping[str, Any]) -> dict[str, Any]:
     """Validate a configuration mapping, fill in defaults and return a new dict."""
     cfg: dict[str, Any] = yaml.safe_load(yaml.safe_dump(dict(raw), sort_keys=False))  # deep copy, plain types, order kept
     validator_class = _with_defaults(jsonschema.Draft202012Validator)
-    validator = validator_class(_schema())
+    validator = validator_class(_schema(cfg.get("operations")))
     errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(list(e.absolute_path)), str(e.message)))
     if errors:
         raise ConfigError(_sentence(jsonschema.exceptions.best_match(errors)))

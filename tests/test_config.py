@@ -62,7 +62,7 @@ def test_defaults_are_filled_in() -> None:
         (("operations", "layernorm", "tolerance"), {"atol": 1e-4}, "operations.layernorm.tolerance"),
         (("timeouts", "check_s"), 0, "timeouts.check_s"),
         (("counters", "metrics"), {"x": "gpu__time; rm -rf /"}, "counters.metrics.x"),
-        (("run_operations",), ["layernorm", "fft"], "run_operations[1]"),
+        (("run_operations",), ["layernorm", "fft"], "'run_operations' names fft"),
         (("variants",), ["layernorm.not_defined"], "variants"),
         (("namespace",), "", "namespace"),
         (("trust", "margin"), 1.5, "trust.margin"),
@@ -158,3 +158,20 @@ def test_trust_earlier_must_name_a_retained_namespace(tmp_path) -> None:
         check_earlier(tmp_path, "new", "gone")
     with pytest.raises(ConfigError, match="other than this one"):
         check_earlier(tmp_path, "old", "old")
+
+
+def test_an_operation_without_a_folder_is_one_sentence() -> None:
+    raw = yaml.safe_load((ROOT / "config.yaml").read_text())
+    raw["operations"]["fft"] = dict(raw["operations"]["softmax"])
+    with pytest.raises(ConfigError, match=r"^config: unknown operation 'fft' under 'operations'; known operations \(folders of harness/ops/\) are .*layernorm.*\.$"):
+        config.validate(raw)
+
+
+def test_an_operations_own_keys_come_from_its_folder() -> None:
+    """layernorm declares eps (PARAMS): accepted there with its default, refused elsewhere."""
+    raw = yaml.safe_load((ROOT / "config.yaml").read_text())
+    del raw["operations"]["layernorm"]["eps"]
+    assert config.validate(raw)["operations"]["layernorm"]["eps"] == 1.0e-5
+    raw["operations"]["softmax"]["eps"] = 1.0e-5
+    with pytest.raises(ConfigError, match="unknown key 'eps' under 'operations.softmax'"):
+        config.validate(raw)

@@ -12,6 +12,8 @@ folder's `__init__.py` defines, by name:
     reference(inputs, params)                the float64 result
     bytes_moved(shape), flops(shape)         the fewest bytes and the arithmetic one call needs
     bind_torch(inputs, out, params)          the library call (see Bind)
+    PARAMS (optional)                        its own config keys: name -> JSON schema with a default
+    TEST_SHAPES (optional)                   odd shapes the generic GPU test checks besides the default
     OP = define(__name__)                    last line: the Operation, derived from the above
 
 and its `kernels.py` the dispatch and launchers of our kernels: `bind_cuda`, `bind_triton` (each a
@@ -79,6 +81,8 @@ class Operation:
     """The module of our kernels' dispatch and launchers, e.g. 'harness.ops.layernorm.kernels'."""
     dim_names: tuple[str, ...] = ()
     """Names of the shape's dimensions, for the external kind's launch expressions ('rows', 'width')."""
+    params: Mapping[str, Any] = field(default_factory=dict)
+    """The operation's own config keys: name -> JSON schema (with its default), e.g. layernorm's eps."""
 
 
 REQUIRED = ("DESCRIPTION", "DIMS", "validate_shape", "make_inputs", "make_output", "reference",
@@ -111,7 +115,7 @@ def define(module_name: str) -> Operation:
                      make_output=module.make_output, reference=module.reference, implementations=binders,
                      bytes_moved=module.bytes_moved, flops=module.flops, validate_shape=module.validate_shape,
                      sources=sources, kernels=kernels_module if binders.keys() - {"torch"} else "",
-                     dim_names=tuple(module.DIMS))
+                     dim_names=tuple(module.DIMS), params=dict(getattr(module, "PARAMS", {})))
 
 
 def known() -> tuple[str, ...]:

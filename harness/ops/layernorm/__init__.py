@@ -9,6 +9,8 @@ from harness.shapes import parse_shape, shape_tag
 
 DESCRIPTION = "FP32 layer norm forward over the last dimension"
 DIMS = ("rows", "width")
+PARAMS = {"eps": {"type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": 1.0e-5}}
+"""This operation's own config keys (JSON schema, with defaults)."""
 TEST_SHAPES = ("7x771", "300x4", "5x8192")
 """Odd shapes the generic GPU test (tests/test_ops_gpu.py) checks besides the default: tails."""
 

@@ -46,6 +46,8 @@ from harness.shapes import parse_shape, shape_tag
 
 DESCRIPTION = "FP32 sum of in-neighbours' feature rows over a CSR graph"
 DIMS = ("nodes", "edges", "features")
+PARAMS = {"degree_exponent": {"type": "number", "exclusiveMinimum": 1, "maximum": 4, "default": 2.0}}
+"""This operation's own config keys (JSON schema, with defaults)."""
 TEST_SHAPES = ("1000x8000x7", "2000x30000x16-powerlaw")
 """Odd shapes the generic GPU test (tests/test_ops_gpu.py) checks besides the default: tails."""
 

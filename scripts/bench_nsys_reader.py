@@ -5,11 +5,14 @@ Builds an export of at least --kernels kernels (default 1,000,000) by replicatin
 CUDA runtime and NVTX row of tests/fixtures/nsys/h200-torch-layer-norm.sqlite, each copy shifted
 later in time and given correlation ids of its own (so each kernel still joins to its own launch
 call and each copy's kernels fall in that copy's `iters` range). Then times `kern_sum` and
-`nvtx_kern_sum` on it, each in a fresh process, and reports seconds and peak memory: the Python
-heap peak (tracemalloc) and the process's peak resident set (resource.getrusage ru_maxrss, which
-includes SQLite's own page cache and sorter memory).
+`nvtx_kern_sum` on it (and, with --launches PREFIX, `range_launches` for that prefix), each in a
+fresh process, and reports seconds and peak memory: the Python heap peak (tracemalloc) and the
+process's peak resident set (resource.getrusage ru_maxrss, which includes SQLite's own page cache
+and sorter memory). range_launches returns one dict per launch, so its Python heap grows with the
+number of launches in the prefix ranges (a pipeline capture holds at most about 10^5), and
+tracemalloc, which traces every allocation, makes its time here about three times its plain time.
 
-  python scripts/bench_nsys_reader.py [--kernels N] [--out FILE.sqlite] [--keep]
+  python scripts/bench_nsys_reader.py [--kernels N] [--launches PREFIX] [--out FILE.sqlite] [--keep]
 """
 
 from __future__ import annotations
@@ -71,8 +74,9 @@ def build(out: Path, min_kernels: int) -> dict[str, int]:
     return counts
 
 
-def measure(report: str, path: str) -> None:
-    """Run one report in this (fresh) process and print its figures as JSON."""
+def measure(report: str, path: str, prefix: str | None = None) -> None:
+    """Run one report in this (fresh) process and print its figures as JSON (for range_launches,
+    only its first three rows)."""
     import resource
     import tracemalloc
 
@@ -82,7 +86,7 @@ def measure(report: str, path: str) -> None:
     baseline_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # after imports, before the report
     tracemalloc.start()
     t0 = time.perf_counter()
-    rows = getattr(nsys, report)(path)
+    rows = nsys.range_launches(path, prefix or "") if report == "range_launches" else getattr(nsys, report)(path)
     seconds = time.perf_counter() - t0
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
@@ -90,7 +94,8 @@ def measure(report: str, path: str) -> None:
     print(json.dumps({"report": report, "seconds": round(seconds, 2), "rows": len(rows),
                       "tracemalloc_peak_mib": round(peak / 2**20, 2),
                       "maxrss_mib": round(maxrss_kib / 1024, 1),
-                      "maxrss_before_mib": round(baseline_kib / 1024, 1), "result": rows}))
+                      "maxrss_before_mib": round(baseline_kib / 1024, 1),
+                      "result": rows[:3] if report == "range_launches" else rows}))
 
 
 def main() -> int:
@@ -98,7 +103,8 @@ def main() -> int:
     ap.add_argument("--kernels", type=int, default=1_000_000, help="at least this many kernels")
     ap.add_argument("--out", type=Path, help="where to write the large export (default: a temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep the large export")
-    ap.add_argument("--measure", nargs=2, metavar=("REPORT", "FILE"), help=argparse.SUPPRESS)
+    ap.add_argument("--launches", metavar="PREFIX", help="also time range_launches(PREFIX), e.g. iters")
+    ap.add_argument("--measure", nargs="+", metavar=("REPORT", "FILE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.measure:
         measure(*args.measure)
@@ -117,8 +123,9 @@ def main() -> int:
         size_mib = out.stat().st_size / 2**20
         print(f"built {out} in {build_s:.1f} s: {size_mib:.0f} MiB, "
               + ", ".join(f"{t} {n:,} rows" for t, n in counts.items()))
-        for report in ("kern_sum", "nvtx_kern_sum"):
-            proc = subprocess.run([sys.executable, __file__, "--measure", report, str(out)],
+        runs = [["kern_sum"], ["nvtx_kern_sum"]] + ([["range_launches", args.launches]] if args.launches else [])
+        for report, *extra in runs:
+            proc = subprocess.run([sys.executable, __file__, "--measure", report, str(out), *extra],
                                   capture_output=True, text=True, check=False)
             if proc.returncode != 0:
                 print(proc.stderr, file=sys.stderr)

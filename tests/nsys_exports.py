@@ -295,3 +295,58 @@ class ExportBuilder:
         conn.commit()
         conn.close()
         return path
+
+
+# -- hand-made (hostile) exports -------------------------------------------------------------------
+# An export can come from someone else, written byte by byte rather than by nsys. These helpers edit
+# a written export the way such a file could look; the reader must refuse each one in one sentence.
+
+
+def run_sql(path: str | Path, *statements: str) -> None:
+    """Run statements on the export and commit."""
+    conn = sqlite3.connect(path)
+    try:
+        for statement in statements:
+            conn.execute(statement)
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def set_schema_sql(path: str | Path, name: str, sql: str) -> None:
+    """Replace the CREATE statement that sqlite_master holds for `name` (PRAGMA writable_schema):
+    the stored rows stay as they are, only what SQLite believes about them changes."""
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("PRAGMA writable_schema = ON")
+        conn.execute("UPDATE sqlite_master SET sql = ? WHERE name = ?", [sql, name])
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def add_schema_row(path: str | Path, kind: str, name: str, rootpage: int, sql: str) -> None:
+    """Add an entry to sqlite_master directly (a virtual table of a module SQLite lacks, say)."""
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("PRAGMA writable_schema = ON")
+        conn.execute("INSERT INTO sqlite_master VALUES (?, ?, ?, ?, ?)", [kind, name, name, rootpage, sql])
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def store_as_text(path: str | Path, table: str, column: str, where: str = "rowid = 1") -> None:
+    """Store the value of `column` in the rows matched by `where` as text ('12000' where nsys wrote
+    the integer 12000), keeping the column declared INTEGER: the declaration is dropped while the
+    value is rewritten (no type affinity converts it back), then restored."""
+    conn = sqlite3.connect(path)
+    try:
+        declared = conn.execute("SELECT sql FROM sqlite_master WHERE name = ?", [table]).fetchone()[0]
+    finally:
+        conn.close()
+    typed = f"[{column}] INTEGER NOT NULL" if f"[{column}] INTEGER NOT NULL" in declared else f"[{column}] INTEGER"
+    assert typed in declared, declared
+    set_schema_sql(path, table, declared.replace(typed, f"[{column}]"))
+    run_sql(path, f"UPDATE {table} SET [{column}] = CAST([{column}] AS TEXT) WHERE {where}")
+    set_schema_sql(path, table, declared)

@@ -4,19 +4,26 @@
 * Synthetic exports (tests/nsys_exports.py) cover the schema variants of nsys 2022.4 .. 2026.x;
   their figures are checked against a plain-Python model of the nsys rules computed from the rows
   the test inserted (no SQL, no expected numbers written down).
-* Bad input ends with one sentence on stderr and exit status 2.
+* Bad input ends with one sentence on stderr and exit status 2; so do hand-made (hostile) exports
+  (views, virtual tables, text where nsys writes integer times, reads that would run away), and
+  within seconds.
+* Names are printed with control characters escaped.
+* range_launches attributes launches to the prefix ranges by the rules of nvtx_kern_sum.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import os
 import shutil
 import sqlite3
 import statistics
 import subprocess
 import sys
+import time
 from collections import defaultdict
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +33,9 @@ from harness.__main__ import main as harness_main
 from harness.tables import nsys
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from nsys_exports import Call, ExportBuilder, Kernel, Range, global_tid  # noqa: E402
+from nsys_exports import (  # noqa: E402
+    Call, ExportBuilder, Kernel, Range, add_schema_row, global_tid, run_sql, set_schema_sql, store_as_text,
+)
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "nsys"
 REAL = FIXTURES / "h200-torch-layer-norm.sqlite"
@@ -658,3 +667,429 @@ def test_pipeline_range_kernels_are_the_capture_row_of_nsys_stats(export: Path) 
     assert got[0]["instances"] == int(rows[0]["Kern Inst"]) == 100
     assert got[0]["total_ns"] == int(rows[0]["Total Time (ns)"])
     assert got[0]["median_ns"] == float(rows[0]["Med (ns)"])
+
+
+# ----------------------------------------------------------------------------------------------
+# Hand-made (hostile) exports: refused in one sentence, within seconds
+
+KERNELS = "CUPTI_ACTIVITY_KIND_KERNEL"
+RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
+QUICKLY_S = 20.0  # generous: the point is that nothing hangs
+
+
+def assert_refused(path: Path, capsys: pytest.CaptureFixture[str], commands: list[str], *fragments: str) -> None:
+    """Every CLI command, and the API functions that read what it reads, end in one sentence,
+    each within QUICKLY_S."""
+    api = {"kern-sum": [nsys.kern_sum],
+           "nvtx-kern-sum": [nsys.nvtx_kern_sum, lambda p: nsys.range_kernels(p, "iters"),
+                             lambda p: nsys.range_launches(p, "it")]}
+    for command in commands:
+        t0 = time.monotonic()
+        assert_one_sentence(*run_cli(capsys, command, path), str(path), *fragments)
+        assert time.monotonic() - t0 < QUICKLY_S
+        for fn in api[command]:
+            assert_api_refused(partial(fn, path), *fragments)
+
+
+def assert_api_refused(call: Any, *fragments: str) -> None:
+    t0 = time.monotonic()
+    with pytest.raises(nsys.NsysExportError) as info:
+        call()
+    message = str(info.value)
+    assert "\n" not in message and message.endswith("."), message
+    for fragment in fragments:
+        assert fragment in message, message
+    assert time.monotonic() - t0 < QUICKLY_S
+
+
+UNBOUNDED = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n)"
+
+
+@pytest.mark.parametrize("table, view", [
+    (KERNELS, (f'{UNBOUNDED} SELECT i AS start, i + 5 AS "end", 1 AS demangledName, 1 AS shortName, '
+               'i AS correlationId, NULL AS globalPid FROM n')),
+    ("StringIds", f"{UNBOUNDED} SELECT i AS id, 'k' AS value FROM n"),
+    (RUNTIME, f'{UNBOUNDED} SELECT i AS start, i + 1 AS "end", i AS correlationId, 1 AS globalTid FROM n'),
+    ("NVTX_EVENTS", (f'{UNBOUNDED} SELECT i AS start, i + 1 AS "end", 59 AS eventType, 1 AS globalTid, '
+                     "'x' AS text FROM n")),
+    ("ENUM_NSYS_EVENT_TYPE", f"{UNBOUNDED} SELECT i AS id, 'NvtxPushPopRange' AS name FROM n"),
+], ids=lambda v: v if " " not in v else "")
+def test_a_view_over_an_unbounded_query_is_refused_at_once(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                           table: str, view: str) -> None:
+    path = basic_export().write(tmp_path / "view.sqlite")
+    run_sql(path, f"DROP TABLE {table}", f"CREATE VIEW {table.lower()} AS {view}")  # any spelling
+    commands = ["kern-sum", "nvtx-kern-sum"] if table in (KERNELS, "StringIds") else ["nvtx-kern-sum"]
+    assert_refused(path, capsys, commands, f"has {table} as a view", "refused")
+    assert not list(tmp_path.glob("view.sqlite-*"))  # nothing written beside the export
+
+
+def test_export_info_refuses_a_metadata_view(tmp_path: Path) -> None:
+    path = basic_export().write(tmp_path / "e.sqlite")
+    run_sql(path, "DROP TABLE META_DATA_EXPORT",
+            f"CREATE VIEW META_DATA_EXPORT AS {UNBOUNDED} SELECT 'k' || i AS name, i AS value FROM n")
+    with pytest.raises(nsys.NsysExportError, match="has META_DATA_EXPORT as a view"):
+        nsys.export_info(path)
+
+
+def _fts5_kernels(path: Path) -> None:
+    run_sql(path, f"DROP TABLE {KERNELS}",
+            f'CREATE VIRTUAL TABLE {KERNELS} USING fts5(start, "end", demangledName, shortName)',
+            f"INSERT INTO {KERNELS} VALUES (1000, 2000, 1, 1)")
+
+
+def _unknown_module_kernels(path: Path) -> None:
+    run_sql(path, f"DROP TABLE {KERNELS}")
+    add_schema_row(path, "table", KERNELS, 0,
+                   f'CREATE VIRTUAL TABLE {KERNELS} USING nosuchmodule(start, "end", demangledName)')
+
+
+@pytest.mark.parametrize("make", [_fts5_kernels, _unknown_module_kernels], ids=["fts5", "unknown-module"])
+def test_a_virtual_kernel_table_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], make: Any) -> None:
+    path = basic_export().write(tmp_path / "virtual.sqlite")
+    make(path)
+    assert_refused(path, capsys, ["kern-sum", "nvtx-kern-sum"], f"has {KERNELS} as a virtual table")
+
+
+def test_a_generated_time_column_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = basic_export().write(tmp_path / "generated.sqlite")
+    cols = "start, demangledName, shortName, correlationId, globalPid"
+    run_sql(path,
+            'CREATE TABLE k2 (start INTEGER NOT NULL, "end" INTEGER GENERATED ALWAYS AS (start + 7) VIRTUAL, '
+            "demangledName INTEGER NOT NULL, shortName INTEGER NOT NULL, correlationId INTEGER, globalPid INTEGER)",
+            f"INSERT INTO k2 ({cols}) SELECT {cols} FROM {KERNELS}",
+            f"DROP TABLE {KERNELS}", f"ALTER TABLE k2 RENAME TO {KERNELS}")
+    assert_refused(path, capsys, ["kern-sum", "nvtx-kern-sum"], f"{KERNELS}.end as a generated column")
+
+
+def test_a_time_column_declared_as_text_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = basic_export().write(tmp_path / "declared.sqlite")
+    conn = sqlite3.connect(path)
+    declared = conn.execute("SELECT sql FROM sqlite_master WHERE name = ?", [KERNELS]).fetchone()[0]
+    conn.close()
+    set_schema_sql(path, KERNELS, declared.replace("[end] INTEGER NOT NULL", "[end] TEXT NOT NULL"))
+    assert_refused(path, capsys, ["kern-sum", "nvtx-kern-sum"], f"declares {KERNELS}.end as 'TEXT'",
+                   "nsys writes INTEGER")
+
+
+@pytest.mark.parametrize("column", ["start", "end"])
+@pytest.mark.parametrize("how", ["numeric text", "text", "real"])
+def test_kernel_times_that_are_not_integers_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        column: str, how: str) -> None:
+    """SQLite keeps text or a real number stored in an INTEGER column as it is: '12000' (which
+    sorts and compares as text), 'abc' (which computes as 0) or 1.5 would give wrong times."""
+    b = basic_export()
+    path = b.write(tmp_path / "text.sqlite")
+    if how == "numeric text":
+        store_as_text(path, KERNELS, column, where="rowid = 3")  # the same number, stored as text
+    else:
+        value = "'abc'" if how == "text" else "1.5"
+        run_sql(path, f"UPDATE {KERNELS} SET [{column}] = {value} WHERE rowid = 3")
+    conn = sqlite3.connect(path)
+    kind = conn.execute(f"SELECT typeof([{column}]) FROM {KERNELS} WHERE rowid = 3").fetchone()[0]
+    conn.close()
+    assert kind == ("real" if how == "real" else "text")
+    assert_refused(path, capsys, ["kern-sum", "nvtx-kern-sum"], f"{KERNELS}.{column}", "not integers")
+
+
+@pytest.mark.parametrize("table, column", [(RUNTIME, "start"), (RUNTIME, "correlationId"), (KERNELS, "correlationId")])
+def test_launch_calls_and_links_that_are_not_integers_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                  table: str, column: str) -> None:
+    path = basic_export().write(tmp_path / "text.sqlite")
+    store_as_text(path, table, column, where="rowid = 2")
+    assert_refused(path, capsys, ["nvtx-kern-sum"], f"{table}.{column}", "not integers")
+    nsys.kern_sum(path)  # cuda_gpu_kern_sum reads neither
+
+
+@pytest.mark.parametrize("column, value", [("start", "'abc'"), ("end", "'99999'"), ("eventType", "'fifty-nine'"),
+                                           ("globalTid", "2.5")])
+def test_nvtx_values_that_are_not_integers_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                       column: str, value: str) -> None:
+    b = basic_export()
+    path = b.write(tmp_path / "nvtx.sqlite")
+    if value == "'99999'":
+        store_as_text(path, "NVTX_EVENTS", column, where="text = 'iters'")
+    else:
+        run_sql(path, f"UPDATE NVTX_EVENTS SET [{column}] = {value} WHERE text = 'iters'")
+    assert_refused(path, capsys, ["nvtx-kern-sum"], f"NVTX_EVENTS.{column}", "not integers")
+    assert_rows(nsys.kern_sum(path), model_kern_sum(b))  # the kernel summary does not read NVTX
+
+
+def test_event_type_enum_with_text_ids_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = basic_export().write(tmp_path / "enum.sqlite")
+    set_schema_sql(path, "ENUM_NSYS_EVENT_TYPE",
+                   "CREATE TABLE ENUM_NSYS_EVENT_TYPE (id INTEGER NOT NULL, name TEXT, label TEXT)")
+    run_sql(path, "INSERT INTO ENUM_NSYS_EVENT_TYPE VALUES ('x59', 'NvtxPushPopRange', '')")
+    assert_refused(path, capsys, ["nvtx-kern-sum"], "ENUM_NSYS_EVENT_TYPE.id", "not integers")
+
+
+def runaway_export(path: Path, n: int) -> Path:
+    """n nested ranges around n kernel launches on one thread: n * n (range, kernel) pairs."""
+    b = ExportBuilder()
+    for i in range(n):
+        b.add_range(i, 10**9 - i, "iters", 1, 1)
+    for j in range(n):
+        b.launch(1, 1, 10_000 + j * 10, 10_000 + j * 10, 5, "k", call_dur=1)
+    return b.write(path)
+
+
+def test_a_read_past_its_time_limit_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """4 M (range, kernel) pairs take nvtx_kern_sum well over ten seconds (range_launches, which
+    keeps only the innermost range per kernel, about four); under a time limit the read stops
+    about then."""
+    path = runaway_export(tmp_path / "slow.sqlite", 2000)
+    big = 2**40
+    assert_api_refused(lambda: nsys.nvtx_kern_sum(path, time_limit_s=1, temp_limit_bytes=big),
+                       "took longer than 1 s to read, so it is refused")
+    assert_api_refused(lambda: nsys.range_kernels(path, "iters", time_limit_s=1, temp_limit_bytes=big),
+                       "took longer than 1 s to read")
+    assert_api_refused(lambda: nsys.range_launches(path, "iters", time_limit_s=0.25), "took longer than 0.25 s")
+    assert_api_refused(lambda: nsys.kern_sum(REAL, time_limit_s=0), "took longer than 0 s")
+    monkeypatch.setattr(nsys, "TIME_LIMIT_S", 0.5)  # the module constant is the default
+    monkeypatch.setattr(nsys, "TEMP_LIMIT_MIN_BYTES", big)
+    t0 = time.monotonic()
+    assert_one_sentence(*run_cli(capsys, "nvtx-kern-sum", path), "took longer than 0.5 s to read")
+    assert time.monotonic() - t0 < QUICKLY_S
+
+
+def test_a_read_past_its_temporary_storage_limit_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """1 M (range, kernel) pairs need more than 4 MiB of TEMP tables in nvtx_kern_sum."""
+    path = runaway_export(tmp_path / "big.sqlite", 1000)
+    four = 4 * 2**20
+    assert_api_refused(lambda: nsys.nvtx_kern_sum(path, temp_limit_bytes=four),
+                       "needs more than 4 MiB of temporary storage", "so it is refused")
+    assert_api_refused(lambda: nsys.range_kernels(path, "iters", temp_limit_bytes=four),
+                       "needs more than 4 MiB of temporary storage")
+    monkeypatch.setattr(nsys, "TEMP_LIMIT_MIN_BYTES", 2**20)
+    monkeypatch.setattr(nsys, "TEMP_LIMIT_PER_EXPORT_BYTE", 1)
+    assert_one_sentence(*run_cli(capsys, "nvtx-kern-sum", path), "needs more than 1 MiB of temporary storage")
+    # the kernel summary and the launch list store no (range, kernel) pairs
+    assert nsys.kern_sum(path, temp_limit_bytes=four)[0]["Instances"] == 1000
+    launches = nsys.range_launches(path, "iters", temp_limit_bytes=four)
+    assert len(launches) == 1000 and {r["range"] for r in launches} == {"iters"}
+
+
+def test_temporary_storage_limit_is_enforced_by_sqlite(tmp_path: Path) -> None:
+    """The TEMP schema of an open export is capped (max_page_count) and kept in a file."""
+    path = basic_export().write(tmp_path / "e.sqlite")
+    db = nsys.open_export(path, temp_limit_bytes=2**20)
+    try:
+        assert db.execute("PRAGMA temp_store").fetchone()[0] == 1  # FILE
+        pages = db.execute("PRAGMA temp.max_page_count").fetchone()[0]
+        assert pages * db.execute("PRAGMA temp.page_size").fetchone()[0] == 2**20
+        with pytest.raises(sqlite3.OperationalError, match="full"):
+            db.execute("CREATE TEMP TABLE x AS WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) "
+                       "SELECT i, zeroblob(1000) FROM n")
+    finally:
+        db.close()
+
+
+def test_a_value_past_the_length_limit_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    b = ExportBuilder()
+    b.launch(1, 1, 0, 10, 100, "k" * 5000)
+    path = b.write(tmp_path / "long.sqlite")
+    assert nsys.kern_sum(path)[0]["Name"] == "k" * 5000
+    monkeypatch.setattr(nsys, "VALUE_LIMIT_BYTES", 4096)
+    with pytest.raises(nsys.NsysExportError, match="holds a string or blob longer than"):
+        nsys.kern_sum(path)
+
+
+def test_files_beside_the_export_are_ignored(tmp_path: Path) -> None:
+    """The export is opened immutable: a -wal file next to it (changes the export never held) is
+    not read, and no -shm or -journal file is created."""
+    b = basic_export()
+    path = b.write(tmp_path / "e.sqlite")
+    expected = nsys.kern_sum(path)
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA wal_autocheckpoint = 0")
+    conn.execute(f"UPDATE {KERNELS} SET [end] = [end] + 1000000")
+    conn.commit()
+    shutil.copyfile(path, tmp_path / "copy.sqlite")
+    shutil.copyfile(f"{path}-wal", tmp_path / "copy.sqlite-wal")
+    conn.close()
+    copy = tmp_path / "copy.sqlite"
+    before = copy.read_bytes()
+    plain = sqlite3.connect(f"file:{copy}?mode=ro", uri=True)  # plain SQLite reads the -wal
+    try:
+        assert plain.execute(f"SELECT min([end] - start) FROM {KERNELS}").fetchone()[0] > 1000000
+    finally:
+        plain.close()
+    assert copy.read_bytes() == before and (tmp_path / "copy.sqlite-wal").exists()
+    (tmp_path / "copy.sqlite-shm").unlink(missing_ok=True)
+    assert nsys.kern_sum(copy) == expected
+    assert not (tmp_path / "copy.sqlite-shm").exists()
+    assert copy.read_bytes() == before
+
+
+# ----------------------------------------------------------------------------------------------
+# Control characters in names
+
+
+def test_control_characters_are_escaped_in_both_formats(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    b = ExportBuilder()
+    b.add_range(0, 10_000, "r\x1b]0;title\x07 \u202eevil", 1, 1)
+    b.launch(1, 1, 1_000, 1_000, 10, "red\x1b[31m bell\x07 del\x7f c1\x9b tab\t nl\n caf\u00e9 \u2713")
+    path = b.write(tmp_path / "e.sqlite")
+    raw = nsys.kern_sum(path)[0]["Name"]
+    assert "\x1b" in raw  # the API returns the name as stored
+    for fmt in ("table", "csv"):
+        for command in ("kern-sum", "nvtx-kern-sum"):
+            rc, out, err = run_cli(capsys, command, path, "--format", fmt)
+            assert (rc, err) == (0, "")
+            assert not [c for c in out if (ord(c) < 32 and c != "\n") or 0x7f <= ord(c) <= 0x9f or c == "\u202e"], out
+            assert "red\\x1b[31m bell\\x07 del\\x7f c1\\x9b tab\\x09 nl\\x0a caf\u00e9 \u2713" in out
+            if command == "nvtx-kern-sum":
+                assert ":r\\x1b]0;title\\x07 \\u202eevil" in out
+            assert len(out.splitlines()) == (2 if fmt == "csv" else 3)  # the newline is escaped too
+
+
+def test_escape_controls_keeps_printable_text() -> None:
+    text = "void k<(int)4>(const float *, T3) caf\u00e9 \u03bb \u2713 \u4e2d\u6587 \\x"
+    assert nsys.escape_controls(text) == text
+    assert nsys.escape_controls("\x00\x1b[2J\x85\u2028") == "\\x00\\x1b[2J\\x85\\u2028"
+    assert nsys.format_csv([{"a": "x\x1by"}], ["a"]) == "a\nx\\x1by\n"
+
+
+def test_errors_on_stderr_are_escaped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "evil\x1b[31m.sqlite"
+    rc, _, err = run_cli(capsys, "kern-sum", path)
+    assert rc == 2 and "\x1b" not in err and "evil\\x1b[31m.sqlite" in err
+
+
+# ----------------------------------------------------------------------------------------------
+# range_launches: launch by launch, the kernels of the prefix ranges
+
+PIPELINE_CUDA = FIXTURES / "h200-pipeline-layernorm-4096x768-cuda.sqlite"
+
+
+def capture_rounds_export(tmp_path: Path) -> Path:
+    """The pipeline's cuda capture with its one `capture` range split into the layout of rounds:
+    capture/cuda.block512/0 (first 50 launches) and /1 (last 50, with a non-matching range
+    inside), capture/triton/0 around five launches before them, and a non-matching `session`
+    range around everything."""
+    path = tmp_path / "rounds.sqlite"
+    shutil.copyfile(PIPELINE_CUDA, path)
+    os.chmod(path, 0o644)
+    conn = sqlite3.connect(path)
+    rowid, start, end, gtid = conn.execute(
+        "SELECT rowid, start, [end], globalTid FROM NVTX_EVENTS WHERE text = 'capture'").fetchone()
+    calls = conn.execute(f"""
+        SELECT r.start, r.[end] FROM {RUNTIME} r JOIN {KERNELS} k ON k.correlationId = r.correlationId
+        WHERE r.globalTid = ? ORDER BY r.start""", [gtid]).fetchall()
+    inside = [c for c in calls if start <= c[0] and c[1] <= end]
+    before = [c for c in calls if c[1] < start]
+    assert len(inside) == 100 and len(before) >= 5
+    split = (inside[49][1] + inside[50][0]) // 2
+    conn.execute("UPDATE NVTX_EVENTS SET text = 'capture/cuda.block512/0', [end] = ? WHERE rowid = ?", [split, rowid])
+
+    def add(text: str, lo: int, hi: int) -> None:
+        conn.execute("INSERT INTO NVTX_EVENTS (start, [end], eventType, text, globalTid, domainId) "
+                     "VALUES (?, ?, 59, ?, ?, 0)", [lo, hi, text, gtid])
+
+    add("capture/cuda.block512/1", split + 1, end)
+    add("aten::layer_norm", inside[60][0] - 1, inside[65][1] + 1)
+    add("capture/triton/0", before[-5][0] - 1, before[-1][1] + 1)
+    add("session", calls[0][0] - 1, calls[-1][1] + 1)
+    conn.commit()
+    conn.close()
+    return path
+
+
+def test_range_launches_agree_with_nvtx_kern_sum_per_range(tmp_path: Path) -> None:
+    path = capture_rounds_export(tmp_path)
+    launches = nsys.range_launches(path, "capture/")
+    assert all(list(row) == nsys.RANGE_LAUNCH_KEYS for row in launches)
+    by_range: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in launches:
+        by_range[row["range"]].append(row)
+    assert sorted(by_range) == ["capture/cuda.block512/0", "capture/cuda.block512/1", "capture/triton/0"]
+    assert [len(by_range[r]) for r in sorted(by_range)] == [50, 50, 5]
+    nvtx = nsys.nvtx_kern_sum(path)
+    for name, rows in by_range.items():
+        mine = [r for r in nvtx if r["NVTX Range"] == f":{name}"]
+        assert sum(r["duration_ns"] for r in rows) == sum(r["Total Time (ns)"] for r in mine)
+        assert len(rows) == sum(r["Kern Inst"] for r in mine)
+        for kernel in {r["kernel"] for r in rows}:
+            (row,) = [r for r in mine if r["Kernel Name"] == kernel]
+            durs = [r["duration_ns"] for r in rows if r["kernel"] == kernel]
+            assert (row["Min (ns)"], row["Max (ns)"], row["Kern Inst"]) == (min(durs), max(durs), len(durs))
+    # the round ranges' kernels are the ones of the original `capture` row of nsys stats
+    with open(PIPELINE_CUDA.with_suffix(".nvtx_kern_sum.csv"), newline="") as fh:
+        (capture,) = [r for r in csv.DictReader(fh) if r["NVTX Range"] == ":capture"]
+    cuda = by_range["capture/cuda.block512/0"] + by_range["capture/cuda.block512/1"]
+    assert sum(r["duration_ns"] for r in cuda) == int(capture["Total Time (ns)"])
+    assert {r["kernel"] for r in cuda} == {capture["Kernel Name"]}
+    # launch order, and each row read straight from the kernel and runtime tables
+    assert [r["launch_start_ns"] for r in launches] == sorted(r["launch_start_ns"] for r in launches)
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        for row in (launches[0], launches[-1]):
+            want = conn.execute(f"""
+                SELECT k.start, k.[end], k.gridX || 'x' || k.gridY || 'x' || k.gridZ,
+                       k.blockX || 'x' || k.blockY || 'x' || k.blockZ, k.registersPerThread,
+                       k.staticSharedMemory, k.dynamicSharedMemory, s.value, r.start
+                FROM {KERNELS} k JOIN StringIds s ON s.id = k.shortName
+                JOIN {RUNTIME} r ON r.correlationId = k.correlationId WHERE k.start = ?""", [row["start_ns"]]).fetchone()
+            assert (row["start_ns"], row["end_ns"], row["grid"], row["block"], row["registers"], row["static_smem"],
+                    row["dynamic_smem"], row["short_name"], row["launch_start_ns"]) == want
+            assert row["duration_ns"] == row["end_ns"] - row["start_ns"]
+    finally:
+        conn.close()
+    assert [r["range"] for r in nsys.range_launches(path, "capture/triton/")] == ["capture/triton/0"] * 5
+
+
+def test_range_launches_follow_the_nvtx_kern_sum_rules(tmp_path: Path) -> None:
+    b = ExportBuilder()
+    pid, main, other = 10, 10, 11
+    b.add_domain(3, "Torch", pid, main)
+    b.add_range(1_000, 50_000, "capture/cuda/0", pid, main)
+    b.add_range(20_000, 30_000, "capture/cuda/0/inner", pid, main)       # nested, also matching
+    b.add_range(5_000, 8_000, "aten::add", pid, main)                    # nested, not matching
+    b.add_range(60_000, 90_000, "capture/triton.v2/0", pid, main, kind="startend", domain=3)
+    b.add_range(60_000, 90_000, "capture/other_thread/0", pid, other)
+    b.add_range(60_000, 90_000, "capture/handoff/0", pid, main, kind="startend", end_tid=other)
+    b.add_range(95_000, None, "capture/open/0", pid, main)               # never ended
+    b.add_range(96_000, 99_000, "tail", pid, main)                        # the last range timestamp
+    b.launch(pid, main, 2_000, 2_500, 100, "a", grid=(4, 2, 1), block=(128, 1, 1))
+    b.launch(pid, main, 6_000, 6_500, 110, "a")                          # inside aten::add: still cuda/0
+    b.launch(pid, main, 21_000, 21_500, 120, "b")                        # innermost: cuda/0/inner
+    b.launch(pid, main, 49_500, 52_000, 130, "c", call_dur=1_000)        # call ends after the range
+    b.graph_launch(pid, main, 61_000, [(62_000, 140, "g1"), (62_500, 150, "g2")])
+    b.launch(pid, other, 70_000, 70_500, 160, "d")                       # other thread's range
+    b.launch(pid, main, 97_000, 97_500, 170, "e")                        # open range, before the end
+    b.launch(pid, main, 99_500, 99_600, 180, "f")                        # after the last timestamp
+    b.kernels.append(Kernel(30_000, 30_100, "orphan", pid, corr=None))  # no launch call
+    path = b.write(tmp_path / "e.sqlite")
+    got = [(r["range"], r["kernel"], r["duration_ns"], r["launch_start_ns"]) for r in nsys.range_launches(path, "capture/")]
+    assert got == [
+        ("capture/cuda/0", "a", 100, 2_000), ("capture/cuda/0", "a", 110, 6_000),
+        ("capture/cuda/0/inner", "b", 120, 21_000),
+        ("capture/triton.v2/0", "g1", 140, 61_000), ("capture/triton.v2/0", "g2", 150, 61_000),
+        ("capture/other_thread/0", "d", 160, 70_000),
+        ("capture/open/0", "e", 170, 97_000),
+    ]
+    first = nsys.range_launches(path, "capture/cuda/0")[0]
+    assert (first["grid"], first["block"], first["registers"], first["start_ns"], first["end_ns"]) == (
+        "4x2x1", "128x1x1", 32, 2_500, 2_600)
+    assert [r["kernel"] for r in nsys.range_launches(path, "capture/cuda/0/")] == ["b"]
+    assert [r["kernel"] for r in nsys.range_launches(path, "")] == ["a", "a", "b", "g1", "g2", "d", "e"]
+    with pytest.raises(nsys.NsysExportError, match="no NVTX push/pop or start/end range whose text starts with 'nope/'"):
+        nsys.range_launches(path, "nope/")
+    with pytest.raises(nsys.NsysExportError, match="end on another thread"):
+        nsys.range_launches(path, "capture/handoff/")
+    # every launch of a non-nested matching range is in nvtx_kern_sum's row for it
+    nvtx = {(r["NVTX Range"], r["Kernel Name"]): r["Total Time (ns)"] for r in nsys.nvtx_kern_sum(path)}
+    assert nvtx[("Torch:capture/triton.v2/0", "g1")] == 140 and nvtx[(":capture/open/0", "e")] == 170
+
+
+def test_range_launches_without_nvtx_or_runtime(tmp_path: Path) -> None:
+    path = basic_export(with_nvtx=False).write(tmp_path / "nonvtx.sqlite")
+    with pytest.raises(nsys.NsysExportError, match="-t nvtx"):
+        nsys.range_launches(path, "it")
+    path = basic_export(with_runtime=False).write(tmp_path / "nort.sqlite")
+    with pytest.raises(nsys.NsysExportError, match="no CUDA runtime launch records"):
+        nsys.range_launches(path, "it")
+    path = basic_export().write(tmp_path / "e.sqlite")
+    assert {r["range"] for r in nsys.range_launches(path, "i")} == {"iters", "inner"}

@@ -3,19 +3,51 @@
 This module computes, from the export alone, the figures that `nsys stats` prints for the reports
 `cuda_gpu_kern_sum` (`kern_sum`) and `nvtx_kern_sum` (`nvtx_kern_sum`): the same columns, the same
 rounding, the same sort order. The pipeline's kernel-time table comes from `range_kernels`, which
-runs the very same SQL as `nvtx_kern_sum`, only filtered to one NVTX range and grouped per kernel.
+runs the very same SQL as `nvtx_kern_sum`, only filtered to one NVTX range and grouped per kernel;
+`range_launches` lists, launch by launch, the kernels that the same rules attribute to the NVTX
+ranges whose text starts with a prefix (one range per implementation and round of a capture).
 
-All aggregation happens in SQLite (GROUP BY, window functions for the median), so memory stays
-bounded on exports of hundreds of MB: kernel rows are never loaded into Python. The export is
-opened read-only; the helper tables this module builds live in the connection's TEMP schema.
+The export is opened read-only and immutable (SQLite never writes to it, creates no file beside
+it and reads no -wal or -journal file there) and read through sqlite-utils. All aggregation
+happens in SQLite (GROUP BY, window functions for the median), so memory stays bounded on exports
+of hundreds of MB: kernel rows are never loaded into Python (range_launches returns one row per
+launch of its ranges). The helper tables this module builds live in the connection's TEMP
+schema.
 
-Rules taken from nsys's own report scripts (and checked against a real export and the CSVs that
-`nsys stats` printed for it, see tests/fixtures/nsys/):
+An export may come from someone else (a bundle), so every read runs under limits, and whatever
+breaks one is refused with NsysExportError (one sentence):
+
+* every table the reader reads must be a real table: not a view (a view can hold any query, such
+  as an unbounded recursive CTE), not a virtual table; the columns it computes with must not be
+  generated columns and must be declared with the type nsys writes (INTEGER for times and ids),
+  and every value in them must be an integer (or NULL): an INTEGER column keeps text that is not
+  a number, or a real number, as it is (and a hand-written file can hold any value in it), and a
+  time stored as text would otherwise give wrong kernel times.
+  Triggers in the export never run: it is read-only and the reader writes only to TEMP tables;
+  schema SQL cannot call this module's functions (trusted_schema is off);
+* each read (open to last row) may take TIME_LIMIT_S seconds of wall time: SQLite's progress
+  handler looks at the clock every 10,000 virtual-machine steps and interrupts the statement
+  past the deadline, and no statement starts after it;
+* the TEMP schema lives in a file (temp_store=FILE: in memory it would hold about as many bytes
+  as the export, 164 MiB for 1 M kernels) whose size is capped with temp.max_page_count at
+  max(TEMP_LIMIT_MIN_BYTES, TEMP_LIMIT_PER_EXPORT_BYTE x the export's size), so a runaway read
+  fails with SQLITE_FULL at the cap instead of filling a disk. SQLite's sorter and transient
+  tables spill to temporary files of their own that the cap does not count; they hold at most
+  what the capped TEMP tables or the export hold;
+* memory: a single string or blob may be at most VALUE_LIMIT_BYTES long (SQLITE_LIMIT_LENGTH on
+  the connection, which also bounds what group_concat builds), page caches and the sorter's
+  in-memory runs keep SQLite's default sizes (about 2 MiB per schema), and results are grouped
+  in SQLite. The heap limits (PRAGMA soft_heap_limit / hard_heap_limit) are left alone: they
+  apply to every SQLite connection of the process, and hard_heap_limit can only be lowered.
+
+Rules taken from nsys's own report scripts (and checked against real exports and the CSVs that
+`nsys stats` printed for them, see tests/fixtures/nsys/):
 
 * a kernel's duration is `end - start` of its CUPTI_ACTIVITY_KIND_KERNEL row; kernels are named by
   their demangled name (StringIds);
-* Avg, Med and StdDev are rounded with Python's round(x, 1) (not SQLite's, which differs at ties); StdDev is the sample standard
-  deviation (0.0 for a single instance); Time (%) is round(100 * total / sum of totals, 1);
+* Avg, Med and StdDev are rounded with Python's round(x, 1) (not SQLite's, which differs at ties);
+  StdDev is the sample standard deviation (0.0 for a single instance); Time (%) is
+  round(100 * total / sum of totals, 1);
 * cuda_gpu_kern_sum is sorted by Total Time descending, then Instances, then Name;
 * a kernel belongs to every NVTX push/pop or start/end range that is open, on the thread that made
   the kernel's CUDA runtime launch call, over the whole launch call (range start <= call start
@@ -29,6 +61,10 @@ Rules taken from nsys's own report scripts (and checked against a real export an
   PID, TID, then Total Time descending. As in nsys, the duration figures run over (range
   instance, kernel) pairs while Kern Inst counts distinct kernels, so a kernel inside two nested
   ranges of the same name is counted once in Kern Inst but twice in Total Time.
+
+`format_csv` and `format_table` print strings with control characters (C0, DEL, C1, line and
+paragraph separators, bidirectional controls) replaced by visible escapes such as `\\x1b`, so a
+kernel or range name cannot drive the terminal (`escape_controls`).
 """
 
 from __future__ import annotations
@@ -36,26 +72,31 @@ from __future__ import annotations
 import csv
 import decimal
 import io
+import re
 import sqlite3
+import time
 import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
 import sqlite_utils
+from sqlite_utils.db import quote_identifier
 
 from harness.errors import EvidenceError
 
 __all__ = [
     "NsysExportError", "KERN_SUM_COLUMNS", "NVTX_KERN_SUM_COLUMNS", "RANGE_KERNEL_KEYS",
-    "open_export", "kern_sum", "nvtx_kern_sum", "range_kernels", "export_info",
-    "format_csv", "format_table",
+    "RANGE_LAUNCH_KEYS", "TIME_LIMIT_S", "TEMP_LIMIT_MIN_BYTES", "TEMP_LIMIT_PER_EXPORT_BYTE",
+    "VALUE_LIMIT_BYTES", "open_export", "kern_sum", "nvtx_kern_sum", "range_kernels",
+    "range_launches", "export_info", "format_csv", "format_table", "escape_controls",
 ]
 
 
 class NsysExportError(EvidenceError):
-    """An nsys SQLite export is missing, unreadable or lacks the data asked for (one sentence)."""
+    """An nsys SQLite export is missing, unreadable, refused under the reader's limits, or lacks
+    the data asked for (one sentence)."""
 
 
 KERN_SUM_COLUMNS = [
@@ -76,11 +117,56 @@ RANGE_KERNEL_KEYS = [
 ]
 """The keys of each dict that `range_kernels` returns."""
 
+RANGE_LAUNCH_KEYS = [
+    "range", "kernel", "short_name", "start_ns", "end_ns", "duration_ns", "grid", "block",
+    "registers", "static_smem", "dynamic_smem", "launch_start_ns",
+]
+"""The keys of each dict that `range_launches` returns."""
+
+TIME_LIMIT_S = 60.0
+"""Wall-clock seconds one export read (opening it, every query, the last row) may take; a read
+that takes longer is refused. The functions' `time_limit_s` argument overrides it."""
+
+TEMP_LIMIT_MIN_BYTES = 256 * 2**20
+TEMP_LIMIT_PER_EXPORT_BYTE = 8
+"""The TEMP schema of one read may grow to max(TEMP_LIMIT_MIN_BYTES, TEMP_LIMIT_PER_EXPORT_BYTE x
+the export's size in bytes); a read that needs more is refused. The functions'
+`temp_limit_bytes` argument overrides it. (nvtx_kern_sum on an export of 1 M kernels, 158 MiB,
+needs about 164 MiB; nested ranges multiply the (range, kernel) pairs it stores.)"""
+
+VALUE_LIMIT_BYTES = 64 * 2**20
+"""The longest string or blob a read may hold (SQLITE_LIMIT_LENGTH on the connection)."""
+
+_PROGRESS_OPS = 10_000  # SQLite virtual-machine steps between two looks at the clock
+
 KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
 RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
 NVTX_TABLE = "NVTX_EVENTS"
 META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")  # newer name first, 2022-era name second
 EVENT_TYPE_ENUM = "ENUM_NSYS_EVENT_TYPE"
+GPU_TABLE = "TARGET_INFO_GPU"
+
+# The declared type (as sqlite-utils reads its affinity: int for INTEGER, str for TEXT) that nsys
+# writes for each column the reader computes with; a table that declares another is refused.
+# Columns only displayed (metadata, GPU descriptions) are not constrained.
+_DECLARED: dict[str, dict[str, type]] = {
+    KERNEL_TABLE: {c: int for c in (
+        "start", "end", "correlationId", "globalPid", "demangledName", "shortName",
+        "registersPerThread", "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ",
+        "staticSharedMemory", "dynamicSharedMemory")},
+    RUNTIME_TABLE: {c: int for c in ("start", "end", "correlationId", "globalTid")},
+    NVTX_TABLE: {**{c: int for c in ("start", "end", "eventType", "globalTid", "endGlobalTid",
+                                     "textId", "domainId")}, "text": str},
+    "StringIds": {"id": int, "value": str},
+    EVENT_TYPE_ENUM: {"id": int, "name": str},
+}
+
+# The columns whose every value must be an integer (or NULL): times, and the ids the reader joins
+# on or unpacks. Checked per read, for the columns that read uses.
+_KERNEL_TIMES = ("start", "end")
+_KERNEL_LINKS = ("correlationId", "globalPid")
+_RUNTIME_INTEGERS = ("start", "end", "correlationId", "globalTid")
+_NVTX_INTEGERS = ("start", "end", "eventType", "globalTid", "endGlobalTid", "textId", "domainId")
 
 # NVTX event type ids, looked up by name in ENUM_NSYS_EVENT_TYPE when the export has it; these are
 # the ids of every export checked (2022.4 .. 2025.3) and the fallback when the enum table is absent.
@@ -138,75 +224,151 @@ def _check_file(path: Path, label: str) -> None:
             f"{label} is truncated ({size} bytes, its header promises {page_size * pages}).")
 
 
+def _mib(n: float) -> str:
+    return f"{n / 2**20:g}"
+
+
+class _Guard:
+    """The limits one export read runs under; `progress` is the connection's progress handler."""
+
+    def __init__(self, label: str, time_limit_s: float, temp_limit_bytes: int) -> None:
+        self.label = label
+        self.time_limit_s = time_limit_s
+        self.temp_limit_bytes = temp_limit_bytes
+        self.deadline = time.monotonic() + time_limit_s
+        self.timed_out = False
+
+    def progress(self) -> int:
+        """Nonzero (SQLite then interrupts the statement) once the read is past its deadline."""
+        if self.timed_out or time.monotonic() > self.deadline:
+            self.timed_out = True
+            return 1
+        return 0
+
+    def check(self) -> None:
+        """Raise the time-limit error when the read is past its deadline (between statements)."""
+        if self.progress():
+            raise self.refusal(sqlite3.OperationalError("interrupted"))
+
+    def refusal(self, exc: sqlite3.Error) -> NsysExportError:
+        """The one-sentence error for an SQLite failure while reading the export."""
+        label = self.label
+        msg = str(exc).rstrip(".")
+        code = getattr(exc, "sqlite_errorname", "")
+        if self.timed_out:
+            return NsysExportError(
+                f"{label} took longer than {self.time_limit_s:g} s to read, so it is refused.")
+        if code == "SQLITE_FULL" or msg == "database or disk is full":
+            return NsysExportError(
+                f"{label} needs more than {_mib(self.temp_limit_bytes)} MiB of temporary storage to "
+                "read (or the disk that holds SQLite's temporary files is full), so it is refused.")
+        if code == "SQLITE_TOOBIG" or msg == "string or blob too big":
+            return NsysExportError(
+                f"{label} holds a string or blob longer than {_mib(VALUE_LIMIT_BYTES)} MiB, so it "
+                "is refused.")
+        if isinstance(exc, sqlite3.OperationalError) and msg.startswith(("no such", "ambiguous")):
+            return NsysExportError(f"{label} has an unexpected export schema ({msg}).")
+        return NsysExportError(
+            f"{label} could not be read ({msg}); the file may be truncated or corrupt.")
+
+
 @contextmanager
-def _reading(label: str) -> Iterator[None]:
+def _reading(guard: _Guard) -> Iterator[None]:
     """Turn SQLite failures while reading an export into one-sentence errors."""
     try:
         yield
     except NsysExportError:
         raise
-    except sqlite3.OperationalError as exc:
-        msg = str(exc).rstrip(".")
-        if msg.startswith(("no such", "ambiguous")):
-            raise NsysExportError(f"{label} has an unexpected export schema ({msg}).") from None
-        raise NsysExportError(f"{label} could not be read ({msg}); the file may be truncated or corrupt.") from None
-    except sqlite3.DatabaseError as exc:
-        msg = str(exc).rstrip(".")
-        raise NsysExportError(f"{label} could not be read ({msg}); the file may be truncated or corrupt.") from None
+    except sqlite3.Error as exc:
+        raise guard.refusal(exc) from None
 
 
 def _nsys_round(value: float | None, digits: int) -> float | None:
     """Round as nsys prints: Python's round() of the binary value (7653.45 -> 7653.4), not
     SQLite's round(), which rounds the decimal text half away from zero (7653.45 -> 7653.5).
-    Seen on the H200: two of 24 pipeline captures differed from `nsys stats` with SQLite's."""
+    Pipeline captures with averages at such ties are among tests/fixtures/nsys/."""
     return None if value is None else round(float(value), int(digits))
 
 
-def open_export(path: str | Path) -> sqlite_utils.Database:
-    """Validate an nsys SQLite export and open it read-only.
-
-    Raises NsysExportError (one sentence) when the file does not exist, is not SQLite, is
-    truncated, or is an SQLite database that is not an nsys export. The connection decodes text
-    leniently (invalid UTF-8 becomes U+FFFD) and has the function `nsys_stdev` registered.
-    """
+def _open(path: str | Path, time_limit_s: float | None,
+          temp_limit_bytes: int | None) -> tuple[sqlite_utils.Database, _Guard]:
     label = str(path)
     p = Path(path)
     _check_file(p, label)
-    uri = "file:" + urllib.parse.quote(str(p.resolve())) + "?mode=ro"
+    if temp_limit_bytes is None:
+        temp_limit_bytes = max(TEMP_LIMIT_MIN_BYTES, TEMP_LIMIT_PER_EXPORT_BYTE * p.stat().st_size)
+    guard = _Guard(label, TIME_LIMIT_S if time_limit_s is None else float(time_limit_s),
+                   int(temp_limit_bytes))
+    uri = "file:" + urllib.parse.quote(str(p.resolve())) + "?mode=ro&immutable=1"
     try:
+        # raw sqlite3: sqlite-utils has no call to open a URI (read-only, immutable)
         conn = sqlite3.connect(uri, uri=True)
     except sqlite3.Error as exc:
         raise NsysExportError(f"{label} cannot be opened as SQLite ({str(exc).rstrip('.')}).") from None
+    # raw sqlite3: sqlite-utils has no call for text_factory, limits, the progress handler or an
+    # aggregate function (its register_function registers scalar functions only)
     conn.text_factory = _decode_text
+    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, VALUE_LIMIT_BYTES)
+    conn.set_progress_handler(guard.progress, _PROGRESS_OPS)
     conn.create_function("nsys_round", 2, _nsys_round, deterministic=True)
+    conn.create_function("nsys_stdev", 5, _stdev, deterministic=True)
+    # typeshed types an aggregate's step as taking one argument; this one takes three
+    conn.create_aggregate("nsys_innermost", 3, _Innermost)  # type: ignore[arg-type]
+    db = sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
     try:
-        with _reading(label):
-            names = {r[0] for r in conn.execute(
-                "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+        with _reading(guard):
+            db.execute("PRAGMA trusted_schema = OFF")
+            db.execute("PRAGMA temp_store = FILE")
+            page_size = db.execute("PRAGMA temp.page_size").fetchone()[0]
+            db.execute(f"PRAGMA temp.max_page_count = {max(1, guard.temp_limit_bytes // page_size)}")
+            names = set(db.table_names()) | set(db.view_names())
     except NsysExportError:
-        conn.close()
+        db.close()
         raise
     is_nsys = any(t in names for t in META_TABLES) or (
         "StringIds" in names and any(n.startswith(("CUPTI_ACTIVITY_KIND_", "TARGET_INFO_", "NVTX_"))
                                      for n in names))
     if not is_nsys:
-        conn.close()
+        db.close()
         raise NsysExportError(
             f"{label} is an SQLite database but not an nsys export (it has no META_DATA_EXPORT, "
             "EXPORT_META_DATA or StringIds table).")
-    conn.create_function("nsys_stdev", 5, _stdev, deterministic=True)
-    return sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
+    return db, guard
+
+
+def open_export(path: str | Path, *, time_limit_s: float | None = None,
+                temp_limit_bytes: int | None = None) -> sqlite_utils.Database:
+    """Validate an nsys SQLite export and open it read-only (and immutable).
+
+    Raises NsysExportError (one sentence) when the file does not exist, is not SQLite, is
+    truncated, or is an SQLite database that is not an nsys export. The connection decodes text
+    leniently (invalid UTF-8 becomes U+FFFD), has the functions `nsys_round` and `nsys_stdev`
+    registered, and runs under the read limits (see the module docstring): a statement still
+    running `time_limit_s` (default TIME_LIMIT_S) after opening is interrupted
+    (sqlite3.OperationalError), and TEMP tables may hold `temp_limit_bytes`. Its tables are not
+    validated here: the report functions validate the tables they read.
+    """
+    return _open(path, time_limit_s, temp_limit_bytes)[0]
 
 
 class _Export:
     """An open export plus what the queries need to know about its schema."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, time_limit_s: float | None = None,
+                 temp_limit_bytes: int | None = None) -> None:
         self.label = str(path)
-        self.db = open_export(path)
-        with _reading(self.label):
-            self.tables = set(self.db.table_names()) | set(self.db.view_names())
+        self.db, self.guard = _open(path, time_limit_s, temp_limit_bytes)
+        try:
+            with self.reading():
+                # lower-cased name -> (name as stored, "table" or "view"): SQLite resolves names
+                # case-insensitively, so a view cannot hide behind another spelling
+                self.catalogue = {n.lower(): (n, "view") for n in self.db.view_names()}
+                self.catalogue.update({n.lower(): (n, "table") for n in self.db.table_names()})
+        except NsysExportError:
+            self.db.close()
+            raise
         self._columns: dict[str, set[str]] = {}
+        self._integers_checked: set[tuple[str, str]] = set()
         self.range_base: int | None = None  # set by prepare_ranges
 
     def close(self) -> None:
@@ -218,35 +380,96 @@ class _Export:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def reading(self) -> AbstractContextManager[None]:
+        return _reading(self.guard)
+
+    def present(self, table: str) -> bool:
+        """Whether the export has a table or view of that name (validated on first read)."""
+        return table.lower() in self.catalogue
+
     def columns(self, table: str) -> set[str]:
+        """The columns of `table` (empty when the export has none of that name), after checking
+        that it is a real table whose columns that the reader computes with are stored (not
+        generated) and declared with the type nsys writes; NsysExportError otherwise."""
         if table not in self._columns:
-            if table not in self.tables:
-                self._columns[table] = set()
-            else:
-                with _reading(self.label):
-                    self._columns[table] = {c.name for c in self.db[table].columns}
+            self._columns[table] = self._validated_columns(table)
         return self._columns[table]
+
+    def _validated_columns(self, table: str) -> set[str]:
+        entry = self.catalogue.get(table.lower())
+        if entry is None:
+            return set()
+        name, kind = entry
+        label = self.label
+        if kind == "view":
+            raise NsysExportError(
+                f"{label} has {table} as a view, not a table, and the reader reads only tables, so "
+                "it is refused.")
+        with self.reading():
+            t = self.db.table(name)
+            rootpage = self.db.execute(
+                "SELECT rootpage FROM sqlite_master WHERE type = 'table' AND name = ?", [name]).fetchone()
+            if t.virtual_table_using is not None or not rootpage or not rootpage[0]:
+                raise NsysExportError(
+                    f"{label} has {table} as a virtual table, not a stored table, so it is refused.")
+            declared = t.columns_dict  # {name: python type of the declared type's affinity}
+            hidden = {row[1] for row in self.db.execute(
+                f"PRAGMA main.table_xinfo({quote_identifier(name)})") if row[6]}
+        want = _DECLARED.get(table, {})
+        for col in want:
+            if col in hidden:
+                raise NsysExportError(
+                    f"{label} has {table}.{col} as a generated column, not stored data, so it is "
+                    "refused.")
+        for col, kind_ in declared.items():
+            if col in want and kind_ is not want[col]:
+                decl = next(c.type for c in t.columns if c.name == col)
+                raise NsysExportError(
+                    f"{label} declares {table}.{col} as {decl!r}, where nsys writes "
+                    f"{'INTEGER' if want[col] is int else 'TEXT'}, so it is refused.")
+        return set(declared)
 
     def has(self, table: str, *cols: str) -> bool:
         have = self.columns(table)
-        return table in self.tables and all(c in have for c in cols)
+        return self.present(table) and all(c in have for c in cols)
 
     def col(self, alias: str, table: str, name: str, default: str = "NULL") -> str:
         """`alias."name"` when the table has that column, else `default` (optional columns)."""
         return f'{alias}."{name}"' if name in self.columns(table) else default
 
+    def require_integers(self, table: str, cols: Sequence[str]) -> None:
+        """Refuse the export when one of these columns (those the table has) holds a value that
+        is not an integer or NULL: text, a real number or a blob."""
+        todo = [c for c in cols if c in self.columns(table) and (table, c) not in self._integers_checked]
+        if not todo:
+            return
+
+        def bad(c: str) -> str:
+            return f"typeof(\"{c}\") NOT IN ('integer', 'null')"
+
+        sql = "SELECT EXISTS (SELECT 1 FROM main.{} WHERE {})"
+        if self.execute(sql.format(table, " OR ".join(bad(c) for c in todo))).fetchone()[0]:
+            col = next(c for c in todo if self.execute(sql.format(table, bad(c))).fetchone()[0])
+            raise NsysExportError(
+                f"{self.label} has values in {table}.{col} that are not integers (text, real numbers "
+                "or blobs where nsys writes integers), so it is refused.")
+        self._integers_checked.update((table, c) for c in todo)
+
     def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> sqlite3.Cursor:
-        with _reading(self.label):
+        self.guard.check()
+        with self.reading():
             return self.db.execute(sql, params)
 
     def query(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[dict[str, Any]]:
-        with _reading(self.label):
+        self.guard.check()
+        with self.reading():
             return list(self.db.query(sql, params))
 
     # -- pieces shared by every kernel query --------------------------------------------------
 
     def require_kernels(self) -> None:
-        if KERNEL_TABLE not in self.tables:
+        """Check the kernel and string tables a kernel summary reads (kernel times integers)."""
+        if not self.present(KERNEL_TABLE):
             raise NsysExportError(
                 f"{self.label} has no CUDA kernel records (no {KERNEL_TABLE} table); the capture "
                 "probably lacked `-t cuda` or ran no kernel.")
@@ -254,31 +477,42 @@ class _Export:
                 self.has(KERNEL_TABLE, "demangledName") or self.has(KERNEL_TABLE, "shortName")):
             raise NsysExportError(
                 f"{self.label} has a {KERNEL_TABLE} table without start, end and kernel name columns.")
-        if "StringIds" not in self.tables:
+        if not self.has("StringIds", "id", "value"):
             raise NsysExportError(f"{self.label} has no StringIds table, so kernels cannot be named.")
+        self.require_integers(KERNEL_TABLE, _KERNEL_TIMES)
 
     def event_types(self) -> dict[str, int]:
         ids = dict(_EVENT_TYPE_DEFAULTS)
         if self.has(EVENT_TYPE_ENUM, "id", "name"):
+            self.require_integers(EVENT_TYPE_ENUM, ["id"])
             rows = self.execute(
-                f"SELECT name, id FROM {EVENT_TYPE_ENUM} WHERE name IN ({','.join('?' * len(ids))})",
+                f"SELECT name, id FROM main.{EVENT_TYPE_ENUM} "
+                f"WHERE name IN ({','.join('?' * len(ids))}) AND id IS NOT NULL",
                 list(ids)).fetchall()
             ids.update({name: int(i) for name, i in rows})
         return ids
 
-    def kernel_select(self) -> str:
-        """The kernel columns every summary reads, from CUPTI_ACTIVITY_KIND_KERNEL AS k."""
+    def name_columns(self) -> tuple[str, str]:
+        """The kernel's name and short name string ids, from CUPTI_ACTIVITY_KIND_KERNEL AS k."""
         t = KERNEL_TABLE
         name = 'k."demangledName"' if self.has(t, "demangledName") else 'k."shortName"'
         short = 'k."shortName"' if self.has(t, "shortName") else name
-        if self.has(t, "gridX", "gridY", "gridZ"):
-            grid = "k.gridX || 'x' || k.gridY || 'x' || k.gridZ"
-        else:
-            grid = "NULL"
-        if self.has(t, "blockX", "blockY", "blockZ"):
-            block = "k.blockX || 'x' || k.blockY || 'x' || k.blockZ"
-        else:
-            block = "NULL"
+        return name, short
+
+    def geometry(self, sep: str) -> tuple[str, str]:
+        """SQL for the kernel's grid and block as "X<sep>Y<sep>Z" (NULL without those columns)."""
+        t = KERNEL_TABLE
+        out = []
+        for dims in ("grid", "block"):
+            cols = [f"{dims}{axis}" for axis in "XYZ"]
+            out.append(f" || '{sep}' || ".join(f"k.{c}" for c in cols) if self.has(t, *cols) else "NULL")
+        return out[0], out[1]
+
+    def kernel_select(self) -> str:
+        """The kernel columns every summary reads, from CUPTI_ACTIVITY_KIND_KERNEL AS k."""
+        t = KERNEL_TABLE
+        name, short = self.name_columns()
+        grid, block = self.geometry("x")
         return f"""
             k.rowid AS kern_id,
             k."end" - k.start AS dur,
@@ -290,13 +524,24 @@ class _Export:
             {self.col('k', t, 'staticSharedMemory')} AS static_smem,
             {self.col('k', t, 'dynamicSharedMemory')} AS dynamic_smem"""
 
+    def runtime_join(self) -> str:
+        """The ON condition joining temp.nsys_rt AS r to the kernel k ('0' when impossible)."""
+        t = KERNEL_TABLE
+        if self.has(t, "correlationId") and self.has(t, "globalPid"):
+            return "r.corr = k.correlationId AND r.gpid = k.globalPid"
+        if self.has(t, "correlationId"):
+            return "r.corr = k.correlationId"
+        return "0"
+
     def prepare_runtime(self) -> None:
         """temp.nsys_rt: the runtime API calls (the kernels' launch calls), indexed by correlation id
         and process. Empty when the export has no usable CUPTI_ACTIVITY_KIND_RUNTIME table."""
+        self.require_integers(KERNEL_TABLE, _KERNEL_LINKS)
         self.execute("DROP TABLE IF EXISTS temp.nsys_rt")
         self.execute(
             'CREATE TEMP TABLE nsys_rt (corr INTEGER, gpid INTEGER, gtid INTEGER, start INTEGER, "end" INTEGER)')
         if self.has(RUNTIME_TABLE, "correlationId", "globalTid", "start", "end"):
+            self.require_integers(RUNTIME_TABLE, _RUNTIME_INTEGERS)
             self.execute(f"""
                 INSERT INTO temp.nsys_rt
                 SELECT correlationId, globalTid & {_PROCESS_MASK}, globalTid, start, "end"
@@ -312,7 +557,7 @@ class _Export:
         except sqlite3.OperationalError:
             return False
 
-    def prepare_ranges(self, text: str | None = None) -> None:
+    def prepare_ranges(self, text: str | None = None, prefix: str | None = None) -> None:
         """Build the NVTX range tables of the containment join, in the TEMP schema:
 
         nsys_ranges: one row per NVTX push/pop or start/end range (id = NVTX_EVENTS rowid, name
@@ -320,7 +565,8 @@ class _Export:
         nsys_range_names: one row per distinct (name, style), its integer `key` the group key;
         nsys_range_idx: the ranges as [start, end] boxes with thread and name key, an R*Tree when
         SQLite has the module, else a table indexed by thread and start.
-        With `text`, only the ranges whose text (without the domain prefix) equals it."""
+        With `text`, only the ranges whose text (without the domain prefix) equals it; with
+        `prefix`, only those whose text starts with it."""
         for table in ("nsys_range_idx", "nsys_range_names", "nsys_ranges"):
             self.execute(f"DROP TABLE IF EXISTS temp.{table}")
         self.execute("""
@@ -332,6 +578,7 @@ class _Export:
                 key INTEGER PRIMARY KEY, name TEXT, style TEXT, UNIQUE (name, style))""")
         ne = NVTX_TABLE
         if self.has(ne, "start", "eventType", "globalTid"):
+            self.require_integers(ne, _NVTX_INTEGERS)
             ids = self.event_types()
             types = [ids[n] for n in _PUSHPOP_TYPES + _STARTEND_TYPES]
             pushpop = ", ".join(str(ids[n]) for n in _PUSHPOP_TYPES)
@@ -348,7 +595,14 @@ class _Export:
             last = f"""(SELECT max(max(start), coalesce(max("end"), max(start)))
                         FROM main.{ne} WHERE eventType IN ({in_types}))""" if self.has(ne, "end") else \
                 f"(SELECT max(start) FROM main.{ne} WHERE eventType IN ({in_types}))"
-            where_text = f" AND {label} = :text" if text is not None else ""
+            params: dict[str, Any] = {}
+            where_text = ""
+            if text is not None:
+                where_text += f" AND {label} = :text"
+                params["text"] = text
+            if prefix is not None:
+                where_text += f" AND substr({label}, 1, length(:prefix)) = :prefix"
+                params["prefix"] = prefix
             self.execute(f"""
                 INSERT INTO temp.nsys_ranges
                 WITH domains AS (
@@ -375,7 +629,7 @@ class _Export:
                     ON d.id = {domain_id} AND d.pid = (ne.globalTid >> 24) & 0xFFFFFF
                 LEFT JOIN main.StringIds AS sid ON sid.id = {text_id}
                 WHERE ne.eventType IN ({in_types}) AND {single_thread}{where_text}
-                """, {"text": text} if text is not None else {})
+                """, params)
         self.execute("""
             INSERT INTO temp.nsys_range_names (name, style)
             SELECT DISTINCT name, style FROM temp.nsys_ranges ORDER BY name, style""")
@@ -399,17 +653,16 @@ class _Export:
             WHERE r.start IS NOT NULL AND r."end" >= r.start""")
         self.range_base = int(base)
 
+    def containment(self) -> str:
+        """The ON condition: range ri (temp.nsys_range_idx) is open on the thread of launch call r
+        over the whole call."""
+        b = self.range_base
+        return f"""ri.lo <= r.start - {b} AND ri.hi >= r."end" - {b}
+                AND ri.start <= r.start AND ri.stop >= r."end" AND ri.gtid = r.gtid"""
+
     def combo_sql(self) -> str:
         """One row per (NVTX range instance, kernel) pair, plus one row with NULL range columns per
         kernel that no range contains: the relation nvtx_kern_sum aggregates."""
-        t = KERNEL_TABLE
-        if self.has(t, "correlationId") and self.has(t, "globalPid"):
-            on_runtime = "r.corr = k.correlationId AND r.gpid = k.globalPid"
-        elif self.has(t, "correlationId"):
-            on_runtime = "r.corr = k.correlationId"
-        else:
-            on_runtime = "0"
-        b = self.range_base
         return f"""
             SELECT
                 ri.name_key AS range_key,
@@ -417,12 +670,11 @@ class _Export:
                 (r.gtid >> 24) & 0xFFFFFF AS pid,
                 r.gtid & 0xFFFFFF AS tid,
                 {self.kernel_select()}
-            FROM main.{t} AS k
+            FROM main.{KERNEL_TABLE} AS k
             LEFT JOIN temp.nsys_rt AS r
-                ON {on_runtime}
+                ON {self.runtime_join()}
             LEFT JOIN temp.nsys_range_idx AS ri
-                ON  ri.lo <= r.start - {b} AND ri.hi >= r."end" - {b}
-                AND ri.start <= r.start AND ri.stop >= r."end" AND ri.gtid = r.gtid
+                ON {self.containment()}
             WHERE k.start IS NOT NULL AND k."end" IS NOT NULL"""
 
     def kernels_sql(self) -> str:
@@ -434,6 +686,22 @@ class _Export:
 
 
 _EXTRA_COLUMNS = ("short_id", "grid", "block", "registers", "static_smem", "dynamic_smem")
+
+
+class _Innermost:
+    """SQL aggregate nsys_innermost(start, stop, id): the id of the innermost range of a group,
+    the one with the latest start, then the earliest stop, then the highest id."""
+
+    def __init__(self) -> None:
+        self.best: tuple[int, int, int] | None = None
+
+    def step(self, start: int, stop: int, range_id: int) -> None:
+        key = (start, -stop, range_id)
+        if self.best is None or key > self.best:
+            self.best = key
+
+    def finalize(self) -> int | None:
+        return None if self.best is None else self.best[2]
 
 
 def _stdev(n: int | None, total: int | None, sq_hi: int | None, sq_mid: int | None,
@@ -521,12 +789,16 @@ def _summarize(ex: _Export, source: str, keys: Sequence[str], where: str = "1",
 
 # ----------------------------------------------------------------------------------------------
 # The reports
+#
+# Every report takes the keyword arguments time_limit_s and temp_limit_bytes (None: the module's
+# TIME_LIMIT_S and TEMP_LIMIT_* at call time), the limits of that one read.
 
 
-def kern_sum(path: str | Path) -> list[dict[str, Any]]:
+def kern_sum(path: str | Path, *, time_limit_s: float | None = None,
+             temp_limit_bytes: int | None = None) -> list[dict[str, Any]]:
     """`nsys stats -r cuda_gpu_kern_sum`: one dict per kernel (demangled name), keyed by
     KERN_SUM_COLUMNS, in nsys's order (Total Time descending, then Instances, then Name)."""
-    with _Export(path) as ex:
+    with _Export(path, time_limit_s, temp_limit_bytes) as ex:
         ex.require_kernels()
         summary = _summarize(ex, ex.kernels_sql(), ["name_id"])
         return ex.query(f"""
@@ -539,7 +811,7 @@ def kern_sum(path: str | Path) -> list[dict[str, Any]]:
                 s.min AS "Min (ns)",
                 s.max AS "Max (ns)",
                 nsys_round(s.stddev, 1) AS "StdDev (ns)",
-                name.value AS "Name"
+                CAST(name.value AS TEXT) AS "Name"
             FROM {summary} AS s
             LEFT JOIN main.StringIds AS name ON name.id = s.name_id
             ORDER BY 2 DESC, 3, 9""")
@@ -554,14 +826,15 @@ def _nvtx_summary(ex: _Export, keys: Sequence[str], where: str = "1", extras: bo
     return _summarize(ex, ex.combo_sql(), keys, where, extras)
 
 
-def nvtx_kern_sum(path: str | Path) -> list[dict[str, Any]]:
+def nvtx_kern_sum(path: str | Path, *, time_limit_s: float | None = None,
+                  temp_limit_bytes: int | None = None) -> list[dict[str, Any]]:
     """`nsys stats -r nvtx_kern_sum`: one dict per (process, thread, NVTX range, kernel), keyed by
     NVTX_KERN_SUM_COLUMNS, in nsys's order (range name, PID, TID, Total Time descending).
 
     Kernels that no range contains appear with an empty (None) range name and NVTX Inst 0; kernels
     with no runtime record also have no PID/TID. An export without NVTX_EVENTS (or without
     CUPTI_ACTIVITY_KIND_RUNTIME) gives only such rows, where nsys would refuse to run the report."""
-    with _Export(path) as ex:
+    with _Export(path, time_limit_s, temp_limit_bytes) as ex:
         summary = _nvtx_summary(ex, ["pid", "tid", "range_key", "name_id"])
         return ex.query(f"""
             SELECT
@@ -577,7 +850,7 @@ def nvtx_kern_sum(path: str | Path) -> list[dict[str, Any]]:
                 s.min AS "Min (ns)",
                 s.max AS "Max (ns)",
                 nsys_round(s.stddev, 1) AS "StdDev (ns)",
-                name.value AS "Kernel Name"
+                CAST(name.value AS TEXT) AS "Kernel Name"
             FROM {summary} AS s
             LEFT JOIN temp.nsys_range_names AS rn ON rn.key = s.range_key
             LEFT JOIN main.StringIds AS name ON name.id = s.name_id
@@ -595,7 +868,8 @@ def _distinct_values(joined: Any) -> Any:
     return ";".join(parts)
 
 
-def range_kernels(path: str | Path, range_name: str) -> list[dict[str, Any]]:
+def range_kernels(path: str | Path, range_name: str, *, time_limit_s: float | None = None,
+                  temp_limit_bytes: int | None = None) -> list[dict[str, Any]]:
     """Per kernel launched inside the NVTX range(s) whose text (without the domain prefix) is
     `range_name`, over all instances of that range on all threads: the nvtx_kern_sum query with
     the ranges filtered to that text and grouped per kernel only.
@@ -606,7 +880,7 @@ def range_kernels(path: str | Path, range_name: str) -> list[dict[str, Any]]:
     dynamic_smem (an int, or distinct values joined by ';'), and range_instances (how many
     instances of the range the export holds). Sorted by total_ns descending. Raises
     NsysExportError when the export has no range of that name."""
-    with _Export(path) as ex:
+    with _Export(path, time_limit_s, temp_limit_bytes) as ex:
         ex.require_kernels()
         ex.prepare_ranges(text=range_name)
         range_instances = ex.execute("SELECT count(*) FROM temp.nsys_ranges").fetchone()[0]
@@ -615,8 +889,8 @@ def range_kernels(path: str | Path, range_name: str) -> list[dict[str, Any]]:
         summary = _nvtx_summary(ex, ["name_id"], where="nvtx_id IS NOT NULL", extras=True)
         rows = ex.query(f"""
             SELECT
-                name.value AS kernel,
-                short.value AS short_name,
+                CAST(name.value AS TEXT) AS kernel,
+                CAST(short.value AS TEXT) AS short_name,
                 s.kern_inst AS instances,
                 s.total AS total_ns,
                 nsys_round(s.mean, 1) AS mean_ns,
@@ -644,43 +918,135 @@ def range_kernels(path: str | Path, range_name: str) -> list[dict[str, Any]]:
     return out
 
 
-def _no_range_message(ex: _Export, range_name: str) -> str:
-    if NVTX_TABLE not in ex.tables:
+def range_launches(path: str | Path, prefix: str, *, time_limit_s: float | None = None,
+                   temp_limit_bytes: int | None = None) -> list[dict[str, Any]]:
+    """One dict per kernel that the nvtx_kern_sum rules attribute to an NVTX range whose text
+    starts with `prefix` (for example "capture/" for the ranges "capture/<impl>/<round>").
+
+    A kernel belongs to a range that is open on the thread that made its CUDA runtime launch call
+    over the whole call, joined by correlation id within its process; push/pop and start/end
+    ranges count, ranges ending on another thread do not, a range with no end lasts until the
+    last NVTX range timestamp. Ranges whose text does not start with `prefix` are ignored; when
+    several matching ranges contain the call, the kernel goes to the innermost one: the latest
+    start, then the earliest end, then the later NVTX event. Each kernel of a CUDA graph launch
+    is a row of its own (all with that launch call).
+
+    Each dict has the keys RANGE_LAUNCH_KEYS: range (the range's text as the application passed
+    it, e.g. "capture/cuda.block512/0": whatever its NVTX domain, without the "<domain>:" that
+    nvtx_kern_sum puts before it), kernel (demangled name, as kern_sum names it), short_name,
+    start_ns, end_ns, duration_ns (end - start), grid and block ("XxYxZ"), registers,
+    static_smem, dynamic_smem, and launch_start_ns (the start of the runtime launch call). Sorted
+    by launch_start_ns, then start_ns. The rows come from an SQLite aggregation that stores no
+    (range, kernel) pairs; the list holds one small dict per launch (about 600 bytes).
+
+    Raises NsysExportError when the export has no range with that prefix, or no runtime records
+    to attribute kernels with; a matching range that holds no launch gives no rows."""
+    with _Export(path, time_limit_s, temp_limit_bytes) as ex:
+        ex.require_kernels()
+        ex.prepare_ranges(prefix=prefix)
+        if not ex.execute("SELECT count(*) FROM temp.nsys_ranges").fetchone()[0]:
+            raise NsysExportError(_no_range_message(ex, prefix, prefix=True))
+        ex.prepare_runtime()
+        if ex.runtime_join() == "0" or not ex.has(RUNTIME_TABLE, "correlationId", "globalTid",
+                                                  "start", "end"):
+            raise NsysExportError(
+                f"{ex.label} has no CUDA runtime launch records joined to its kernels ({RUNTIME_TABLE} "
+                "with correlationId), so kernels cannot be attributed to NVTX ranges.")
+        t = KERNEL_TABLE
+        name, short = ex.name_columns()
+        grid, block = ex.geometry("x")
+        # Per kernel, its innermost matching range: the kernels are scanned in rowid order, joined
+        # to their launch call and to the ranges around it (CROSS JOIN keeps that order), so
+        # GROUP BY k.rowid aggregates as the rows stream by; no (range, kernel) pair is stored or
+        # sorted, only the result rows (at most one per kernel) are sorted by launch.
+        cursor = ex.execute(f"""
+            SELECT
+                CAST(rg.text AS TEXT),
+                CAST(name.value AS TEXT),
+                CAST(short.value AS TEXT),
+                x.start,
+                x."end",
+                x."end" - x.start,
+                x.grid,
+                x.block,
+                x.registers,
+                x.static_smem,
+                x.dynamic_smem,
+                x.launch_start
+            FROM (
+                SELECT
+                    k.rowid AS kern_id, k.start AS start, k."end" AS "end",
+                    {name} AS name_id, {short} AS short_id, {grid} AS grid, {block} AS block,
+                    {ex.col('k', t, 'registersPerThread')} AS registers,
+                    {ex.col('k', t, 'staticSharedMemory')} AS static_smem,
+                    {ex.col('k', t, 'dynamicSharedMemory')} AS dynamic_smem,
+                    min(r.start) AS launch_start,
+                    nsys_innermost(ri.start, ri.stop, ri.id) AS nvtx_id
+                FROM main.{t} AS k
+                CROSS JOIN temp.nsys_rt AS r ON {ex.runtime_join()}
+                CROSS JOIN temp.nsys_range_idx AS ri ON {ex.containment()}
+                WHERE k.start IS NOT NULL AND k."end" IS NOT NULL
+                GROUP BY k.rowid
+            ) AS x
+            JOIN temp.nsys_ranges AS rg ON rg.id = x.nvtx_id
+            LEFT JOIN main.StringIds AS name ON name.id = x.name_id
+            LEFT JOIN main.StringIds AS short ON short.id = x.short_id
+            ORDER BY x.launch_start, x.start, x.kern_id""")
+        # The same few names repeat on every row: keep one string object per distinct text.
+        texts: dict[str, str] = {}
+        out = []
+        with ex.reading():
+            for row in cursor:
+                out.append({key: texts.setdefault(v, v) if isinstance(v, str) else v
+                            for key, v in zip(RANGE_LAUNCH_KEYS, row)})
+    return out
+
+
+def _no_range_message(ex: _Export, range_name: str, prefix: bool = False) -> str:
+    what = f"whose text starts with {range_name!r}" if prefix else f"named {range_name!r}"
+    if not ex.present(NVTX_TABLE):
         return (f"{ex.label} has no NVTX data (no {NVTX_TABLE} table), so it has no range "
-                f"{range_name!r}; the capture probably lacked `-t nvtx`.")
+                f"{what}; the capture probably lacked `-t nvtx`.")
     if ex.has(NVTX_TABLE, "endGlobalTid"):
         # Ranges that end on another thread are left out (as nsys does): say so if that is why.
         text_id = ex.col("ne", NVTX_TABLE, "textId")
+        label = f"coalesce(sid.value, {ex.col('ne', NVTX_TABLE, 'text')}, '')"
+        match = (f"substr({label}, 1, length(:name)) = :name" if prefix else f"{label} = :name")
         crossed = ex.execute(f"""
             SELECT count(*) FROM main.{NVTX_TABLE} AS ne
             LEFT JOIN main.StringIds AS sid ON sid.id = {text_id}
-            WHERE ne.endGlobalTid IS NOT NULL
-              AND coalesce(sid.value, {ex.col('ne', NVTX_TABLE, 'text')}, '') = ?""",
-            [range_name]).fetchone()[0]
+            WHERE ne.endGlobalTid IS NOT NULL AND {match}""", {"name": range_name}).fetchone()[0]
         if crossed:
-            return (f"{ex.label} has NVTX range {range_name!r} only as ranges that end on another "
+            return (f"{ex.label} has NVTX ranges {what} only as ranges that end on another "
                     "thread than they start, and nsys attributes no kernels to those.")
-    return f"{ex.label} has no NVTX push/pop or start/end range named {range_name!r}."
+    return f"{ex.label} has no NVTX push/pop or start/end range {what}."
 
 
-def export_info(path: str | Path) -> dict[str, Any]:
+def _plain(expr: str) -> str:
+    """SQL: `expr` with a blob read as text (so a value is always JSON-serializable)."""
+    return f"(CASE WHEN typeof({expr}) = 'blob' THEN CAST({expr} AS TEXT) ELSE {expr} END)"
+
+
+def export_info(path: str | Path, *, time_limit_s: float | None = None,
+                temp_limit_bytes: int | None = None) -> dict[str, Any]:
     """What the export says about itself: nsys_version (EXPORT_PRODUCT_VERSION), schema_version,
     the metadata table's name, and the GPUs of TARGET_INFO_GPU (id, name, uuid, ...) with
     gpu_name / gpu_uuid (distinct values joined by '; ') for a one-line summary."""
-    with _Export(path) as ex:
+    with _Export(path, time_limit_s, temp_limit_bytes) as ex:
         meta_table = next((t for t in META_TABLES if ex.has(t, "name", "value")), None)
         meta: dict[str, Any] = {}
         if meta_table:
-            for row in ex.query(f"SELECT name, value FROM main.{meta_table}"):
+            for row in ex.query(f"SELECT {_plain('name')} AS name, {_plain('value')} AS value "
+                                f"FROM main.{meta_table}"):
                 meta.setdefault(row["name"], row["value"])
         gpus: list[dict[str, Any]] = []
-        if "TARGET_INFO_GPU" in ex.tables:
-            t = "TARGET_INFO_GPU"
+        if ex.present(GPU_TABLE):
+            t = GPU_TABLE
             wanted = {"id": "id", "name": "name", "uuid": "uuid", "chipName": "chip",
                       "busLocation": "bus_location", "smCount": "sm_count",
                       "totalMemory": "total_memory", "clockRate": "clock_rate_hz",
                       "computeMajor": "compute_major", "computeMinor": "compute_minor"}
-            cols = [f'{ex.col("g", t, c)} AS "{k}"' for c, k in wanted.items()]
+            cols = [f'{_plain(ex.col("g", t, c))} AS "{k}"' for c, k in wanted.items()]
             order = 'g."id"' if ex.has(t, "id") else "g.rowid"
             gpus = ex.query(f"SELECT {', '.join(cols)} FROM main.{t} AS g ORDER BY {order}")
 
@@ -701,15 +1067,37 @@ def export_info(path: str | Path) -> dict[str, Any]:
 # ----------------------------------------------------------------------------------------------
 # Output
 
+# Characters a terminal acts on instead of printing: C0 controls (ESC starts escape sequences),
+# DEL, C1 controls, the line and paragraph separators, and the bidirectional formatting controls
+# (they reorder what follows them on screen).
+_CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape_one(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def escape_controls(text: str) -> str:
+    """`text` with every control character (C0, DEL, C1, U+2028/U+2029, bidirectional controls)
+    written as a visible escape (`\\x1b`, `\\x07`, `\\u202e`); printable text, Unicode included,
+    is kept as it is. An escape sequence such as ESC [ 3 1 m becomes the text `\\x1b[31m`."""
+    return _CONTROLS.sub(_escape_one, text)
+
+
+def _visible(value: Any) -> Any:
+    return escape_controls(value) if isinstance(value, str) else value
+
 
 def format_csv(rows: Iterable[Mapping[str, Any]], columns: Sequence[str]) -> str:
     """CSV as `nsys stats --format csv` prints it: a header line, then one line per row; minimal
-    quoting, '\\n' line ends, None as an empty field, floats as Python prints them (12512.0)."""
+    quoting, '\\n' line ends, None as an empty field, floats as Python prints them (12512.0).
+    Control characters in strings are written as visible escapes (escape_controls)."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(columns)
+    writer.writerow([escape_controls(c) for c in columns])
     for row in rows:
-        writer.writerow(["" if row.get(c) is None else row.get(c) for c in columns])
+        writer.writerow(["" if row.get(c) is None else _visible(row.get(c)) for c in columns])
     return buf.getvalue()
 
 
@@ -720,22 +1108,24 @@ def _cell(value: Any) -> str:
         return str(value)
     if isinstance(value, (int, float)):
         return format(value, ",")
-    return str(value)
+    return escape_controls(str(value))
 
 
 def format_table(rows: Iterable[Mapping[str, Any]], columns: Sequence[str]) -> str:
     """A readable aligned text table: numbers right-aligned with thousands separators, text
-    left-aligned, a rule under the header."""
+    left-aligned, a rule under the header; control characters in strings are written as visible
+    escapes (escape_controls)."""
     rows = list(rows)
+    header = [escape_controls(c) for c in columns]
     numeric = [bool(rows) and all(isinstance(r.get(c), (int, float)) or r.get(c) is None for r in rows)
                and any(r.get(c) is not None for r in rows) for c in columns]
     cells = [[_cell(r.get(c)) for c in columns] for r in rows]
-    widths = [max([len(c)] + [len(line[i]) for line in cells]) for i, c in enumerate(columns)]
+    widths = [max([len(h)] + [len(line[i]) for line in cells]) for i, h in enumerate(header)]
 
     def render(values: Sequence[str]) -> str:
         parts = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)]
         return "  ".join(parts).rstrip()
 
-    lines = [render(list(columns)), render(["-" * w for w in widths])]
+    lines = [render(header), render(["-" * w for w in widths])]
     lines += [render(line) for line in cells]
     return "\n".join(lines) + "\n"

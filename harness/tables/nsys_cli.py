@@ -8,7 +8,10 @@
       the nsys version and GPUs the export records
 
 `--format csv` prints exactly what `nsys stats --format csv` prints; `table` (the default) is an
-aligned text table. Bad input ends with one sentence on stderr and exit status 2.
+aligned text table. Both write control characters in names (ESC, BEL, ...) as visible escapes
+such as `\\x1b`, so an export cannot drive the terminal. Bad input, and an export refused under
+the reader's limits (a view or text where nsys writes integer times, a read that takes too long or
+needs too much temporary storage), ends with one sentence on stderr and exit status 2.
 """
 
 from __future__ import annotations
@@ -77,7 +80,7 @@ def main(argv: list[str]) -> int:
             rows = report(path)
             text = nsys.format_csv(rows, columns) if fmt == "csv" else nsys.format_table(rows, columns)
     except EvidenceError as exc:
-        print(str(exc), file=sys.stderr)
+        print(nsys.escape_controls(str(exc)), file=sys.stderr)
         return 2
     try:
         sys.stdout.write(text)

@@ -1,26 +1,33 @@
-"""How far a namespace's numbers can be trusted: control bands and drift between namespaces.
-
-Three rules, from the original study (where they were applied by hand):
+"""How far a namespace's numbers can be trusted: control bands, drift between namespaces, and the
+flags a report must not hide. The rules, and why they are these, are in docs/trust.md.
 
 * **Same-session controls with a known band.** One implementation (the control, `triton` by default)
-  is captured in every session. Its kernel times across the retained namespaces, widened by a
-  margin, form a band per (op, shape); a capture whose control comes back above its band probably
-  ran under load, so comparisons quote the band instead of that capture. A control with no earlier
-  namespace at that (op, shape) is `establishing` its band.
-* **Drift bounded by the kernels that did not change.** Between two namespaces, only kernels whose
-  census (source hash, compiler, options, kernel and specialization serving that shape) is the same
-  in both are compared; how far those moved bounds the drift between the sessions.
+  is captured in every session. Its band per (op, shape) is the min-max of its kernel time over
+  every earlier namespace whose captures there NVML saw quiet (same GPU model, cache mode and
+  control kernel), widened by a margin. The band is a function of that set only: the order in
+  which namespaces were captured or listed never changes it, and no namespace is left out for where
+  its control fell against another band. Every namespace left out is listed with its reason.
+* **A control is judged by its band and by NVML.** Above its band while NVML saw nothing: `above`
+  (a suspect capture). Above its band while NVML flagged the captures at that shape: `under load`.
+  Either way no ranking follows from its pairings there; ours (`cuda`) is compared with its own
+  earlier range to say whether the slowdown hit the control's capture or the whole operation.
+* **Drift bounded by our kernels that did not change.** Between two namespaces, only our kernels
+  (neither the control nor a library baseline) whose census (source hash, compiler, options,
+  kernel and specialization serving that shape) is the same in both, and whose captures are clean,
+  bound the drift. The control's own move is reported beside it, judged against its band.
 * **Library baselines are never compared across sessions.** `torch` is not ours and may change with
   the driver and library version between sessions; its rows are listed, never used as a bound.
 
 Inputs are the retained tables (`artifacts/<ns>/tables/*.csv`, `provenance.json`) or the history
 index (harness.history); outputs are DataFrames, and `trust_tables` writes them as
 `tables/controls.csv` and `tables/drift.csv` of the current namespace, so a report quotes a table.
+Every sentence produced here is complete and ends with exactly one period.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,16 +43,112 @@ from harness.tables import history
 LIBRARY_IMPLS = ("torch",)
 """Library baselines: never compared across namespaces."""
 
+OURS = "cuda"
+"""Our implementation whose own earlier range says whether a slowdown hit the whole operation."""
+
 LIBRARY_REASON = "the library is not ours and may change with the driver and library version between sessions"
 LIBRARY_NOTE = f"{LIBRARY_REASON}, so library baselines are never compared across namespaces"
 
 BAND_COLUMNS = ["op", "shape", "control", "observed_min_us", "observed_max_us", "band_lo_us", "band_hi_us", "margin",
                 "n_namespaces", "namespaces", "min_namespace", "max_namespace", "set_aside"]
 CONTROL_COLUMNS = ["op", "shape", "control", "kernel_time_us", "band_lo_us", "band_hi_us", "observed_min_us",
-                   "observed_max_us", "margin", "n_namespaces", "namespaces", "status", "side", "under_load", "note"]
+                   "observed_max_us", "margin", "n_namespaces", "namespaces", "set_aside", "status", "under_load",
+                   "rankable", "suspect", "nvml", "nvml_flags", "ours", "ours_us", "ours_lo_us", "ours_hi_us",
+                   "ours_namespaces", "ours_position", "split_gpus", "note", "claim_note"]
 DRIFT_COLUMNS = ["earlier", "current", "op", "shape", "impl", "before_us", "after_us", "change_pct",
-                 "unchanged_kernel", "reason", "note"]
+                 "unchanged_kernel", "role", "reason", "band_status", "note"]
 IDENTITY_COLUMNS = ["kernel", "specialization", "source_sha256", "compiler", "options"]
+
+STATUSES = ("inside", "below", "above", "under load", "establishing", "missing")
+"""Control statuses. `above`: above its band while NVML saw nothing (or recorded nothing) at that
+shape, a suspect capture; `under load`: above its band while NVML flagged the captures there."""
+ABOVE = ("above", "under load")
+ROLES = ("bound", "control", "library", "changed", "excluded")
+"""Drift row roles: `bound` (ours, same census, clean captures: these bound the drift), `control`
+(judged against its band, never a bound), `library` (never compared), `changed` (our kernel's census
+changed), `excluded` (ours, but a capture is not clean, or a figure or census is missing)."""
+
+
+# --------------------------------------------------------------------------------------------
+# Sentences and small helpers
+
+
+def _missing(value: Any) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+
+
+def _truthy(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes")
+    return bool(value) and not _missing(value)
+
+
+def _clause(text: Any) -> str:
+    """Text from a table (an ncu reason, an error, an NVML flag) made fit to sit inside a
+    sentence: one line, no trailing period."""
+    out = re.sub(r"\s+", " ", "" if _missing(text) else str(text)).strip()
+    return out.rstrip(". ").strip()
+
+
+def _sentence(text: str) -> str:
+    """One sentence: one line, exactly one final period (a sentence may open with an
+    implementation's name, which keeps its case: `cuda's layernorm ...`)."""
+    out = re.sub(r"\s+", " ", text).strip().rstrip(". ").strip()
+    out = re.sub(r"\.{2,}", ".", out)
+    return out + "." if out else ""
+
+
+def _us(value: float) -> str:
+    return f"{value:.2f} µs"
+
+
+def _span(lo: float, hi: float) -> str:
+    return f"{lo:.2f}-{hi:.2f} µs"
+
+
+def _pct(value: float) -> str:
+    return f"{value:+.1f}%"
+
+
+def _and(items: Iterable[str]) -> str:
+    items = [i for i in items if i]
+    if len(items) <= 2:
+        return " and ".join(items)
+    return ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _count(n: int, word: str, plural: str | None = None) -> str:
+    return f"{n} {word if n == 1 else (plural or word + 's')}"
+
+
+def _number_word(n: int) -> str:
+    return {2: "two", 3: "three", 4: "four"}.get(n, str(n))
+
+
+_PIDS = re.compile(r"\s*\([^()]*pids seen[^()]*\)")
+
+
+def _flag_text(flags: Iterable[Any]) -> str:
+    """NVML flags of several captures, each said once (the pid detail differs from capture to capture)."""
+    seen: list[str] = []
+    for text in flags:
+        if _missing(text):
+            continue
+        for part in _PIDS.sub("", str(text)).split("; "):
+            part = _clause(part)
+            if part and part not in seen:
+                seen.append(part)
+    return "; ".join(seen) or "flagged disturbed"
+
+
+def _float(value: Any) -> float | None:
+    if _missing(value):
+        return None
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(out) else out
 
 
 # --------------------------------------------------------------------------------------------
@@ -60,74 +163,91 @@ class Retained:
     kernel_time: pd.DataFrame
     census: pd.DataFrame | None = None
     gpu: str | None = None
-    under_load: set[tuple[str, str]] = field(default_factory=set)
-    """(op, shape) whose control that namespace itself found above its band (its controls.csv)."""
-    disturbed: bool = False
-    """True where NVML saw another process or a slowing throttle reason during any of its captures
-    (its gpu_state.csv); such a namespace is never the one drift is bounded against."""
+    gpu_state: pd.DataFrame | None = None
+    """Its gpu_state.csv (NVML around each capture: `disturbed`, `flags`); None where it has none."""
+    date: str | None = None
+    """Provenance date (ISO), only to list namespaces in a fixed order."""
+    _state: dict[tuple[str, str, str], tuple[bool, str]] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        state = self.gpu_state
+        if state is None or state.empty or not {"op", "shape", "impl"} <= set(state.columns):
+            return
+        for rec in state.to_dict("records"):
+            key = (str(rec["op"]), str(rec["shape"]), str(rec["impl"]))
+            flagged = _truthy(rec.get("disturbed"))
+            text = "" if _missing(rec.get("flags")) else str(rec.get("flags"))
+            old = self._state.get(key, (False, ""))
+            self._state[key] = (old[0] or flagged, "; ".join(t for t in (old[1], text) if t))
+
+    @property
+    def disturbed(self) -> bool:
+        """True where NVML saw another process or a slowing throttle reason during any capture
+        (gpu_state.csv); such a namespace is never the one drift is bounded against."""
+        return any(flagged for flagged, _ in self._state.values())
+
+    def watched(self, op: str, shape: str, impl: str) -> bool:
+        """NVML recorded this capture (gpu_state.csv has its row)."""
+        return (op, shape, impl) in self._state
+
+    def capture_flagged(self, op: str, shape: str, impl: str) -> bool:
+        return self._state.get((op, shape, impl), (False, ""))[0]
+
+    def capture_flags(self, op: str, shape: str, impl: str) -> str:
+        return self._state.get((op, shape, impl), (False, ""))[1]
+
+    def group_flags(self, op: str, shape: str) -> dict[str, str]:
+        """{impl: NVML flags} of the captures NVML flagged disturbed at (op, shape)."""
+        return {k[2]: v[1] for k, v in self._state.items() if k[0] == op and k[1] == shape and v[0]}
+
+    def order_key(self) -> tuple[str, str]:
+        return (self.date or "", self.namespace)
 
 
 def _read(path: Path) -> pd.DataFrame | None:
     return history.read_table(path) if path.is_file() else None
 
 
-def _gpu_name(provenance: Mapping[str, Any]) -> str | None:
-    return history.gpu_model(provenance.get("gpus") or [])
-
-
-def _loaded_points(controls: pd.DataFrame | None) -> set[tuple[str, str]]:
-    if controls is None or controls.empty or "under_load" not in controls:
-        return set()
-    flagged = controls[controls["under_load"].map(_truthy)]
-    return {(str(r.op), str(r.shape)) for r in flagged.itertuples()}
-
-
-def _any_disturbed(state: pd.DataFrame | None) -> bool:
-    if state is None or state.empty or "disturbed" not in state:
-        return False
-    return bool(state["disturbed"].map(_truthy).any())
-
-
-def _truthy(value: Any) -> bool:
-    if isinstance(value, str):
-        return value.strip().lower() in ("true", "1", "yes")
-    return bool(value) and not (isinstance(value, float) and math.isnan(value))
+def _empty_kt() -> pd.DataFrame:
+    return pd.DataFrame(columns=["op", "shape", "impl", "kernel_time_us"])
 
 
 def load_namespace(ns_dir: str | Path) -> Retained:
-    """A namespace folder's kernel time, census, GPU and its own under-load flags."""
+    """A namespace folder's kernel time, census, GPU model, NVML record (gpu_state.csv) and date."""
     ns_dir = Path(ns_dir)
     tables = ns_dir / "tables"
     kt = _read(tables / "kernel_time.csv")
-    return Retained(namespace=ns_dir.name,
-                    kernel_time=kt if kt is not None else pd.DataFrame(columns=["op", "shape", "impl", "kernel_time_us"]),
-                    census=_read(tables / "census.csv"),
-                    gpu=_gpu_name(history.read_provenance(ns_dir)),
-                    under_load=_loaded_points(_read(tables / "controls.csv")),
-                    disturbed=_any_disturbed(_read(tables / "gpu_state.csv")))
+    prov = history.read_provenance(ns_dir)
+    when = history.provenance_date(prov)
+    return Retained(namespace=ns_dir.name, kernel_time=kt if kt is not None else _empty_kt(),
+                    census=_read(tables / "census.csv"), gpu=history.gpu_model(prov.get("gpus") or []),
+                    gpu_state=_read(tables / "gpu_state.csv"), date=when.isoformat() if when else None)
 
 
 def _from_index(db: sqlite_utils.Database) -> list[Retained]:
     nss = history.table_frame(db, "namespaces")
-    kt, census, controls = (history.table_frame(db, t) for t in ("kernel_time", "census", "controls"))
+    kt, census, state = (history.table_frame(db, t) for t in ("kernel_time", "census", "gpu_state"))
     out = []
     for row in nss.sort_values("position").itertuples() if not nss.empty else []:
         name = row.name
 
-        def part(frame: pd.DataFrame) -> pd.DataFrame | None:
-            return frame[frame["namespace"] == name].reset_index(drop=True) if "namespace" in frame else None
+        def part(frame: pd.DataFrame, name: str = name) -> pd.DataFrame | None:
+            if "namespace" not in frame:
+                return None
+            got = frame[frame["namespace"] == name].reset_index(drop=True)
+            return got if len(got) else None
 
         k = part(kt)
-        out.append(Retained(namespace=name,
-                            kernel_time=k if k is not None else pd.DataFrame(columns=["op", "shape", "impl", "kernel_time_us"]),
-                            census=part(census), gpu=row.gpu_name if isinstance(row.gpu_name, str) else None,
-                            under_load=_loaded_points(part(controls))))
+        out.append(Retained(namespace=name, kernel_time=k if k is not None else _empty_kt(), census=part(census),
+                            gpu=row.gpu_name if isinstance(row.gpu_name, str) else None, gpu_state=part(state),
+                            date=row.date_utc if isinstance(row.date_utc, str) else None))
     return out
 
 
 def retained(history_like: Any) -> list[Retained]:
     """Normalise a history: an artifacts folder, a history index (path to the .sqlite or an open
-    Database), or an iterable of Retained or tuples (namespace, kernel_time[, census[, gpu]])."""
+    Database), or an iterable of Retained or tuples (namespace, kernel_time[, census[, gpu[,
+    gpu_state[, date]]]])."""
     if isinstance(history_like, sqlite_utils.Database):
         return _from_index(history_like)
     if isinstance(history_like, (str, Path)):
@@ -137,13 +257,15 @@ def retained(history_like: Any) -> list[Retained]:
         if path.is_file():
             return _from_index(history.open_index(path))
         raise EvidenceError(f"trust: {path} is neither an artifacts folder nor a history index.")
-    out = []
-    for item in history_like:
-        if isinstance(item, Retained):
-            out.append(item)
-        else:
-            out.append(Retained(*item))
-    return out
+    return [item if isinstance(item, Retained) else Retained(*item) for item in history_like]
+
+
+def _cache_mode(ns: Retained) -> str | None:
+    kt = ns.kernel_time
+    if kt is None or kt.empty or "cache_mode" not in kt:
+        return None
+    modes = kt["cache_mode"].dropna().astype(str).unique()
+    return modes[0] if len(modes) == 1 else None
 
 
 # --------------------------------------------------------------------------------------------
@@ -164,10 +286,6 @@ def kernel_identity(census: pd.DataFrame | None, op: str, impl: str, shape: str)
         if shape in served or shape.split("-", 1)[0] in served:
             out.add(tuple("" if _missing(rec.get(c)) else str(rec.get(c)) for c in IDENTITY_COLUMNS))
     return frozenset(out)
-
-
-def _missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA
 
 
 def identity_change(before: frozenset, after: frozenset) -> str | None:
@@ -191,61 +309,82 @@ def _as_set(exclude: str | Iterable[str] | None) -> set[str]:
     return {exclude} if isinstance(exclude, str) else set(exclude)
 
 
+def _set_aside_reason(ns: Retained, rec: Mapping[str, Any], impl: str, current_census: pd.DataFrame | None,
+                      gpu: str | None, cache_mode: str | None) -> str | None:
+    """Why this namespace's capture of `impl` at (op, shape) is left out of a band; None when it
+    enters it (same GPU model, cache mode and kernel, and NVML saw its captures there quiet)."""
+    op, shape = str(rec["op"]), str(rec["shape"])
+    mode = rec.get("cache_mode")
+    if gpu is not None and ns.gpu is not None and ns.gpu != gpu:
+        return f"another GPU model: {ns.gpu}"
+    if cache_mode is not None and not _missing(mode) and str(mode) != cache_mode:
+        return f"{mode} cache mode"
+    if current_census is not None:
+        mine = kernel_identity(ns.census, op, impl, shape)
+        change = identity_change(mine, kernel_identity(current_census, op, impl, shape))
+        if change == "missing" and not mine:
+            return "no census row for the kernel"
+        if change is not None and change != "missing":
+            return f"{impl} kernel {change.replace('changed ', 'changed its ')}"
+    if not ns.watched(op, shape, impl):
+        return "no NVML record"
+    flagged = ns.group_flags(op, shape)
+    if flagged:
+        return f"NVML flagged its captures there: {_flag_text(flagged.values())}"
+    return None
+
+
 def control_bands(history_like: Any, control: str = "triton", margin: float = 0.05,
                   exclude: str | Iterable[str] | None = None, *, current_census: pd.DataFrame | None = None,
                   gpu: str | None = None, cache_mode: str | None = None) -> pd.DataFrame:
-    """Per (op, shape): the control's kernel_time_us min and max across the retained namespaces other
-    than `exclude`, and the band widened by the margin: lo·(1−margin), hi·(1+margin).
+    """Per (op, shape): the min and max of `control`'s kernel_time_us over the namespaces of the
+    history (other than `exclude`) whose captures there NVML saw quiet, and the band widened by the
+    margin: lo·(1−margin), hi·(1+margin).
 
-    Optional filters, so a band only holds comparable captures: `gpu` (provenance GPU name; a
-    namespace with another GPU is left out), `cache_mode`, and `current_census` (a namespace whose
-    control kernel serving that shape differs from the current one's, by kernel_identity, is set
-    aside for that (op, shape), as is one without a census). A namespace whose own controls.csv found
-    its control above the band at an (op, shape) is set aside there too. Set-aside namespaces are
-    listed in `set_aside` ('name (why)'); an (op, shape) where every namespace was set aside keeps
-    a row with n_namespaces 0 and no band."""
+    A namespace that measured the control at an (op, shape) is set aside there, with its reason in
+    `set_aside` ('name (why); name2 (why)'), when it ran on another GPU model than `gpu`, in another
+    cache mode than `cache_mode`, with another control kernel serving that shape than
+    `current_census` names (kernel_identity; or without a census row for it), without an NVML record
+    of its control capture there ('no NVML record'), or with any of its captures there flagged by
+    NVML. Nothing else sets a namespace aside (never where its control fell against some other
+    band), so the band depends on the set of namespaces only: permuting the history gives the same
+    rows. Namespaces are listed by date, then name; rows are sorted by (op, shape). An (op, shape)
+    where every namespace was set aside keeps a row with n_namespaces 0 and no band."""
     if not 0 <= margin < 1:
         raise EvidenceError(f"trust: the control band margin must be at least 0 and below 1, not {margin}.")
     skip = _as_set(exclude)
-    points: dict[tuple[str, str], list[tuple[float, str]]] = {}
-    aside: dict[tuple[str, str], list[str]] = {}
+    points: dict[tuple[str, str], list[tuple[float, tuple[str, str], str]]] = {}
+    aside: dict[tuple[str, str], dict[str, tuple[tuple[str, str], str]]] = {}
     for ns in retained(history_like):
         if ns.namespace in skip:
-            continue
-        if gpu is not None and ns.gpu is not None and ns.gpu != gpu:
             continue
         kt = ns.kernel_time
         if kt is None or kt.empty or "impl" not in kt:
             continue
-        rows = kt[kt["impl"].astype(str) == control]
-        if cache_mode is not None and "cache_mode" in rows:
-            rows = rows[rows["cache_mode"].astype(str) == cache_mode]
-        for rec in rows.to_dict("records"):
-            value = rec.get("kernel_time_us")
-            if _missing(value):
+        for rec in kt[kt["impl"].astype(str) == control].to_dict("records"):
+            value = _float(rec.get("kernel_time_us"))
+            if value is None:
                 continue
             key = (str(rec["op"]), str(rec["shape"]))
-            if key in ns.under_load:
-                aside.setdefault(key, []).append(f"{ns.namespace} (under load)")
-                continue
-            if current_census is not None:
-                change = identity_change(kernel_identity(ns.census, key[0], control, key[1]),
-                                         kernel_identity(current_census, key[0], control, key[1]))
-                if change is not None:
-                    aside.setdefault(key, []).append(f"{ns.namespace} ({change})")
-                    continue
-            points.setdefault(key, []).append((float(value), ns.namespace))
+            why = _set_aside_reason(ns, rec, control, current_census, gpu, cache_mode)
+            if why is None:
+                points.setdefault(key, []).append((value, ns.order_key(), ns.namespace))
+            else:
+                aside.setdefault(key, {}).setdefault(ns.namespace, (ns.order_key(), why))
     out = []
-    for key in list(dict.fromkeys([*points, *aside])):
+    for key in sorted({*points, *aside}):
         pts = points.get(key, [])
+        used = {n for _, _, n in pts}
+        left = sorted((k, n, why) for n, (k, why) in aside.get(key, {}).items() if n not in used)
+        names = [n for _, n in sorted({(k, n) for _, k, n in pts})]
         row: dict[str, Any] = {"op": key[0], "shape": key[1], "control": control, "margin": margin,
-                               "n_namespaces": len({n for _, n in pts}),
-                               "namespaces": ";".join(dict.fromkeys(n for _, n in pts)),
-                               "set_aside": ";".join(aside.get(key, []))}
+                               "n_namespaces": len(names), "namespaces": ";".join(names),
+                               "set_aside": "; ".join(f"{n} ({why})" for _, n, why in left)}
         if pts:
-            lo, hi = min(pts), max(pts)
-            row.update({"observed_min_us": lo[0], "observed_max_us": hi[0], "min_namespace": lo[1],
-                        "max_namespace": hi[1], "band_lo_us": lo[0] * (1 - margin), "band_hi_us": hi[0] * (1 + margin)})
+            lo = min(pts, key=lambda p: (p[0], p[1]))
+            hi = min(pts, key=lambda p: (-p[0], p[1]))
+            row.update({"observed_min_us": lo[0], "observed_max_us": hi[0], "min_namespace": lo[2],
+                        "max_namespace": hi[2], "band_lo_us": lo[0] * (1 - margin), "band_hi_us": hi[0] * (1 + margin)})
         else:
             row.update({"observed_min_us": None, "observed_max_us": None, "min_namespace": None,
                         "max_namespace": None, "band_lo_us": None, "band_hi_us": None})
@@ -253,84 +392,289 @@ def control_bands(history_like: Any, control: str = "triton", margin: float = 0.
     return pd.DataFrame(out, columns=BAND_COLUMNS)
 
 
-def _us(value: float) -> str:
-    return f"{value:.2f} us"
+# --------------------------------------------------------------------------------------------
+# Classifying the current namespace's control
 
 
-def _in_namespaces(n: int) -> str:
-    return f"across {n} namespaces" if n != 1 else "from 1 namespace"
+def _in_namespaces(n: int, names: str) -> str:
+    return f"across {n} quiet namespaces" if n != 1 else f"in the quiet namespace {names}"
 
 
-def classify_controls(current_kernel_time: pd.DataFrame, bands: pd.DataFrame, control: str = "triton") -> pd.DataFrame:
-    """Per (op, shape) of the current namespace: the control's kernel time, its band and a status:
-    `inside`; `outside` (side `above`: the capture probably ran under load, under_load=True; side
-    `below`: faster than every earlier capture, which load cannot cause, so under_load stays False
-    and the note says so); `establishing` (no earlier namespace has that (op, shape), or every one
-    was set aside); `no_control` (this namespace did not measure the control there). With a
-    one-sentence note per row."""
+def _band_text(row: Mapping[str, Any]) -> str:
+    lo, hi, n = float(row["band_lo_us"]), float(row["band_hi_us"]), int(row["n_namespaces"])
+    omin, omax = float(row["observed_min_us"]), float(row["observed_max_us"])
+    observed = (f"observed {_span(omin, omax)} {_in_namespaces(n, row['namespaces'])}" if omin != omax
+                else f"observed at {_us(omin)} {_in_namespaces(n, row['namespaces'])}")
+    return f"its band of {_span(lo, hi)} ({observed}, widened by {float(row['margin']) * 100:g}%)"
+
+
+def _value(kt: pd.DataFrame, impl: str) -> tuple[float | None, str | None]:
+    rows = kt[kt["impl"].astype(str) == impl]
+    if rows.empty:
+        return None, None
+    rec = rows.iloc[0]
+    uuid = rec.get("gpu_uuid") if "gpu_uuid" in rows else None
+    return _float(rec.get("kernel_time_us")), (None if _missing(uuid) else str(uuid))
+
+
+def _ours_sentence(ours: str, value: float | None, position: str, row: Mapping[str, Any], under_load: bool,
+                   ours_flagged: bool) -> str:
+    """What ours did while the control came back above its band: stayed in its own earlier range
+    (the slowdown hit the control's capture) or moved too (the whole operation's captures)."""
+    if value is None:
+        return f"Ours ({ours}) was not measured at this shape, so whether the slowdown hit it too is unknown."
+    if position == "no range":
+        return (f"Ours ({ours}) came back at {_us(value)}, but no earlier quiet namespace captured the same kernel "
+                f"at this shape, so whether the slowdown hit it too is unknown.")
+    span = _span(float(row["ours_lo_us"]), float(row["ours_hi_us"]))
+    n = int(row["_ours_n"])
+    where = f"its own earlier range of {span} (the same kernel in {_count(n, 'quiet namespace')}, widened by the margin)"
+    if position == "above":
+        return (f"Ours ({ours}) came back at {_us(value)}, above {where} too: ours moved with the control, so the "
+                f"whole operation's captures at this shape are suspect.")
+    side = "inside" if position == "inside" else "below"
+    lead = f"Ours ({ours}) came back at {_us(value)}, {side} {where}"
+    if side == "below":
+        lead += ", which load cannot cause"
+    if ours_flagged:
+        return f"{lead}, though NVML flagged its capture too, so the load reached the whole operation's captures."
+    if under_load:
+        return f"{lead}: the load hit the control's capture, not the whole operation."
+    return f"{lead}: whatever slowed the control's capture did not slow ours, so it hit the control's capture, not the whole operation."
+
+
+def classify_controls(current_kernel_time: pd.DataFrame, bands: pd.DataFrame, control: str = "triton", *,
+                      gpu_state: pd.DataFrame | None = None, ours: str = OURS, ours_bands: pd.DataFrame | None = None,
+                      margin: float | None = None) -> pd.DataFrame:
+    """Per (op, shape) of the current namespace: the control's kernel time against its band, what
+    NVML saw (`gpu_state`, the namespace's gpu_state.csv), and a verdict.
+
+    status: `inside`; `below` (faster than every earlier quiet capture, which load cannot cause);
+    `above` (above its band while NVML saw nothing there: a suspect capture); `under load` (above
+    its band while NVML flagged the captures there); `establishing` (no band: no earlier quiet
+    namespace measured it); `missing` (this run did not measure the control there).
+    rankable: a pairing with the control at this shape can be ranked: the control is inside or
+    below its band (or establishing with NVML seeing its capture quiet), NVML flagged no capture at
+    this shape, and ours ran on the same GPU as the control. suspect: which capture is suspect,
+    `control` or `group` (the whole operation's captures: ours moved out of its own earlier range
+    too, `ours_bands`, or NVML flagged ours or another capture there), or empty. note: the verdict
+    in sentences; claim_note: what a claim prints instead of a ratio where the row is not rankable."""
     kt = current_kernel_time
+    now = Retained("current", kt, gpu_state=gpu_state)
     out = []
     band_by_key = {(str(r["op"]), str(r["shape"])): r for r in bands.to_dict("records")} if not bands.empty else {}
+    ours_by_key = ({(str(r["op"]), str(r["shape"])): r for r in ours_bands.to_dict("records")}
+                   if ours_bands is not None and not ours_bands.empty else {})
     for (op, shape), grp in kt.groupby(["op", "shape"], sort=False):
         op, shape = str(op), str(shape)
         who = f"{control}'s {op} {shape}"
-        ctl = grp[grp["impl"].astype(str) == control]
-        value = None if ctl.empty or _missing(ctl["kernel_time_us"].iloc[0]) else float(ctl["kernel_time_us"].iloc[0])
+        value, ctl_gpu = _value(grp, control)
+        ours_value, ours_gpu = _value(grp, ours) if ours != control else (None, None)
         band = band_by_key.get((op, shape))
+        has_band = band is not None and not _missing(band.get("band_lo_us"))
+        flagged = now.group_flags(op, shape)
+        nvml = "disturbed" if flagged else ("quiet" if now.watched(op, shape, control) else "no record")
         row: dict[str, Any] = {"op": op, "shape": shape, "control": control, "kernel_time_us": value,
                                "band_lo_us": None, "band_hi_us": None, "observed_min_us": None, "observed_max_us": None,
-                               "margin": None, "n_namespaces": 0, "namespaces": "", "side": "", "under_load": False}
-        has_band = band is not None and not _missing(band.get("band_lo_us"))
+                               "margin": margin, "n_namespaces": 0, "namespaces": "",
+                               "set_aside": (band or {}).get("set_aside") or "", "nvml": nvml,
+                               "nvml_flags": _flag_text(flagged.values()) if flagged else "",
+                               "ours": ours if ours != control else "", "ours_us": ours_value, "ours_lo_us": None,
+                               "ours_hi_us": None, "ours_namespaces": "", "ours_position": "",
+                               "split_gpus": bool(ctl_gpu and ours_gpu and ctl_gpu != ours_gpu), "_ours_n": 0}
         if has_band:
             row.update({k: band[k] for k in ("band_lo_us", "band_hi_us", "observed_min_us", "observed_max_us",
                                              "margin", "n_namespaces", "namespaces")})
+        obands = ours_by_key.get((op, shape))
+        if ours != control:
+            if ours_value is None:
+                row["ours_position"] = "not measured"
+            elif obands is None or _missing(obands.get("band_lo_us")):
+                row["ours_position"] = "no range"
+            else:
+                olo, ohi = float(obands["band_lo_us"]), float(obands["band_hi_us"])
+                row.update({"ours_lo_us": olo, "ours_hi_us": ohi, "ours_namespaces": obands["namespaces"],
+                            "_ours_n": int(obands["n_namespaces"]),
+                            "ours_position": "above" if ours_value > ohi else ("below" if ours_value < olo else "inside")})
+
+        # status
         if value is None:
-            row["status"] = "no_control"
-            row["note"] = (f"This run did not measure {control} at {op} {shape}, so no control tells whether its "
-                           f"captures there ran on a quiet GPU.")
+            status = "missing"
         elif not has_band:
-            row["status"] = "establishing"
-            set_aside = (band or {}).get("set_aside") or ""
-            if set_aside:
-                row["note"] = (f"No comparable earlier capture of {who} remains (set aside: {set_aside}): "
-                               f"its band is being established again with this run, at {_us(value)}.")
-            else:
-                row["note"] = f"No earlier namespace measured {who}: its band is being established with this run, at {_us(value)}."
+            status = "establishing"
+        elif value > float(row["band_hi_us"]):
+            status = "under load" if flagged else "above"
+        elif value < float(row["band_lo_us"]):
+            status = "below"
         else:
-            lo, hi, n = float(row["band_lo_us"]), float(row["band_hi_us"]), int(row["n_namespaces"])
-            omin, omax = float(row["observed_min_us"]), float(row["observed_max_us"])
-            observed = (f"observed {omin:.2f}-{omax:.2f} us {_in_namespaces(n)}" if n != 1 or omin != omax
-                        else f"observed at {omin:.2f} us in {row['namespaces']}")
-            band_text = f"its band of {lo:.2f}-{hi:.2f} us ({observed}, widened by {float(row['margin']) * 100:g}%)"
-            if lo <= value <= hi:
-                row["status"] = "inside"
-                row["note"] = f"{who} came back at {_us(value)}, inside {band_text}: a clean capture by this control."
-            elif value > hi:
-                row.update({"status": "outside", "side": "above", "under_load": True})
-                row["note"] = (f"{who} came back at {_us(value)}, above {band_text}: this capture probably ran under "
-                               f"load, so its comparisons quote the band instead of this capture.")
+            status = "inside"
+        row["status"] = status
+        row["under_load"] = status == "under load"
+
+        # suspect and rankable
+        ours_flagged = ours in flagged
+        if status in ABOVE:
+            row["suspect"] = "group" if (row["ours_position"] == "above" or ours_flagged) else "control"
+        elif flagged and status != "missing":
+            row["suspect"] = "control" if set(flagged) == {control} else "group"
+        else:
+            row["suspect"] = ""
+        clean = status in ("inside", "below") or (status == "establishing" and nvml == "quiet")
+        row["rankable"] = bool(clean and not flagged and not row["split_gpus"])
+
+        # sentences
+        flagged_captures = f"the {_and(sorted(flagged))} {'capture' if len(flagged) == 1 else 'captures'} at this shape"
+        flag_clause = f"NVML flagged {flagged_captures} ({row['nvml_flags']})" if flagged else ""
+        parts: list[str] = []
+        if status == "missing":
+            parts.append(f"This run did not measure {control} at {op} {shape}, so no control judges the captures there.")
+            if flagged:
+                parts.append(f"{flag_clause}.")
+        elif status == "establishing":
+            sa = f" (set aside: {row['set_aside']})" if row["set_aside"] else ""
+            nvml_said = {"quiet": "which saw no other process and no throttling during the captures at this shape",
+                         "no record": "which recorded nothing for its capture",
+                         "disturbed": f"which flagged {flagged_captures} ({row['nvml_flags']})"}[nvml]
+            parts.append(f"No earlier quiet namespace measured {who}{sa}: its band is being established with this "
+                         f"run, at {_us(value)}, and until then it is judged by NVML alone, {nvml_said}.")
+        else:
+            text = _band_text(row)
+            head = f"{who} came back at {_us(value)}"
+            if status == "inside":
+                if flagged:
+                    parts.append(f"{head}, inside {text}, but {flag_clause}: not a clean capture.")
+                elif nvml == "no record":
+                    parts.append(f"{head}, inside {text}: a clean capture by its band (NVML recorded nothing for it).")
+                else:
+                    parts.append(f"{head}, inside {text}: a clean capture.")
+            elif status == "below":
+                parts.append(f"{head}, below {text}: faster than any earlier quiet capture, which load cannot cause "
+                             f"(the GPU ran faster this session, or the band is too narrow).")
+                if flagged:
+                    parts.append(f"{flag_clause}.")
+            elif status == "above":
+                nvml_saw = ("while NVML saw no other process and no throttling during the captures at this shape"
+                            if nvml == "quiet" else "while NVML recorded nothing for its capture")
+                parts.append(f"{head}, above {text}, {nvml_saw}: the control's capture is suspect (above its band, "
+                             f"not shown to be under load).")
+                parts.append(_ours_sentence(ours, ours_value, row["ours_position"], row, False, ours_flagged))
+            else:  # under load
+                parts.append(f"{head}, above {text}, and {flag_clause}: it ran under load.")
+                parts.append(_ours_sentence(ours, ours_value, row["ours_position"], row, True, ours_flagged))
+        if row["split_gpus"]:
+            parts.append(f"Ours ({ours}) ran on {ours_gpu} and {control} on {ctl_gpu}, so this pairing compares two devices.")
+        if row["rankable"]:
+            parts.append(f"Ours can be ranked against {control} at this shape.")
+        elif status == "missing":
+            parts.append(f"No ranking against {control} follows there.")
+        else:
+            parts.append(f"No ranking follows from {control}'s pairings at this shape.")
+        row["note"] = " ".join(_sentence(p) for p in parts if p)
+
+        # claim note: what a claim prints instead of a ratio
+        row["claim_note"] = ""
+        if not row["rankable"]:
+            reasons = []
+            if status == "missing":
+                reasons.append(f"this run did not measure {control} at this shape")
+            elif status in ABOVE:
+                reasons.append(f"{control}'s capture ({_us(value)}) came back above its band"
+                               + (" under load" if status == "under load" else ", a suspect capture"))
+            elif status == "establishing" and nvml == "no record":
+                reasons.append(f"{control} has no band yet at this shape and NVML recorded nothing for its capture")
+            if flagged and status != "under load":
+                reasons.append(flag_clause)
+            if row["split_gpus"]:
+                reasons.append(f"ours ran on {ours_gpu} and {control} on {ctl_gpu}")
+            because = _and(reasons)
+            if ours_value is not None and has_band:
+                claim = (f"Ours ({ours}) at {_us(ours_value)} against the control's band of "
+                         f"{_span(float(row['band_lo_us']), float(row['band_hi_us']))}; no ranking follows from this "
+                         f"pairing, because {because}.")
+            elif ours_value is not None and value is not None:
+                claim = (f"Ours ({ours}) at {_us(ours_value)} against {control} at {_us(value)} (no band yet); no ranking "
+                         f"follows from this pairing, because {because}.")
             else:
-                row.update({"status": "outside", "side": "below"})
-                row["note"] = (f"{who} came back at {_us(value)}, below {band_text}: faster than any earlier capture, "
-                               f"which load cannot cause, so the GPU ran faster this session or the band is too narrow.")
+                claim = f"No ranking against {control} follows at {op} {shape}, because {because}."
+            claims = [claim]
+            if status in ABOVE:
+                claims.append(_ours_sentence(ours, ours_value, row["ours_position"], row, status == "under load",
+                                             ours_flagged))
+            row["claim_note"] = " ".join(_sentence(c) for c in claims)
+        row.pop("_ours_n")
         out.append(row)
     return pd.DataFrame(out, columns=CONTROL_COLUMNS)
+
+
+def rankable(controls_df: pd.DataFrame | None, op: str, shape: str) -> bool:
+    """Whether a pairing with the control at (op, shape) can be ranked, from a controls table: its
+    `rankable` column, or for a table written before that column existed, a status of inside,
+    below or establishing without under_load. False where the table has no row for (op, shape)
+    (no control judged the captures there) or there is no table."""
+    if controls_df is None or controls_df.empty or not {"op", "shape"} <= set(controls_df.columns):
+        return False
+    rows = controls_df[(controls_df["op"].astype(str) == op) & (controls_df["shape"].astype(str) == shape)]
+    if rows.empty:
+        return False
+    rec = rows.iloc[0]
+    if "rankable" in rows and not _missing(rec.get("rankable")):
+        return _truthy(rec.get("rankable"))
+    return str(rec.get("status")) in ("inside", "below", "establishing") and not _truthy(rec.get("under_load"))
 
 
 # --------------------------------------------------------------------------------------------
 # Drift between two namespaces
 
 
-def drift(current_ns_dir: str | Path | Retained, earlier_ns_dir: str | Path | Retained) -> pd.DataFrame:
+_BAND_WORDS = {"inside": "inside its band", "below": "below its band", "above": "above its band, a suspect capture",
+               "under load": "above its band, under load", "establishing": "with no band yet",
+               "missing": "not measured"}
+
+
+def _controls_by_key(controls: pd.DataFrame | None) -> dict[tuple[str, str], dict[str, Any]]:
+    if controls is None or controls.empty or not {"op", "shape"} <= set(controls.columns):
+        return {}
+    return {(str(r["op"]), str(r["shape"])): r for r in controls.to_dict("records")}
+
+
+def _group_suspect(row: Mapping[str, Any] | None) -> str | None:
+    """Why a controls row makes every capture of ours at its (op, shape) unfit to bound drift; None
+    when it does not: the whole operation's captures are suspect (`suspect` group), or the control
+    came back above its band and ours' own range cannot say the slowdown missed it."""
+    if not row:
+        return None
+    status = str(row.get("status") or "")
+    if str(row.get("suspect") or "") == "group":
+        return "the whole operation's captures at this shape are suspect"
+    if status in ABOVE and str(row.get("ours_position") or "") not in ("inside", "below"):
+        return "the control came back above its band there and ours has no earlier range to show the slowdown missed it"
+    if status == "outside" and str(row.get("side") or "") == "above":  # a controls.csv written before these rules
+        return "the control came back above its band there"
+    return None
+
+
+def drift(current_ns_dir: str | Path | Retained, earlier_ns_dir: str | Path | Retained, *, control: str = "triton",
+          controls: pd.DataFrame | None = None, earlier_controls: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per (op, shape, impl) measured in both namespaces: before_us (earlier), after_us (current),
-    change_pct = (after − before) / before · 100 (positive: slower now), and whether the kernel is
-    unchanged. Excluded, with a reason: library baselines (`torch`), kernels whose census differs
-    ('changed source', 'changed compiler', 'changed options', 'changed specialization'), kernels
-    without a census row serving that shape in either namespace ('missing'), and every row when the
-    namespaces ran on different GPU models ('different gpu') or cache modes ('different cache mode')."""
+    change_pct = (after − before) / before · 100 (positive: slower now), unchanged_kernel (same
+    census in both), and its role:
+
+    * `bound`: ours (not the control, not a library baseline), the same kernel in both, neither
+      capture flagged by NVML, and no verdict that the whole operation's captures at that shape are
+      suspect (`controls`, `earlier_controls`: the two namespaces' controls tables). Only these
+      bound the drift.
+    * `control`: the control, its move judged against its band (band_status: its status in `controls`).
+    * `library`: a library baseline (`torch`), listed, never compared.
+    * `changed`: ours, with another census in the two ('changed source', 'changed compiler',
+      'changed options', 'changed specialization').
+    * `excluded`: ours, same census, but its capture was flagged ('disturbed') or its group is
+      suspect ('suspect group'); or without a census row in one ('no census'), without a time in one
+      ('missing'), or every row when the namespaces ran on different GPU models ('different gpu') or
+      cache modes ('different cache mode')."""
     cur = current_ns_dir if isinstance(current_ns_dir, Retained) else load_namespace(current_ns_dir)
     old = earlier_ns_dir if isinstance(earlier_ns_dir, Retained) else load_namespace(earlier_ns_dir)
     key = ["op", "shape", "impl"]
+    verdict_now, verdict_then = _controls_by_key(controls), _controls_by_key(earlier_controls)
     out = []
 
     def frame(ns: Retained) -> pd.DataFrame:
@@ -348,70 +692,251 @@ def drift(current_ns_dir: str | Path | Retained, earlier_ns_dir: str | Path | Re
     merged = after[[*key, "kernel_time_us", "cache_mode"]].merge(
         before[[*key, "kernel_time_us", "cache_mode"]], on=key, how="inner", suffixes=("_after", "_before"))
     gpu_differs = cur.gpu is not None and old.gpu is not None and cur.gpu != old.gpu
+    between = f"between {old.namespace} and {cur.namespace}"
     for rec in merged.to_dict("records"):
         op, shape, impl = rec["op"], rec["shape"], rec["impl"]
-        b, a = rec["kernel_time_us_before"], rec["kernel_time_us_after"]
-        b = None if _missing(b) else float(b)
-        a = None if _missing(a) else float(a)
+        b, a = _float(rec["kernel_time_us_before"]), _float(rec["kernel_time_us_after"])
         pct = (a - b) / b * 100.0 if a is not None and b else None
         who = f"{impl}'s {op} {shape}"
         modes = (rec["cache_mode_before"], rec["cache_mode_after"])
+        change = identity_change(kernel_identity(old.census, op, impl, shape), kernel_identity(cur.census, op, impl, shape))
+        band_status = ""
         if impl in LIBRARY_IMPLS:
-            reason, note = "torch", f"{who} is a library baseline: {LIBRARY_NOTE}."
+            role, reason, note = "library", "library baseline", f"{who} is a library baseline: {LIBRARY_NOTE}."
+            change = "library"
         elif gpu_differs:
-            reason, note = "different gpu", f"{who} ran on {old.gpu} in {old.namespace} and on {cur.gpu} in {cur.namespace}."
+            role, reason = "excluded", "different gpu"
+            note = f"{who} ran on {old.gpu} in {old.namespace} and on {cur.gpu} in {cur.namespace}, so its move is not drift."
         elif not any(_missing(m) for m in modes) and modes[0] != modes[1]:
-            reason, note = "different cache mode", f"{who} ran in {modes[0]} cache mode in {old.namespace} and {modes[1]} in {cur.namespace}."
-        elif a is None or b is None:
-            reason, note = "missing", f"{who} has no kernel time in one of the two namespaces."
-        else:
-            change = identity_change(kernel_identity(old.census, op, impl, shape), kernel_identity(cur.census, op, impl, shape))
-            if change is None:
-                reason, note = "", f"{who} is the same kernel in both (same census: source, compiler, options, specialization)."
-            elif change == "missing":
-                lacking = [ns.namespace for ns in (old, cur) if not kernel_identity(ns.census, op, impl, shape)]
-                reason, note = change, f"{who} has no census row serving that shape in {' or '.join(lacking)}, so it cannot be shown unchanged."
+            role, reason = "excluded", "different cache mode"
+            note = f"{who} ran in {modes[0]} cache mode in {old.namespace} and {modes[1]} in {cur.namespace}, so its move is not drift."
+        elif impl == control:
+            role = "control"
+            band_status = str((verdict_now.get((op, shape)) or {}).get("status") or "")
+            if a is None or b is None:
+                reason, note = "missing", f"{who} is the control and has no kernel time in one of the two namespaces."
+            elif change is not None:
+                reason = "no census" if change == "missing" else change
+                note = (f"{who} is the control; its kernel cannot be shown the same {between} ({reason}), so its move "
+                        f"({_pct(pct)}) is not compared and never bounds drift.")
             else:
-                reason, note = change, f"{who} {change.replace('changed ', 'changed its ')} between {old.namespace} and {cur.namespace}."
+                reason = "control"
+                verdict = _BAND_WORDS.get(band_status, "not judged against a band here")
+                if band_status == "inside" and str((verdict_now.get((op, shape)) or {}).get("nvml")) == "disturbed":
+                    verdict = "inside its band, though NVML flagged captures there"
+                note = (f"{who} is the control: it moved {_pct(pct)} ({b:.2f} -> {a:.2f} µs) and this run's capture is "
+                        f"{verdict}; the control is judged against its band and never bounds drift.")
+        elif a is None or b is None:
+            role, reason, note = "excluded", "missing", f"{who} has no kernel time in one of the two namespaces."
+        elif change == "missing":
+            lacking = [ns.namespace for ns in (old, cur) if not kernel_identity(ns.census, op, impl, shape)]
+            role, reason = "excluded", "no census"
+            note = f"{who} has no census row serving that shape in {' or '.join(lacking)}, so it cannot be shown unchanged."
+        elif change is not None:
+            role, reason = "changed", change
+            note = f"{who} {change.replace('changed ', 'changed its ')} {between}, so its move is not drift."
+        else:
+            flagged_in = [ns for ns in (old, cur) if ns.capture_flagged(op, shape, impl)]
+            suspect = [(ns, why) for ns, verdicts in ((old, verdict_then), (cur, verdict_now))
+                       if (why := _group_suspect(verdicts.get((op, shape))))]
+            if flagged_in:
+                role, reason = "excluded", "disturbed"
+                said = "; ".join(f"in {ns.namespace}: {_flag_text([ns.capture_flags(op, shape, impl)])}" for ns in flagged_in)
+                note = f"{who} is the same kernel in both, but NVML flagged its capture ({said}), so its move does not bound drift."
+            elif suspect:
+                role, reason = "excluded", "suspect group"
+                said = "; ".join(f"in {ns.namespace}, {why}" for ns, why in suspect)
+                note = f"{who} is the same kernel in both, but {said}, so its move does not bound drift."
+            else:
+                role, reason = "bound", ""
+                unwatched = [ns.namespace for ns in (old, cur) if not ns.watched(op, shape, impl)]
+                seen = (f"NVML flagged neither capture (it recorded nothing in {_and(unwatched)})" if unwatched
+                        else "NVML saw both captures quiet")
+                note = (f"{who} is the same kernel in both (same census: source, compiler, options, specialization) and "
+                        f"{seen}, so its move bounds the drift.")
+                ctl = verdict_now.get((op, shape)) or {}
+                if str(ctl.get("status") or "") in ABOVE:
+                    note += (f" The control came back above its band at this shape in {cur.namespace}, but ours stayed "
+                             f"in its own earlier range, so the slowdown hit the control's capture alone.")
         out.append({"earlier": old.namespace, "current": cur.namespace, "op": op, "shape": shape, "impl": impl,
-                    "before_us": b, "after_us": a, "change_pct": pct, "unchanged_kernel": reason == "",
-                    "reason": reason, "note": note})
+                    "before_us": b, "after_us": a, "change_pct": pct, "unchanged_kernel": change is None,
+                    "role": role, "reason": reason, "band_status": band_status, "note": note})
     return pd.DataFrame(out, columns=DRIFT_COLUMNS)
 
 
-def drift_bound(drift_df: pd.DataFrame, max_pairs: int = 8) -> dict[str, Any]:
-    """The bound the unchanged kernels put on drift: max |change_pct|, how many there were, the
-    largest rise and fall, each pair, and a one-sentence summary."""
+def _pair(r: Mapping[str, Any]) -> dict[str, Any]:
+    return {"op": str(r["op"]), "shape": str(r["shape"]), "impl": str(r["impl"]), "before_us": float(r["before_us"]),
+            "after_us": float(r["after_us"]), "change_pct": float(r["change_pct"]),
+            "band_status": "" if _missing(r.get("band_status")) else str(r.get("band_status") or "")}
+
+
+def _roles(df: pd.DataFrame) -> pd.Series:
+    """Each row's role; a drift.csv written before roles existed: its unchanged non-library rows
+    were its bound (the control among them, which those tables did not tell apart)."""
+    if "role" in df:
+        return df["role"].fillna("").astype(str)
+    lib = df["impl"].astype(str).isin(LIBRARY_IMPLS)
+    unchanged = df["unchanged_kernel"].map(_truthy)
+    return pd.Series(["library" if l else ("bound" if u else "excluded") for l, u in zip(lib, unchanged)], index=df.index)
+
+
+def _control_summary(name: str, pairs: list[dict[str, Any]], others: list[dict[str, Any]], max_pairs: int) -> str:
+    """The control's move between the two namespaces, judged against its band, in one sentence."""
+    def at(p: dict[str, Any]) -> str:
+        return f"{p['op']} {p['shape']}: {p['before_us']:.2f} -> {p['after_us']:.2f} µs"
+
+    inside = [p for p in pairs if p["band_status"] == "inside"]
+    new = [p for p in pairs if p["band_status"] == "establishing"]
+    rest = [p for p in pairs if p["band_status"] not in ("inside", "establishing")]
+    clauses = []
+    if inside:
+        top = max(inside, key=lambda p: abs(p["change_pct"]))
+        where = ("inside its band" if len(pairs) == 1 else "inside its band at every shape" if len(inside) == len(pairs)
+                 else f"inside its band at {_count(len(inside), 'shape')}")
+        clauses.append(f"moved by at most {abs(top['change_pct']):.1f}% ({at(top)}), {where}")
+    if new:
+        top = max(new, key=lambda p: abs(p["change_pct"]))
+        where = ("with no band yet" if len(pairs) == 1 else "with no band yet at any shape" if len(new) == len(pairs)
+                 else f"with no band yet at {_count(len(new), 'shape')}")
+        clauses.append(f"moved by at most {abs(top['change_pct']):.1f}% ({at(top)}), {where}")
+    for p in rest[:max_pairs]:
+        verdict = _BAND_WORDS.get(p["band_status"], "not judged against a band here")
+        if p["band_status"] in ABOVE:
+            verdict += ", so that move is not drift"
+        clauses.append(f"moved {_pct(p['change_pct'])} at {p['op']} {p['shape']} ({p['before_us']:.2f} -> "
+                       f"{p['after_us']:.2f} µs), {verdict}")
+    if len(rest) > max_pairs:
+        clauses.append(f"was outside its band at {_count(len(rest) - max_pairs, 'more shape')}")
+    if others:
+        where = [f"{o['op']} {o['shape']} ({o['reason']})" for o in others[:max_pairs]]
+        if len(others) > max_pairs:
+            where.append(f"{len(others) - max_pairs} more")
+        clauses.append(f"is not compared at {_and(where)}")
+    if not clauses:
+        return ""
+    return _sentence(f"The control ({name}) " + "; ".join(c if i == 0 else f"it {c}" for i, c in enumerate(clauses)))
+
+
+def drift_bound(drift_df: pd.DataFrame | None, max_pairs: int = 8) -> dict[str, Any]:
+    """The bound our unchanged, cleanly captured kernels put on drift (rows with role `bound`): the
+    largest |change_pct|, the kernel that set it, how many kernels, the largest rise and fall, each
+    pair and `summary` (one sentence); beside it `control`, the control's move judged against its
+    band ({'name', 'count', 'max_abs_change_pct', 'at', 'inside_band', 'summary'}; None without
+    control rows); `roles` (rows per role), `changed` and `excluded` (the rows of ours left out,
+    with their reasons, and one sentence each: `changed_summary`, `excluded_summary`), and
+    `sentence`, the bound and the control's move together."""
     df = drift_df if drift_df is not None else pd.DataFrame(columns=DRIFT_COLUMNS)
     earlier = str(df["earlier"].iloc[0]) if len(df) and "earlier" in df else None
     current = str(df["current"].iloc[0]) if len(df) and "current" in df else None
-    unchanged = df[df["unchanged_kernel"].map(_truthy)] if len(df) else df
-    unchanged = unchanged[unchanged["change_pct"].notna()] if len(unchanged) else unchanged
-    excluded = df[~df.index.isin(unchanged.index)] if len(df) else df
+    roles = _roles(df) if len(df) else pd.Series(dtype=str)
+    has_pct = df["change_pct"].notna() if len(df) else pd.Series(dtype=bool)
+    bound_rows = df[(roles == "bound") & has_pct] if len(df) else df
+    excluded = df[~df.index.isin(bound_rows.index)] if len(df) else df
     reasons = excluded["reason"].fillna("").astype(str).value_counts().to_dict() if len(excluded) else {}
     between = f"between {earlier} and {current}" if earlier and current else "between the two namespaces"
-    pairs = [{"op": r["op"], "shape": r["shape"], "impl": r["impl"], "before_us": float(r["before_us"]),
-              "after_us": float(r["after_us"]), "change_pct": float(r["change_pct"])} for r in unchanged.to_dict("records")]
+    pairs = [_pair(r) for r in bound_rows.to_dict("records")]
     result: dict[str, Any] = {"earlier": earlier, "current": current, "count": len(pairs), "pairs": pairs,
-                              "excluded": int(len(excluded)), "excluded_reasons": reasons,
-                              "max_abs_change_pct": None, "max_change_pct": None, "min_change_pct": None}
-    if not pairs:
-        result["summary"] = (f"no kernel measured in both namespaces was unchanged {between}, so drift between them "
-                             f"is not bounded by any kernel.")
-        return result
-    changes = [p["change_pct"] for p in pairs]
-    result.update({"max_abs_change_pct": max(abs(c) for c in changes), "max_change_pct": max(changes),
-                   "min_change_pct": min(changes)})
-    shown = ", ".join(f"{p['before_us']:.2f} -> {p['after_us']:.2f} us" for p in pairs[:max_pairs])
-    if len(pairs) > max_pairs:
-        shown += f", and {len(pairs) - max_pairs} more"
-    kernels = "kernel" if len(pairs) == 1 else "kernels"
-    result["summary"] = (f"unchanged {kernels} moved by at most {result['max_abs_change_pct']:.1f}% ({shown}) {between}")
+                              "excluded": len(excluded), "excluded_reasons": reasons,
+                              "roles": roles.value_counts().to_dict() if len(df) else {},
+                              "max_abs_change_pct": None, "max_change_pct": None, "min_change_pct": None, "kernel": None}
+    if pairs:
+        top = max(pairs, key=lambda p: abs(p["change_pct"]))
+        changes = [p["change_pct"] for p in pairs]
+        result.update({"max_abs_change_pct": abs(top["change_pct"]), "max_change_pct": max(changes),
+                       "min_change_pct": min(changes), "kernel": top})
+        result["summary"] = _sentence(
+            f"Drift {between} is at most {abs(top['change_pct']):.1f}% ({top['impl']} at {top['op']} {top['shape']}: "
+            f"{top['before_us']:.2f} -> {top['after_us']:.2f} µs), from {_count(len(pairs), 'kernel')} of ours that did "
+            f"not change")
+    else:
+        both = f"in both {earlier} and {current}" if earlier and current else "in both namespaces"
+        result["summary"] = _sentence(f"No kernel of ours that did not change was captured cleanly {both}, so drift "
+                                      f"between them is not bounded by any kernel")
+
+    # the control, beside the bound
+    ctl_rows = df[roles == "control"] if len(df) else df
+    control_name = str(ctl_rows["impl"].iloc[0]) if len(ctl_rows) else None
+    same = ctl_rows[(ctl_rows["reason"].fillna("").astype(str) == "control") & ctl_rows["change_pct"].notna()] if len(ctl_rows) else ctl_rows
+    others = [{"op": str(r["op"]), "shape": str(r["shape"]), "reason": str(r["reason"])}
+              for r in ctl_rows.to_dict("records") if str(r.get("reason")) != "control"] if len(ctl_rows) else []
+    if control_name is not None:
+        cpairs = [_pair(r) for r in same.to_dict("records")]
+        inside = [p for p in cpairs if p["band_status"] == "inside"]
+        top = max(inside or cpairs, key=lambda p: abs(p["change_pct"])) if cpairs else None
+        result["control"] = {
+            "name": control_name, "count": len(cpairs), "pairs": cpairs,
+            "max_abs_change_pct": abs(top["change_pct"]) if top else None, "at": top,
+            "inside_band": bool(cpairs) and len(inside) == len(cpairs),
+            "not_inside": [p for p in cpairs if p["band_status"] != "inside"], "not_compared": others,
+            "summary": _control_summary(control_name, cpairs, others, max_pairs),
+        }
+    else:
+        result["control"] = None
+
+    # ours left out, and why
+    ours_out = df[roles.isin(["changed", "excluded"])] if len(df) else df
+    result["changed"] = [{"op": str(r["op"]), "shape": str(r["shape"]), "impl": str(r["impl"]), "reason": str(r["reason"])}
+                         for r in ours_out.to_dict("records") if r["role"] == "changed"] if "role" in ours_out else []
+    result["left_out"] = [{"op": str(r["op"]), "shape": str(r["shape"]), "impl": str(r["impl"]), "reason": str(r["reason"])}
+                          for r in ours_out.to_dict("records") if r["role"] == "excluded"] if "role" in ours_out else []
+
+    def listing(rows: list[dict[str, Any]]) -> str:
+        shown = [f"{r['impl']} at {r['op']} {r['shape']} ({r['reason']})" for r in rows[:max_pairs]]
+        if len(rows) > max_pairs:
+            shown.append(f"{len(rows) - max_pairs} more")
+        return _and(shown)
+
+    n_changed, n_left = len(result["changed"]), len(result["left_out"])
+    result["changed_summary"] = (_sentence(f"{_count(n_changed, 'kernel')} of ours changed {between} and "
+                                           f"{'does' if n_changed == 1 else 'do'} not bound drift: "
+                                           f"{listing(result['changed'])}") if n_changed else "")
+    result["excluded_summary"] = (_sentence(f"{_count(n_left, 'capture')} of ours left out of the bound: {listing(result['left_out'])}")
+                                  if n_left else "")
+    result["sentence"] = " ".join(s for s in (result["summary"], (result["control"] or {}).get("summary")) if s)
     return result
 
 
 # --------------------------------------------------------------------------------------------
-# Choosing the earlier namespace, and the step that writes the tables
+# The namespace's controls, the earlier namespace, and the step that writes the tables
+
+
+class _History:
+    """The retained namespaces under an artifacts folder, each loaded once."""
+
+    def __init__(self, artifacts: str | Path) -> None:
+        self.artifacts = Path(artifacts)
+        self.order = history.namespaces_in_order(self.artifacts)
+        self._loaded: dict[str, Retained] = {}
+        self._controls: dict[tuple[str, str, float, str], pd.DataFrame] = {}
+
+    def get(self, name: str) -> Retained:
+        if name not in self._loaded:
+            self._loaded[name] = load_namespace(self.artifacts / name)
+        return self._loaded[name]
+
+    def before(self, name: str) -> list[str]:
+        return self.order[: self.order.index(name)] if name in self.order else [n for n in self.order if n != name]
+
+    def controls(self, name: str, control: str, margin: float, ours: str = OURS) -> pd.DataFrame:
+        key = (name, control, margin, ours)
+        if key not in self._controls:
+            cur = self.get(name)
+            before = [self.get(n) for n in self.before(name)]
+            mode = _cache_mode(cur)
+            bands = control_bands(before, control, margin, exclude=name, current_census=cur.census, gpu=cur.gpu,
+                                  cache_mode=mode)
+            ours_bands = (control_bands(before, ours, margin, exclude=name, current_census=cur.census, gpu=cur.gpu,
+                                        cache_mode=mode) if ours != control else None)
+            self._controls[key] = classify_controls(cur.kernel_time, bands, control, gpu_state=cur.gpu_state, ours=ours,
+                                                    ours_bands=ours_bands, margin=margin)
+        return self._controls[key]
+
+
+def namespace_controls(artifacts: str | Path, name: str, control: str = "triton", margin: float = 0.05,
+                       ours: str = OURS) -> pd.DataFrame:
+    """The controls table of namespace `name` under `artifacts`: its control against the band of
+    the namespaces retained before it (by provenance date), with ours against its own earlier range."""
+    return _History(artifacts).controls(name, control, margin, ours)
 
 
 def _op_shapes(ns: Retained) -> set[tuple[str, str]]:
@@ -421,35 +946,37 @@ def _op_shapes(ns: Retained) -> set[tuple[str, str]]:
     return {(str(o), str(s)) for o, s in zip(kt["op"], kt["shape"])}
 
 
-def choose_earlier(artifacts: str | Path, current: str, configured: str | None = None) -> str | None:
-    """The namespace to bound drift against: `configured` when given (it must exist under
-    `artifacts` with tables); else the most recent namespace dated before `current` (by provenance
-    date; all others when `current` is not retained yet) that shares at least one (op, shape) with
-    it, ran on the same GPU model where both record one, and was taken clean: no capture disturbed
-    (NVML) and no control above its band. None when there is none."""
-    artifacts = Path(artifacts)
-    order = history.namespaces_in_order(artifacts)
+def _choose(hist: _History, current: str, configured: str | None, control: str, margin: float) -> str | None:
+    order = hist.order
     if configured:
         if configured == current:
             raise EvidenceError(f"trust: the earlier namespace for drift cannot be {current} itself.")
         if configured not in order:
-            raise EvidenceError(f"trust: the configured earlier namespace {configured} has no tables under {artifacts}.")
+            raise EvidenceError(f"trust: the configured earlier namespace {configured} has no tables under {hist.artifacts}.")
         return configured
-    if current not in order:
-        candidates = order
-    else:
-        candidates = order[: order.index(current)]
-    cur = load_namespace(artifacts / current)
+    cur = hist.get(current)
     mine = _op_shapes(cur)
-    for name in reversed(candidates):
-        other = load_namespace(artifacts / name)
+    for name in reversed(hist.before(current)):
+        other = hist.get(name)
         if cur.gpu is not None and other.gpu is not None and cur.gpu != other.gpu:
             continue
-        if other.disturbed or other.under_load:
+        if not (mine & _op_shapes(other)) or other.disturbed:
             continue
-        if mine & _op_shapes(other):
-            return name
+        if hist.controls(name, control, margin)["status"].isin(ABOVE).any():
+            continue
+        return name
     return None
+
+
+def choose_earlier(artifacts: str | Path, current: str, configured: str | None = None, control: str = "triton",
+                   margin: float = 0.05) -> str | None:
+    """The namespace to bound drift against: `configured` when given (it must exist under
+    `artifacts` with tables); else the most recent namespace dated before `current` (by provenance
+    date; all others when `current` is not retained yet) that shares at least one (op, shape) with
+    it, ran on the same GPU model where both record one, and was taken clean: no capture flagged by
+    NVML and no control above its band (its controls derived now, by these rules, from the
+    namespaces before it, never read from its possibly older controls.csv). None when there is none."""
+    return _choose(_History(artifacts), current, configured, control, margin)
 
 
 def earlier_namespaces(artifacts: str | Path, current: str) -> list[str]:
@@ -464,7 +991,7 @@ def retained_inputs(artifacts: str | Path, current: str) -> list[str]:
     artifacts = Path(artifacts)
     out = []
     for name in earlier_namespaces(artifacts, current):
-        for rel in ("tables/kernel_time.csv", "tables/census.csv", "tables/controls.csv", "provenance.json"):
+        for rel in ("tables/kernel_time.csv", "tables/census.csv", "tables/gpu_state.csv", "provenance.json"):
             if (artifacts / name / rel).is_file():
                 out.append((artifacts / name / rel).as_posix())
     return out
@@ -483,67 +1010,196 @@ def check_earlier(artifacts: Path, current: str, earlier: str | None) -> None:
 
 
 def trust_tables(artifacts: str | Path, current: str, controls_out: str | Path, drift_out: str | Path,
-                 control: str = "triton", margin: float = 0.05, earlier: str | None = None) -> dict[str, Any]:
-    """Write the current namespace's `controls.csv` (its control against the band of the namespaces
-    retained before it, same GPU model and cache mode, same control kernel) and `drift.csv`
+                 control: str = "triton", margin: float = 0.05, earlier: str | None = None,
+                 ours: str = OURS) -> dict[str, Any]:
+    """Write the current namespace's `controls.csv` (its control against the band of the quiet
+    namespaces retained before it, same GPU model, cache mode and control kernel) and `drift.csv`
     (against `earlier`, or choose_earlier's pick; header only when there is none). Returns
     {'controls': DataFrame, 'drift': DataFrame, 'bound': drift_bound(...), 'earlier': name or None}."""
 
-    artifacts = Path(artifacts)
-    cur = load_namespace(artifacts / current)
-    cache_mode = None
-    if not cur.kernel_time.empty and "cache_mode" in cur.kernel_time:
-        modes = cur.kernel_time["cache_mode"].dropna().astype(str).unique()
-        cache_mode = modes[0] if len(modes) == 1 else None
-    before = [load_namespace(artifacts / n) for n in earlier_namespaces(artifacts, current)]
-    bands = control_bands(before, control, margin, exclude=current, current_census=cur.census, gpu=cur.gpu,
-                          cache_mode=cache_mode)
-    controls = classify_controls(cur.kernel_time, bands, control)
-    controls["margin"] = margin  # also on rows still establishing: the margin their band will use
+    hist = _History(artifacts)
+    cur = hist.get(current)
+    controls = hist.controls(current, control, margin, ours)
     write_csv(controls.to_dict("records"), CONTROL_COLUMNS, controls_out)
-    chosen = choose_earlier(artifacts, current, earlier)
-    drifted = drift(cur, artifacts / chosen) if chosen else pd.DataFrame(columns=DRIFT_COLUMNS)
+    chosen = _choose(hist, current, earlier, control, margin)
+    if chosen:
+        drifted = drift(cur, hist.get(chosen), control=control, controls=controls,
+                        earlier_controls=hist.controls(chosen, control, margin, ours))
+    else:
+        drifted = pd.DataFrame(columns=DRIFT_COLUMNS)
     write_csv(drifted.to_dict("records"), DRIFT_COLUMNS, drift_out)
     return {"controls": controls, "drift": drifted, "bound": drift_bound(drifted), "earlier": chosen}
 
 
-def report_context(controls: str | Path | pd.DataFrame | None, drifted: str | Path | pd.DataFrame | None) -> dict[str, Any]:
-    """What a report template needs from the two trust tables, given as paths or DataFrames (either
-    may be absent: a namespace retained before these tables existed has neither)."""
-    def read(src: str | Path | pd.DataFrame | None) -> pd.DataFrame | None:
-        if isinstance(src, pd.DataFrame):
-            return src
-        return history.read_table(src) if src and Path(src).is_file() else None
+# --------------------------------------------------------------------------------------------
+# Flags a report must not hide
+
+
+def _table(src: str | Path | pd.DataFrame | None) -> pd.DataFrame | None:
+    if isinstance(src, pd.DataFrame):
+        return src
+    return history.read_table(src) if src and Path(src).is_file() else None
+
+
+def _captures(rows: list[tuple[str, str, str]]) -> str:
+    """'layernorm 4096x768 cuda, triton and torch; softmax 4096x1024 cuda' (grouped by op and shape)."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for op, shape, impl in rows:
+        groups.setdefault((op, shape), []).append(impl)
+    return "; ".join(f"{op} {shape} {_and(impls)}" for (op, shape), impls in groups.items())
+
+
+def flags(controls: str | Path | pd.DataFrame | None = None, drift: str | Path | pd.DataFrame | None = None,
+          counters: str | Path | pd.DataFrame | None = None, check: str | Path | pd.DataFrame | None = None,
+          kernel_time: str | Path | pd.DataFrame | None = None,
+          gpu_state: str | Path | pd.DataFrame | None = None) -> list[str]:
+    """One-line sentences a report must print rather than hide, from the namespace's tables (paths
+    or DataFrames; any may be absent), in this order, each starting with what it is:
+    'Control above its band: ...' (controls.csv), 'Counters unavailable: ...' (counters.csv rows
+    whose status is not ok, with their reason), 'Measured on two GPUs: ...' (kernel_time.csv: an
+    (op, shape) whose captures have more than one gpu_uuid), 'Check failed: ...' (check.csv),
+    'Disturbed capture: ...' (gpu_state.csv), 'Drift not bounded: ...' (drift.csv with rows but
+    none that bounds drift)."""
+    out: list[str] = []
+    ctl, dft, cnt, chk, kt, state = (_table(t) for t in (controls, drift, counters, check, kernel_time, gpu_state))
+
+    if ctl is not None and not ctl.empty and "status" in ctl:
+        for r in ctl.to_dict("records"):
+            status = str(r.get("status") or "")
+            legacy = status == "outside" and str(r.get("side") or "") == "above"
+            if status not in ABOVE and not legacy:
+                continue
+            v, lo, hi = _float(r.get("kernel_time_us")), _float(r.get("band_lo_us")), _float(r.get("band_hi_us"))
+            band = f"its band of {_span(lo, hi)}" if lo is not None and hi is not None else "its band"
+            if status == "under load":
+                why = f"under load: {_clause(r.get('nvml_flags')) or 'NVML flagged the captures there'}"
+            elif status == "above" and str(r.get("nvml") or "") == "quiet":
+                why = "NVML saw nothing, so the capture is suspect"
+            elif status == "above":
+                why = "NVML recorded nothing, so the capture is suspect"
+            else:
+                why = "a verdict from before NVML was read beside the band"
+            got = f" came back at {_us(v)}" if v is not None else " came back"
+            out.append(_sentence(f"Control above its band: {r.get('control')} at {r['op']} {r['shape']}{got} against "
+                                 f"{band} ({why}); no ranking follows from its pairings there"))
+
+    if cnt is not None and not cnt.empty and "status" in cnt:
+        bad = cnt[cnt["status"].fillna("").astype(str) != "ok"]
+        groups: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
+        for r in bad.to_dict("records"):
+            reason = _clause(r.get("reason")) or "no reason recorded"
+            status = _clause(r.get("status")) or "missing"
+            groups.setdefault((status, reason), []).append((str(r["op"]), str(r["shape"]), str(r["impl"])))
+        for (status, reason), rows in groups.items():
+            everything = len(rows) == len(cnt)
+            which = f"all {len(rows)} captures" if everything and len(rows) > 1 else _captures(rows)
+            out.append(_sentence(f"Counters {status}: {which} ({reason})"))
+
+    if kt is not None and not kt.empty and "gpu_uuid" in kt:
+        known = kt[kt["gpu_uuid"].notna()]
+        for (op, shape), grp in known.groupby(["op", "shape"], sort=False):
+            uuids = list(dict.fromkeys(str(u) for u in grp["gpu_uuid"]))
+            if len(uuids) < 2:
+                continue
+            ran = [f"{_and(grp[grp['gpu_uuid'].astype(str) == u]['impl'].astype(str).tolist())} on {u}" for u in uuids]
+            out.append(_sentence(f"Measured on {_number_word(len(uuids))} GPUs: {op} {shape} ran {_and(ran)}, so a ratio "
+                                 f"between captures on different GPUs compares {_number_word(len(uuids))} devices"))
+
+    if chk is not None and not chk.empty and "passed" in chk:
+        for r in chk[~chk["passed"].map(_truthy)].to_dict("records"):
+            detail = _clause(r.get("error"))
+            if not detail:
+                bits = [f"{label} {_float(r.get(col)):.3g}" for col, label in
+                        (("max_abs_err", "max abs error"), ("max_rel_err", "max rel error"), ("atol", "atol"), ("rtol", "rtol"))
+                        if _float(r.get(col)) is not None]
+                detail = ", ".join(bits) or "no detail recorded"
+            out.append(_sentence(f"Check failed: {r['op']} {r['shape']} {r['impl']} ({detail})"))
+
+    if state is not None and not state.empty and "disturbed" in state:
+        hit = state[state["disturbed"].map(_truthy)]
+        for (op, shape), grp in hit.groupby(["op", "shape"], sort=False):
+            impls = grp["impl"].astype(str).tolist()
+            text = _flag_text(grp["flags"].tolist() if "flags" in grp else [])
+            out.append(_sentence(f"Disturbed capture: {op} {shape} {_and(impls)} ({text})"))
+
+    if dft is not None and not dft.empty:
+        bound = drift_bound(dft)
+        if bound["count"] == 0:
+            out.append(_sentence(f"Drift not bounded: {bound['summary']}"))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# What a report template needs
+
+
+def report_context(controls: str | Path | pd.DataFrame | None, drifted: str | Path | pd.DataFrame | None, *,
+                   counters: str | Path | pd.DataFrame | None = None, check: str | Path | pd.DataFrame | None = None,
+                   kernel_time: str | Path | pd.DataFrame | None = None,
+                   gpu_state: str | Path | pd.DataFrame | None = None) -> dict[str, Any]:
+    """What a report template needs from the trust tables, given as paths or DataFrames (any may be
+    absent: a namespace retained before these tables existed has neither controls nor drift).
+
+    controls (rows, with rankable/under_load as booleans), by_key ('op shape' -> row), rankable
+    ('op shape' -> bool), above (status above or under load), under_load, below, outside (above,
+    under load or below), suspect (rows with a suspect capture), not_rankable, establishing,
+    set_aside ([{op, shape, namespace, reason}] for every namespace left out of a band) and
+    set_aside_summary (one sentence naming them, '' when none), any_band,
+    drift (rows), bound (drift_bound: `summary`, `control`, `sentence`, ...), earlier, flags
+    (flags(...) of the tables given), library_note, library_reason."""
 
     def records(frame: pd.DataFrame | None) -> list[dict[str, Any]]:
         return [] if frame is None else [{k: (None if _missing(v) else v) for k, v in r.items()}
                                          for r in frame.to_dict("records")]
 
-    ctl, dft = read(controls), read(drifted)
+    ctl, dft = _table(controls), _table(drifted)
     rows = records(ctl)
     for r in rows:
         r["under_load"] = _truthy(r.get("under_load"))
+        r["rankable"] = rankable(ctl, str(r["op"]), str(r["shape"]))
     bound = drift_bound(dft) if dft is not None and len(dft) else None
     margins = [r["margin"] for r in rows if r.get("margin") is not None]
+    set_aside = []
+    for r in rows:
+        for item in str(r.get("set_aside") or "").split("; "):
+            m = re.match(r"^(\S+) \((.*)\)$", item.strip())
+            if m:
+                set_aside.append({"op": r["op"], "shape": r["shape"], "namespace": m.group(1), "reason": m.group(2)})
+    above = [r for r in rows if r.get("status") in ABOVE or (r.get("status") == "outside" and r.get("side") == "above")]
+    left: dict[tuple[str, str], list[str]] = {}
+    for item in set_aside:
+        left.setdefault((item["namespace"], item["reason"]), []).append(f"{item['op']} {item['shape']}")
+    set_aside_summary = _sentence("Left out of the control bands: " + "; ".join(
+        f"{name} at {_and(where) if len(where) <= 3 else _count(len(where), 'shape')} ({reason})"
+        for (name, reason), where in left.items())) if left else ""
     return {
         "controls": rows,
         "by_key": {f"{r['op']} {r['shape']}": r for r in rows},
+        "rankable": {f"{r['op']} {r['shape']}": r["rankable"] for r in rows},
         "control": rows[0]["control"] if rows else None,
         "margin": margins[0] if margins else None,
+        "above": above,
         "under_load": [r for r in rows if r["under_load"]],
-        "outside": [r for r in rows if r.get("status") == "outside"],
+        "below": [r for r in rows if r.get("status") == "below"],
+        "outside": [r for r in rows if r.get("status") in ("above", "under load", "below", "outside")],
+        "suspect": [r for r in rows if r.get("suspect")],
+        "not_rankable": [r for r in rows if not r["rankable"]],
         "establishing": [r for r in rows if r.get("status") == "establishing"],
-        "any_band": any(r.get("status") in ("inside", "outside") for r in rows),
+        "set_aside": set_aside,
+        "set_aside_summary": set_aside_summary,
+        "any_band": any(r.get("band_lo_us") is not None for r in rows),
         "drift": records(dft),
         "bound": bound,
         "earlier": bound["earlier"] if bound else None,
+        "flags": flags(ctl, dft, counters, check, kernel_time, gpu_state),
         "library_note": LIBRARY_NOTE,
         "library_reason": LIBRARY_REASON,
     }
 
 
 __all__ = [
-    "BAND_COLUMNS", "CONTROL_COLUMNS", "DRIFT_COLUMNS", "LIBRARY_IMPLS", "LIBRARY_NOTE", "LIBRARY_REASON", "Retained", "choose_earlier",
-    "classify_controls", "control_bands", "drift", "drift_bound", "earlier_namespaces", "identity_change",
-    "kernel_identity", "load_namespace", "report_context", "retained", "retained_inputs", "trust_tables",
+    "ABOVE", "BAND_COLUMNS", "CONTROL_COLUMNS", "DRIFT_COLUMNS", "LIBRARY_IMPLS", "LIBRARY_NOTE", "LIBRARY_REASON", "OURS",
+    "ROLES", "STATUSES", "Retained", "check_earlier", "choose_earlier", "classify_controls", "control_bands", "drift",
+    "drift_bound", "earlier_namespaces", "flags", "identity_change", "kernel_identity", "load_namespace",
+    "namespace_controls", "rankable", "report_context", "retained", "retained_inputs", "trust_tables",
 ]

@@ -17,10 +17,12 @@ include: "workflow/rules/common.smk"
 
 
 rule report:
+    default_target: True
     input:
         field_note=f"report/{NS}/field_note.md",
         issue_comment=f"report/{NS}/issue_comment.md",
-    default_target: True
+        html=f"report/{NS}/index.html",
+        summary=f"{A}/summary.json",
 
 
 rule census:

@@ -2,13 +2,14 @@
 
 Commands:
   nsys kern-sum|nvtx-kern-sum FILE.sqlite [--format csv|table]   read an nsys SQLite export
-  target --op OP --shape SHAPE --impl IMPL ...                     the process nsys captures
+  group PLAN.json                                                  a measurement group's process (the measure step starts it)
   config [FILE [OVERRIDE ...]]                                    validate a config file (overrides merged over it)
   history build [--artifacts DIR] [--out FILE]                    rebuild the SQLite index of every retained namespace
   bundle NAMESPACE [--out FILE] [--include-reports]               one archive of a namespace for a pull request
-  compare A B [--out FILE.csv]                                    kernel times of two namespaces, each against its launch spread
+  compare A B [--margin M] [--out FILE.csv]                       two namespaces kernel by kernel: same, faster, slower or can't tell
   retrust NAMESPACE                                               re-derive a namespace's controls, drift and reports (CPU)
   regroup NAMESPACE [--dry-run]                                   clear the groups measured on more than one GPU, to re-measure them
+  job-times NAMESPACE                                              where a run's time went (writes tables/job_times.csv)
   verify BUNDLE                                                    check a bundle: hashes, re-derived tables, report figures
                                                                    (exit 0 verified, 1 mismatches, 2 unusable input)
 
@@ -21,11 +22,11 @@ import sys
 
 from harness.errors import EvidenceError
 
-USAGE = "usage: python -m harness {nsys,target,config,history,compare,retrust,regroup,bundle,verify} ..."
+USAGE = "usage: python -m harness {nsys,group,config,history,compare,retrust,regroup,bundle,verify,job-times} ..."
 
 
 def main(argv: list[str] | None = None) -> int:
-    # Each command imports its own module: the capture target, started under nsys once per
+    # Each command imports its own module: the group process, started under nsys once per
     # measurement group, must not pay for pandas, Jinja2 and matplotlib.
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
@@ -53,14 +54,22 @@ def main(argv: list[str] | None = None) -> int:
             from harness.evidence import regroup
 
             return regroup.main(rest)
-        if command in ("bundle", "verify"):
+        if command == "bundle":
             from harness.evidence import bundle
 
-            return bundle.bundle_main(rest) if command == "bundle" else bundle.main(rest)
-        if command == "target":
-            from harness.measure import target
+            return bundle.bundle_main(rest)
+        if command == "verify":
+            from harness.evidence import verify
 
-            return target.main(rest)
+            return verify.main(rest)
+        if command == "job-times":
+            from harness.tables import job_times
+
+            return job_times.main(rest)
+        if command == "group":
+            from harness.measure import group
+
+            return group.main(rest)
         if command == "config":
             from harness import config
 
@@ -69,6 +78,10 @@ def main(argv: list[str] | None = None) -> int:
             return 0
     except EvidenceError as exc:
         print(str(exc), file=sys.stderr)
+        return 2
+    except OSError as exc:  # an --out that is a folder or not writable, an input that cannot be read
+        where = f" {exc.filename}" if exc.filename else ""
+        print(f"{command}: cannot use{where}: {exc.strerror or exc}.", file=sys.stderr)
         return 2
     print(f"{USAGE}\nunknown command {command!r}.", file=sys.stderr)
     return 2

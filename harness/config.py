@@ -6,7 +6,9 @@ offending key, so a bad key or value stops a run before any work starts.
 
 from __future__ import annotations
 
+import copy
 import json
+import math
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -18,6 +20,7 @@ import yaml
 from harness import ROOT, ops
 from harness.errors import ConfigError, EvidenceError
 from harness.launch.external import validate_external
+from harness.namespaces import check_name
 
 SCHEMA_PATH = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 
@@ -91,14 +94,75 @@ def _sentence(error: jsonschema.ValidationError) -> str:
     return f"config: '{key}': {error.message}."
 
 
+SCALAR_TYPES = {"integer": int, "number": (int, float), "boolean": bool}
+
+
+def _coerce(instance: Any, schema: Mapping[str, Any], root: Mapping[str, Any]) -> Any:
+    """Scalars given as text where the schema wants a number or a boolean, read as YAML scalars:
+    Snakemake hands nested `--config 'capture={rounds: 20}'` values over as text."""
+    if "$ref" in schema:
+        target: Any = root
+        for part in schema["$ref"].lstrip("#/").split("/"):
+            target = target[part]
+        return _coerce(instance, target, root)
+    if isinstance(instance, dict):
+        props = schema.get("properties") or {}
+        extra = schema.get("additionalProperties")
+        for key, value in instance.items():
+            sub = props.get(key, extra if isinstance(extra, dict) else None)
+            if sub:
+                instance[key] = _coerce(value, sub, root)
+        return instance
+    if isinstance(instance, list) and isinstance(schema.get("items"), dict):
+        return [_coerce(v, schema["items"], root) for v in instance]
+    types = schema.get("type")
+    wanted = [types] if isinstance(types, str) else list(types or [])
+    if isinstance(instance, str) and "string" not in wanted and any(t in SCALAR_TYPES for t in wanted):
+        try:
+            value = yaml.safe_load(instance)
+        except yaml.YAMLError:
+            return instance
+        if any(isinstance(value, SCALAR_TYPES[t]) and not (t != "boolean" and isinstance(value, bool))
+               for t in wanted if t in SCALAR_TYPES):
+            return value
+    return instance
+
+
+def _non_finite(value: Any, path: str = "") -> str | None:
+    """The key of the first number that is NaN or infinite, else None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return path or "(top level)"
+    if isinstance(value, dict):
+        for key, sub in value.items():
+            found = _non_finite(sub, f"{path}.{key}" if path else str(key))
+            if found:
+                return found
+    if isinstance(value, list):
+        for i, sub in enumerate(value):
+            found = _non_finite(sub, f"{path}[{i}]")
+            if found:
+                return found
+    return None
+
+
 def validate(raw: Mapping[str, Any]) -> dict[str, Any]:
     """Validate a configuration mapping, fill in defaults and return a new dict."""
     cfg: dict[str, Any] = yaml.safe_load(yaml.safe_dump(dict(raw), sort_keys=False))  # deep copy, plain types, order kept
+    schema = _schema(cfg.get("operations"))
+    _coerce(cfg, schema, schema)
+    bad = _non_finite(cfg)
+    if bad:
+        raise ConfigError(f"config: '{bad}' is not a finite number (NaN and infinity are refused).")
     validator_class = _with_defaults(jsonschema.Draft202012Validator)
-    validator = validator_class(_schema(cfg.get("operations")))
+    validator = validator_class(schema)
     errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(list(e.absolute_path)), str(e.message)))
     if errors:
         raise ConfigError(_sentence(jsonschema.exceptions.best_match(errors)))
+    if cfg["namespace"] != AUTO_NAMESPACE:
+        check_name(cfg["namespace"], "config: 'namespace'")
+    check_name(f"{cfg['namespace_prefix']}-1", "config: 'namespace_prefix'")
+    if cfg.get("overwrite") is not None:
+        check_name(cfg["overwrite"], "config: 'overwrite'")
     _semantic_checks(cfg)
     if cfg.get("run_operations"):
         missing = [op for op in cfg["run_operations"] if op not in cfg["operations"]]
@@ -172,6 +236,12 @@ def _read(path: str | Path) -> dict[str, Any]:
             raw = json.load(fh) if str(path).endswith(".json") else yaml.safe_load(fh)
     except FileNotFoundError:
         raise ConfigError(f"config: no configuration file at {path}.") from None
+    except IsADirectoryError:
+        raise ConfigError(f"config: {path} is a folder, not a configuration file.") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config: {path} is not UTF-8 text (byte {exc.start} cannot be read).") from None
+    except OSError as exc:
+        raise ConfigError(f"config: {path} cannot be read ({exc.strerror}).") from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"config: {path} is not valid JSON ({exc.msg} at line {exc.lineno}).") from None
     except yaml.YAMLError as exc:
@@ -237,3 +307,103 @@ def jobs(cfg: Mapping[str, Any]) -> Iterator[tuple[str, str, str]]:
         for shape in shapes(cfg, op):
             for impl in implementations(cfg, op):
                 yield op, shape, impl
+
+
+# ----------------------------------------------------------------------------- what each rule reads
+# A rule's params are the values it uses: Snakemake reruns a job whose params changed, so a rule
+# that took the whole configuration would rerun for any edit. Values that do not change what a job
+# measures or writes (tool paths, timeouts, the lock wait, the quiet-GPU policy) are not params:
+# `operational` reads them at run time.
+
+OPERATIONAL_KEYS = ("gpu_lock_timeout_s", "timeouts", "gpu_state", "nsys.path", "counters.ncu", "counters.timeout_s",
+                    "span.exclusive")
+"""Keys that never rerun a job (docs/configuration.md)."""
+
+
+def recorded(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The config as the provenance records it: without OPERATIONAL_KEYS, which change no number
+    (a longer timeout reruns nothing, not even the provenance)."""
+    out = copy.deepcopy(dict(cfg))
+    for key in OPERATIONAL_KEYS:
+        *parents, last = key.split(".")
+        node: Any = out
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(last, None)
+    return out
+
+
+def operation_block(cfg: Mapping[str, Any], op: str) -> dict[str, Any]:
+    """The operation's config block as its measurements use it: without its shapes (each group
+    knows its own, so adding a shape reruns nothing else) and with only the variants this run
+    measures."""
+    spec = cfg["operations"][op]
+    enabled = {impl.partition(".")[2] for impl in variant_impls(cfg, op)}
+    block = {k: v for k, v in spec.items() if k not in ("default", "sweep", "variants", "implementations")}
+    block["variants"] = {name: {"base": v["base"], "defines": dict(v.get("defines") or {}),
+                                **({"grow": v["grow"]} if v.get("grow") is not None else {})}
+                         for name, v in (spec.get("variants") or {}).items() if name in enabled}
+    return block
+
+
+def build_block(cfg: Mapping[str, Any], op: str) -> dict[str, Any]:
+    """What the build of `op` reads from its block: the variants' defines and the external kernel
+    (a tolerance, a reference setting or a planted slowdown reruns no build)."""
+    block = operation_block(cfg, op)
+    out = {k: block[k] for k in ("variants", "external") if k in block}
+    out["variants"] = {name: {"base": v["base"], "defines": v["defines"]} for name, v in out["variants"].items()}
+    return out
+
+
+def variant_descriptions(cfg: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """op -> variant name -> its description, for the tables (the measurements never read these)."""
+    return {op: {name: str(v.get("description", "")) for name, v in (spec.get("variants") or {}).items()}
+            for op, spec in cfg["operations"].items()}
+
+
+def measure_plan(cfg: Mapping[str, Any], op: str) -> dict[str, Any]:
+    """What a measurement group of `op` depends on (harness.measure.group's plan, less the group)."""
+    return {"params": operation_block(cfg, op), "seed": cfg["seed"], "cache_mode": cfg["cache_mode"],
+            "capture": dict(cfg["capture"]), "span": {k: v for k, v in cfg["span"].items() if k != "exclusive"},
+            "cross_check": {k: cfg["cross_check"][k] for k in ("enabled", "calls", "replays", "max_seconds")},
+            "nsys": {"trace": list(cfg["nsys"]["trace"]), "extra_args": list(cfg["nsys"]["extra_args"])}}
+
+
+def counters_plan(cfg: Mapping[str, Any], op: str) -> dict[str, Any]:
+    """The group plan of the counters' run: one round of `counters.iterations` calls after
+    `counters.warmup`, no spans (ncu replays each kernel of the round once per metric pass)."""
+    c = cfg["counters"]
+    plan = measure_plan(cfg, op)
+    plan["capture"] = {"warmup": c["warmup"], "rounds": 1, "round_us": 1.0e9, "max_calls": c["iterations"]}
+    plan["cross_check"] = {**plan["cross_check"], "enabled": False}
+    return plan
+
+
+def operational(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The values a job reads at run time and that never rerun it (OPERATIONAL_KEYS)."""
+    return {"gpu_lock_timeout_s": cfg["gpu_lock_timeout_s"], "timeout_s": cfg["timeouts"]["measure_s"],
+            "check_s": cfg["timeouts"]["check_s"],
+            "gpu_state": dict(cfg["gpu_state"]), "nsys_path": cfg["nsys"]["path"], "ncu_path": cfg["counters"]["ncu"],
+            "ncu_timeout_s": cfg["counters"]["timeout_s"]}
+
+
+REPORT_KEYS = ("namespace", "arch", "cache_mode", "operations", "capture", "span", "cross_check", "counters", "trust",
+               "verdict")
+"""The config the render reads: a change elsewhere (a timeout, a path) does not re-render."""
+
+
+def report_params(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of the config the render reads (REPORT_KEYS), without OPERATIONAL_KEYS."""
+    kept = recorded(cfg)
+    return {k: kept[k] for k in REPORT_KEYS if k in kept}
+
+
+def same_size_bytes(cfg: Mapping[str, Any]) -> list[int]:
+    """The byte counts of the same-size copy ceiling: each configured shape's fewest bytes moved."""
+    return sorted({ops.get(op).bytes_moved(shape) for op in cfg["operations"] for shape in shapes(cfg, op)})
+
+
+def group_shapes(cfg: Mapping[str, Any], op: str, which: str) -> list[str]:
+    """`which` = 'default' (the default shape) or 'all' (every shape) of an operation."""
+    return [cfg["operations"][op]["default"]] if which == "default" else shapes(cfg, op)

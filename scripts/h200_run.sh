@@ -33,15 +33,17 @@ if [ "${PIPELINE:-1}" = 1 ]; then
   grep -E "Error in rule|steps \(|CheckFailed|check failed|no CUDA|not found" "$OUT/snakemake.txt" | tail -25
   echo "snakemake: $(( $(date +%s) - t1 )) s, rc=$rc" | tee -a "$OUT/snakemake.txt"
 fi
-# STATS=1: nsys stats' own figures for every capture, to test the reader against (~2 s each)
+# STATS=1: nsys stats' own figures for every group's export, to test the reader against (~2 s each)
 mkdir -p /tmp/stats
-for f in $( [ "${STATS:-0}" = 1 ] && ls artifacts/"$ns"/capture/*/*/*.sqlite 2>/dev/null ); do
+for f in $( [ "${STATS:-0}" = 1 ] && ls artifacts/"$ns"/measure/*/*/capture.sqlite 2>/dev/null ); do
   [ -f "$f" ] || continue
-  tag=$(echo "${f#artifacts/$ns/capture/}" | sed 's#/#-#g; s#\.sqlite$##')
+  tag=$(echo "${f#artifacts/$ns/measure/}" | sed 's#/#-#g; s#-capture\.sqlite$##')
   [ -f "/tmp/stats/${tag}_nvtx_kern_sum.csv" ] && continue
   nsys stats -r cuda_gpu_kern_sum,nvtx_kern_sum --format csv --force-export false -o "/tmp/stats/$tag" "$f" >/dev/null 2>&1 \
     || echo "nsys stats failed on $f"
 done
-tar czf "$OUT/evidence.tgz" --exclude='*.nsys-rep' --exclude='*.ncu-rep' "artifacts/$ns" "report/$ns" -C /tmp stats 2>/dev/null
+python3 -m harness job-times "$ns" 2>&1 | tee "$OUT/job-times.txt" | tail -15
+tar czf "$OUT/evidence.tgz" --exclude='*.nsys-rep' --exclude='*.ncu-rep' --exclude='capture.sqlite' --exclude='build' \
+  "artifacts/$ns" "report/$ns" -C /tmp stats 2>/dev/null
 ls -la "$OUT"
 exit "$rc"

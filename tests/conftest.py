@@ -3,6 +3,9 @@ cleanly on machines without a CUDA GPU, and hold the GPU's lock where there is o
 
 from __future__ import annotations
 
+from pathlib import Path
+from subprocess import CompletedProcess
+
 import pytest
 
 from harness.gpu.device import has_gpu
@@ -30,3 +33,12 @@ def _hold_the_gpu(request: pytest.FixtureRequest):  # type: ignore[no-untyped-de
 
     with gpu_lock(f"test {request.node.nodeid}"):
         yield
+
+
+@pytest.fixture(scope="session")
+def pipeline(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str], CompletedProcess[str]]:
+    """One run of the main command on the CPU (tests/repo_copy.py's pipeline_run), shared by the
+    tests that read what it left: (the repository copy, its environment, the finished process)."""
+    import repo_copy
+
+    return repo_copy.pipeline_run(tmp_path_factory.mktemp("pipeline"))

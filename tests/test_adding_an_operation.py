@@ -5,19 +5,18 @@ kernels (NVRTC and Triton's offline compiler, no GPU needed)."""
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import repo_copy
 
 from harness import ROOT
 
 GUIDE = ROOT / "docs" / "adding-an-operation.md"
-BLOCK = re.compile(r"^```\w*\s+path=(\S+)(?:\s+append=(\S+))?\n(.*?)^```", re.M | re.S)
+BLOCK = re.compile(r"^```\w*\s+path=(\S+)(?:\s+append=(\S+))?\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
 def guide_files() -> list[tuple[str, str | None, str]]:
@@ -34,14 +33,7 @@ def test_the_guide_names_two_folders_and_a_config_entry() -> None:
 @pytest.fixture(scope="module")
 def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The repository's tracked and untracked (not ignored) files, with the guide's files added."""
-    dest = tmp_path_factory.mktemp("sixth") / "repo"
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True,
-                            check=True).stdout.decode().split("\0")
-    for rel in filter(None, listed):
-        src = ROOT / rel
-        if src.is_file() and not rel.startswith(("artifacts/", "report/h200")):
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / rel)
+    dest = repo_copy.copy_repo(tmp_path_factory.mktemp("sixth") / "repo")
     for rel, append, text in guide_files():
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -56,8 +48,7 @@ def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def run(copy: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(copy)}  # the copy's harness, not the installed one
-    return subprocess.run(args, cwd=copy, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(args, cwd=copy, env=repo_copy.env(copy), capture_output=True, text=True, timeout=timeout)
 
 
 def test_the_copy_knows_the_operation(copy: Path) -> None:

@@ -14,9 +14,11 @@ from harness.measure import ceilings
 def test_measure_rows_are_plausible() -> None:
     import torch
 
+    torch.cuda.empty_cache()  # what earlier tests left in torch's cache is not this test's
     free_before = torch.cuda.mem_get_info()[0]
-    rows = ceilings.measure(repeats=5)
-    assert [r["ceiling"] for r in rows] == ["copy_bandwidth", "fp32_matmul"]
+    rows = ceilings.measure(repeats=5, same_size=[25 * 2**20])
+    assert [r["ceiling"] for r in rows] == ["copy_bandwidth", "fp32_matmul", f"copy_bandwidth@{25 * 2**20}"]
+    rows = rows[:2]
     for row in rows:
         assert list(row) == list(ceilings.COLUMNS)
         assert row["repeats"] == 5
@@ -28,8 +30,8 @@ def test_measure_rows_are_plausible() -> None:
     assert matmul["unit"] == "TFLOP/s" and 1 < matmul["value"] < 200
     assert matmul["value"] == pytest.approx(
         2 * ceilings.MATMUL_N**3 / (matmul["median_ms"] * 1e-3) / 1e12)
-    # the 2 GiB buffers were freed (allow for the allocator's and other tests' slack)
-    assert torch.cuda.mem_get_info()[0] > free_before - 2**30
+    # the 2 GiB buffers went back to the driver, whatever ran before (the allocator's slack allowed)
+    assert torch.cuda.mem_get_info()[0] > free_before - 2**28
 
 
 def test_columns_match_the_ceilings_table() -> None:

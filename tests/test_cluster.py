@@ -1,9 +1,10 @@
 """The workflow on a cluster, tested without one.
 
 * The dry run with the SLURM profile (snakemake-executor-plugin-slurm, from the test extra) shows one
-  group per operation and shape holding every job compared within it (checks and captures of every
-  implementation, the span), each asking for gpu=1 on the profile's partition and wall time; the
-  sweep targets, which have no span, are still one group per shape (the profile's group-components).
+  group per operation and shape (`gpu-<op>-<shape>`) holding every job compared within it: the
+  `measure` job that checks, captures and times every implementation, and the shape's `counters`
+  where counters are read; each asks for gpu=1 on the profile's partition and wall time. A sweep is
+  one group per shape, with the profile or without.
 * A real submission through the SLURM plugin against stand-in sbatch/sacct commands: the run is not
   stopped by the missing GPU of the login node, and the plugin submits each group as one SLURM job
   with --gpus=1, the partition, and the sum of its jobs' wall times.
@@ -26,12 +27,12 @@ from harness import ROOT, config
 
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 SLURM = ["--profile", "profiles/slurm"]
-GPU_RULES = {"check", "capture", "span", "ceilings", "counters"}
+GPU_RULES = {"measure", "counters", "ceilings"}
 
 
 def run_snakemake(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None,
                   timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([*SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run([*SNAKEMAKE, *args], check=False, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def parse_jobs(output: str) -> list[dict]:
@@ -62,15 +63,14 @@ def test_slurm_dry_run_groups_each_comparison_on_one_gpu() -> None:
         if job["group"]:
             groups.setdefault(job["group"], []).append(job)
     assert set(groups) == set(expected)
+    counted = {(op, shape) for op in cfg["operations"] for shape in config.group_shapes(cfg, op, cfg["counters"]["shapes"])
+               } if cfg["counters"]["enabled"] else set()
+    assert counted  # the shipped config reads counters, so some group holds two jobs
     for gid, members in groups.items():
         op, shape = expected[gid]
-        impls = config.implementations(cfg, op)
-        assert all(j["wildcards"]["op"] == op and j["wildcards"]["shape"] == shape for j in members), gid
-        assert sorted(j["wildcards"]["impl"] for j in members if j["rule"] == "check") == sorted(impls)
-        assert sorted(j["wildcards"]["impl"] for j in members if j["rule"] == "capture") == sorted(impls)
-        counted = sorted(impls) if cfg["counters"]["enabled"] and shape == cfg["operations"][op]["default"] else []
-        assert sorted(j["wildcards"]["impl"] for j in members if j["rule"] == "counters") == counted
-        assert [j["rule"] for j in members if j["rule"] not in ("check", "capture", "counters")] == ["span"]
+        assert all(j["wildcards"] == {"op": op, "shape": shape} for j in members), gid
+        rules = sorted(j["rule"] for j in members)
+        assert rules == (["counters", "measure"] if (op, shape) in counted else ["measure"]), gid
         for j in members:  # one GPU per job, on the profile's partition, with the profile's wall time
             assert j["resources"]["gpu"] == "1" and j["resources"]["slurm_partition"] == "gpu", (gid, j)
             assert int(j["resources"]["runtime"]) > 0
@@ -80,22 +80,20 @@ def test_slurm_dry_run_groups_each_comparison_on_one_gpu() -> None:
     assert all("gpu" not in j["resources"] for j in outside if j["rule"] not in GPU_RULES)  # GPU-free work
 
 
-def test_a_sweep_is_one_group_per_shape_with_the_profile() -> None:
+def test_a_sweep_is_one_group_per_shape_with_the_profile_or_without() -> None:
+    """A sweep has no counters: each shape's group is its measure job alone, the same group whether
+    or not the profile's group-components merge the pieces of one group id."""
     cfg = config.load()
-    impls = config.implementations(cfg, "layernorm")
     shapes = config.shapes(cfg, "layernorm")
 
-    def headers(args: list[str]) -> list[str]:
+    def groups(args: list[str]) -> list[tuple[str, str, str]]:
         proc = run_snakemake(*args, "-n", "--forceall", "sweep_layernorm")
         assert proc.returncode == 0, proc.stderr
-        return re.findall(r"Group job (\S+) \(", proc.stdout)
+        return sorted((j["group"], j["rule"], j["wildcards"]["shape"]) for j in parse_jobs(proc.stdout) if j["group"])
 
-    # without the profile's group-components, each implementation of a shape is a group of its own
-    # (no span ties them together), so a cluster could measure them on different GPUs ...
-    bare = headers([])
-    assert sorted(bare) == sorted(f"gpu-layernorm-{s}" for s in shapes for _ in impls)
-    # ... with it, one group per shape
-    assert sorted(headers(SLURM)) == sorted(f"gpu-layernorm-{s}" for s in shapes)
+    expected = sorted((f"gpu-layernorm-{s}", "measure", s) for s in shapes)
+    assert groups([]) == expected
+    assert groups(SLURM) == expected
 
 
 FAKE_SBATCH = """#!/bin/sh
@@ -129,7 +127,8 @@ def stand_in_slurm(tmp: Path) -> Path:
 
 def test_slurm_submits_each_group_as_one_job_with_one_gpu(tmp_path: Path) -> None:
     """Not a dry run: the SLURM plugin submits through stand-in sbatch/sacct (every job 'fails', as
-    nothing runs here). One operation at one shape, its kernels' census already built."""
+    nothing runs here). One operation at one shape, its kernels' census already built; the targets
+    need the group's measure and counters jobs, and the ceilings."""
     work = tmp_path / "work"
     raw = yaml.safe_load((ROOT / "config.yaml").read_text())
     raw["namespace"] = "cluster-test"
@@ -138,20 +137,18 @@ def test_slurm_submits_each_group_as_one_job_with_one_gpu(tmp_path: Path) -> Non
     raw["variants"] = [v for v in raw["variants"] if v.startswith("layernorm.")]
     work.mkdir()
     (work / "config.yaml").write_text(yaml.safe_dump(raw))
-    impls = config.implementations(config.validate(raw), "layernorm")
-    for impl in impls:
-        if impl != "torch":
-            census = work / "artifacts" / "cluster-test" / "build" / "layernorm" / impl / "census.json"
-            census.parent.mkdir(parents=True)
-            census.write_text("[]\n")
+    census = work / "artifacts" / "cluster-test" / "build" / "layernorm" / "census.json"
+    census.parent.mkdir(parents=True)
+    census.write_text("[]\n")
     record = tmp_path / "slurm"
     record.mkdir()
     env = {**os.environ, "PATH": f"{stand_in_slurm(tmp_path)}{os.pathsep}{os.environ['PATH']}",
            "FAKE_SLURM_DIR": str(record)}
     proc = run_snakemake(*SLURM, "--directory", str(work), "--slurm-no-account",
                          "--slurm-init-seconds-before-status-checks", "1",
-                         "--forcerun", "check", "capture", "span", "ceilings", "--",
+                         "--forcerun", "measure", "counters", "ceilings", "--",
                          f"artifacts/cluster-test/tables/shape/layernorm/{shape}.csv",
+                         f"artifacts/cluster-test/counters/layernorm/{shape}.csv",
                          "artifacts/cluster-test/tables/ceilings.csv", env=env)
     out = proc.stdout + proc.stderr
     assert "no CUDA GPU is visible here" not in out  # the login node needs no GPU
@@ -159,14 +156,13 @@ def test_slurm_submits_each_group_as_one_job_with_one_gpu(tmp_path: Path) -> Non
     assert len(calls) == 2, out  # the group, and the ceilings; nothing else was ready
     group = next(c for c in calls if f"gpu-layernorm-{shape}" in c)
     ceilings = next(c for c in calls if "rule_ceilings" in c)
-    wall = {"check": 10, "capture": 20, "span": 15}  # minutes, from the profile
+    wall = {rule: res["runtime"] for rule, res in
+            yaml.safe_load((ROOT / "profiles" / "slurm" / "config.yaml").read_text())["set-resources"].items()}
     assert " --gpus=1" in group and " -p gpu " in group
-    assert f" -t {len(impls) * (wall['check'] + wall['capture']) + wall['span']} " in group
+    assert f" -t {wall['measure'] + wall['counters']} " in group  # one allocation, its jobs one after another
     targets = re.search(r"--target-jobs (.*?) --allowed-rules", group).group(1)
-    expected = [f"'check:op=layernorm,shape={shape},impl={i}'" for i in impls]
-    expected += [f"'capture:op=layernorm,shape={shape},impl={i}'" for i in impls]
-    assert sorted(targets.split()) == sorted([*expected, f"'span:op=layernorm,shape={shape}'"])
-    assert " --gpus=1" in ceilings and " -t 10 " in ceilings
+    assert sorted(targets.split()) == [f"'counters:op=layernorm,shape={shape}'", f"'measure:op=layernorm,shape={shape}'"]
+    assert " --gpus=1" in ceilings and f" -t {wall['ceilings']} " in ceilings
 
 
 def test_kubernetes_profile_sets_the_same_group_rules() -> None:

@@ -1,9 +1,11 @@
-"""`python -m harness compare`: two namespaces kernel by kernel, each change judged against the
-spread of the launches, with the evidence rules (one GPU; the library only with one torch version)."""
+"""`python -m harness compare`: two namespaces kernel by kernel, with the four verdicts (a bootstrap
+interval over each side's rounds where both have them, the envelope of the launches otherwise) and
+the evidence rules (one GPU; the library only with one torch version)."""
 
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pandas as pd
@@ -12,8 +14,10 @@ import pytest
 from harness.__main__ import main as cli
 from harness.evidence import compare
 from harness.io import write_csv
+from harness.tables import stats
 
 GPU_A, GPU_B = "GPU-aaaa", "GPU-bbbb"
+KEY = ("layernorm", "4096x768", "cuda")
 
 
 def row(impl: str, us: float, spread: float = 0.02, gpu: str = GPU_A, shape: str = "4096x768") -> dict:
@@ -21,23 +25,37 @@ def row(impl: str, us: float, spread: float = 0.02, gpu: str = GPU_A, shape: str
             "main_min_us": us * (1 - spread), "main_max_us": us * (1 + spread), "gpu_uuid": gpu}
 
 
-def test_the_same_figures_are_no_difference() -> None:
+def rounds(us: float, n: int = 30, noise: float = 0.002, seed: int = 0) -> list[float]:
+    rng = random.Random(seed)
+    return [us * (1 + rng.gauss(0, noise)) for _ in range(n)]
+
+
+def test_an_envelope_that_holds_one_cannot_tell() -> None:
+    """Tables without rounds give only the launches' min-max envelope: it never says 'same'."""
     a = pd.DataFrame([row("cuda", 5.66), row("triton", 5.40)])
     out = compare.compare_frames(a, a.copy(), library_comparable=True)
-    assert list(out["verdict"]) == ["no difference", "no difference"]
-    assert (out["change_pct"] == 0).all()
-    assert (out["b_over_a_lo"] < 1).all() and (out["b_over_a_hi"] > 1).all()
+    assert list(out["verdict"]) == [stats.CANT_TELL, stats.CANT_TELL]
+    assert (out["change_pct"] == 0).all() and set(out["interval"]) == {"envelope of the launches"}
+    b = pd.DataFrame([row("cuda", 6.5), row("triton", 5.40)])  # +15% against spreads of 2%
+    assert compare.compare_frames(a, b, library_comparable=True).loc[0, "verdict"] == stats.SLOWER
 
 
-def test_a_move_beyond_both_spreads_is_named_and_one_inside_is_not() -> None:
-    a = pd.DataFrame([row("cuda", 10.0), row("triton", 10.0)])
-    b = pd.DataFrame([row("cuda", 11.0), row("triton", 10.3)])  # +10% (spreads of 2%) and +3%
-    out = compare.compare_frames(a, b, library_comparable=True).set_index("impl")
-    assert out.loc["cuda", "verdict"] == "slower" and out.loc["cuda", "change_pct"] == pytest.approx(10.0)
-    assert out.loc["triton", "verdict"] == "no difference"
-    faster = compare.compare_frames(b, a, library_comparable=True).set_index("impl")
-    assert faster.loc["cuda", "verdict"] == "faster"
-    assert "1 moved beyond" in compare.summary(out.reset_index(), "a", "b")
+def test_rounds_give_same_faster_slower_and_cant_tell() -> None:
+    a = pd.DataFrame([row("cuda", 10.0)])
+    for b_us, noise, expected in ((10.02, 0.002, stats.SAME), (10.5, 0.002, stats.SLOWER),
+                                  (9.5, 0.002, stats.FASTER), (10.0, 0.05, stats.CANT_TELL)):
+        b = pd.DataFrame([row("cuda", b_us)])
+        out = compare.compare_frames(a, b, True, {KEY: rounds(10.0)}, {KEY: rounds(b_us, noise=noise, seed=1)})
+        assert out.loc[0, "verdict"] == expected, (b_us, noise, out.loc[0].to_dict())
+        assert out.loc[0, "interval"] == "bootstrap over rounds"
+        assert out.loc[0, "b_over_a_lo"] < out.loc[0, "b_over_a"] < out.loc[0, "b_over_a_hi"]
+
+
+def test_the_margin_decides_what_is_the_same() -> None:
+    a, b = pd.DataFrame([row("cuda", 10.0)]), pd.DataFrame([row("cuda", 10.15)])
+    ra, rb = {KEY: rounds(10.0)}, {KEY: rounds(10.15, seed=2)}
+    assert compare.compare_frames(a, b, True, ra, rb, margin=0.01).loc[0, "verdict"] == stats.SLOWER
+    assert compare.compare_frames(a, b, True, ra, rb, margin=0.03).loc[0, "verdict"] == stats.SAME
 
 
 def test_rows_of_two_gpus_get_no_verdict() -> None:
@@ -52,7 +70,7 @@ def test_the_library_is_compared_only_with_one_torch_version() -> None:
     b = pd.DataFrame([row("torch", 14.0), row("cuda", 5.7)])
     out = compare.compare_frames(a, b, library_comparable=False).set_index("impl")
     assert pd.isna(out.loc["torch", "verdict"]) and "torch version" in out.loc["torch", "reason"]
-    assert out.loc["cuda", "verdict"] == "no difference"
+    assert out.loc["cuda", "verdict"] == stats.CANT_TELL
     assert compare.compare_frames(a, b, library_comparable=True).set_index("impl").loc["torch", "verdict"] == "slower"
 
 
@@ -62,24 +80,45 @@ def test_only_rows_in_both_namespaces_are_compared() -> None:
     assert list(compare.compare_frames(a, b, True)["shape"]) == ["4096x768"]
 
 
-def write_ns(root: Path, name: str, rows: list[dict], torch_version: str) -> None:
+def write_ns(root: Path, name: str, rows: list[dict], torch_version: str,
+             per_round: dict[str, list[float]] | None = None) -> None:
     folder = root / name
     write_csv(rows, list(rows[0]), folder / "tables" / "kernel_time.csv")
+    if per_round:
+        write_csv([{"op": "layernorm", "shape": "4096x768", "impl": impl, "round": r, "kernel_time_us": v}
+                   for impl, values in per_round.items() for r, v in enumerate(values)],
+                  ["op", "shape", "impl", "round", "kernel_time_us"], folder / "tables" / "rounds.csv")
     (folder / "provenance.json").write_text(json.dumps({"namespace": name, "versions": {"torch": torch_version}}))
 
 
-def test_the_command_reads_two_retained_namespaces(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    write_ns(tmp_path, "one", [row("cuda", 10.0), row("torch", 12.0)], "2.11.0")
-    write_ns(tmp_path, "two", [row("cuda", 10.1), row("torch", 15.0)], "2.12.0")
-    out_csv = tmp_path / "ab.csv"
+def test_the_command_reads_two_namespaces(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_ns(tmp_path, "one", [row("cuda", 10.0), row("torch", 12.0)], "2.11.0",
+             {"cuda": rounds(10.0), "torch": rounds(12.0)})
+    write_ns(tmp_path, "two", [row("cuda", 10.5), row("torch", 15.0)], "2.12.0",
+             {"cuda": rounds(10.5, seed=3), "torch": rounds(15.0)})
+    out_csv = tmp_path / "out" / "ab.csv"
     assert cli(["compare", "one", "two", "--artifacts", str(tmp_path), "--out", str(out_csv)]) == 0
     text = capsys.readouterr().out
-    assert "| layernorm | 4096x768 | cuda | 10.00 | 10.10 | +1.0% |" in text
-    assert "two against one: 1 kernel times compared, 0 moved" in text and "1 not compared" in text
+    assert "| layernorm | 4096x768 | cuda | 10.00 | 10.50 | +5.0% |" in text
+    assert "two against one: 1 kernel times compared (0 faster, 1 slower, 0 same, 0 can't tell)" in text
+    assert "1 not compared" in text
     assert list(pd.read_csv(out_csv)["impl"]) == ["cuda", "torch"]
 
 
 def test_a_namespace_without_tables_is_one_sentence(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     write_ns(tmp_path, "one", [row("cuda", 10.0)], "2.11.0")
+    (tmp_path / "empty").mkdir()
+    assert cli(["compare", "one", "empty", "--artifacts", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == "compare: empty has no tables/kernel_time.csv."
     assert cli(["compare", "one", "missing", "--artifacts", str(tmp_path)]) == 2
-    assert capsys.readouterr().err.strip() == f"compare: missing has no tables/kernel_time.csv under {tmp_path}."
+    assert capsys.readouterr().err.strip() == f"compare: there is no namespace missing under {tmp_path}."
+    assert cli(["compare", "one", "../etc", "--artifacts", str(tmp_path)]) == 2
+    assert "namespace" in capsys.readouterr().err
+
+
+def test_an_out_that_is_a_folder_is_one_sentence(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_ns(tmp_path, "one", [row("cuda", 10.0)], "2.11.0")
+    write_ns(tmp_path, "two", [row("cuda", 10.0)], "2.11.0")
+    assert cli(["compare", "one", "two", "--artifacts", str(tmp_path), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("compare: cannot use") and "Traceback" not in err

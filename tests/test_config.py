@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 import yaml
@@ -26,7 +27,8 @@ def test_shipped_config_is_valid(raw: dict) -> None:
 def test_defaults_are_filled_in() -> None:
     cfg = config.validate({"namespace": "x", "operations": {"layernorm": {
         "default": "8x8", "sweep": ["8x8"], "tolerance": {"atol": 1e-4, "rtol": 1e-4}}}})
-    assert cfg["capture"]["iterations"] == 100
+    assert cfg["capture"] == {"warmup": 10, "rounds": 30, "round_us": 300, "max_calls": 100}
+    assert cfg["verdict"] == {"margin": 0.01}
     assert cfg["span"] == {"samples": 300, "rounds": 3, "warmup": 20, "exclusive": True}
     assert cfg["implementations"] == ["cuda", "triton", "torch"]
     assert cfg["arch"] == "sm_90"
@@ -37,10 +39,10 @@ def test_defaults_are_filled_in() -> None:
     ("path", "value", "named"),
     [
         (("bogus",), 1, "'bogus'"),
-        (("capture", "iterations"), 0, "capture.iterations"),
-        (("capture", "iterations"), "many", "capture.iterations"),
+        (("capture", "rounds"), 0, "capture.rounds"),
+        (("capture", "rounds"), "many", "capture.rounds"),
         (("span", "rounds"), -1, "span.rounds"),
-        (("span", "exclusive"), "False", "span.exclusive"),  # what --config span={exclusive: false} passes
+        (("span", "exclusive"), "maybe", "span.exclusive"),
         (("implementations",), ["cuda", "cudnn"], "implementations[1]"),
         (("operations", "layernorm", "sweep"), ["4096x768", "0x768"], "operations.layernorm.sweep[1]"),
         (("operations", "layernorm", "default"), "4096*768", "operations.layernorm.default"),
@@ -54,13 +56,22 @@ def test_defaults_are_filled_in() -> None:
         (("operations", "layernorm", "default"), "4096", "operations.layernorm.default"),
         (("operations", "layernorm", "default"), 4096, "operations.layernorm.default"),
         (("operations", "matmul", "implementations"), ["cuda", "cublas"], "operations.matmul.implementations[1]"),
-        (("capture", "iterations"), -5, "capture.iterations"),
+        (("capture", "max_calls"), -5, "capture.max_calls"),
         (("capture", "warmup"), 0, "capture.warmup"),
         (("span", "samples"), 0, "span.samples"),
         (("operations", "layernorm", "tolerance", "rtol"), -1e-4, "operations.layernorm.tolerance.rtol"),
         (("operations", "layernorm", "tolerance", "atol"), "tight", "operations.layernorm.tolerance.atol"),
         (("operations", "layernorm", "tolerance"), {"atol": 1e-4}, "operations.layernorm.tolerance"),
-        (("timeouts", "check_s"), 0, "timeouts.check_s"),
+        (("timeouts", "measure_s"), 0, "timeouts.measure_s"),
+        (("timeouts", "measure_s"), float("nan"), "timeouts.measure_s"),
+        (("gpu_lock_timeout_s",), float("inf"), "gpu_lock_timeout_s"),
+        (("operations", "layernorm", "eps"), float("nan"), "operations.layernorm.eps"),
+        (("operations", "layernorm", "tolerance", "atol"), float("nan"), "operations.layernorm.tolerance.atol"),
+        (("cross_check", "rtol"), float("-inf"), "cross_check.rtol"),
+        (("gpu_state", "busy_wait_s"), float("nan"), "gpu_state.busy_wait_s"),
+        (("seed",), 2**63, "seed"),
+        (("namespace",), "templates", "namespace"),
+        (("namespace",), "a/b", "namespace"),
         (("counters", "metrics"), {"x": "gpu__time; rm -rf /"}, "counters.metrics.x"),
         (("run_operations",), ["layernorm", "fft"], "'run_operations' names fft"),
         (("variants",), ["layernorm.not_defined"], "variants"),
@@ -175,3 +186,22 @@ def test_an_operations_own_keys_come_from_its_folder() -> None:
     raw["operations"]["softmax"]["eps"] = 1.0e-5
     with pytest.raises(ConfigError, match="unknown key 'eps' under 'operations.softmax'"):
         config.validate(raw)
+
+
+def test_nested_overrides_arrive_as_text_and_are_read_as_numbers(raw: dict) -> None:
+    """snakemake --config 'capture={rounds: 20}' hands the nested values over as text."""
+    bad = copy.deepcopy(raw)
+    bad["capture"] = {"rounds": "20", "round_us": "150.5"}
+    bad["span"] = {"exclusive": "false"}
+    cfg = config.validate(bad)
+    assert cfg["capture"]["rounds"] == 20 and cfg["capture"]["round_us"] == 150.5 and cfg["span"]["exclusive"] is False
+    assert cfg["capture"]["warmup"] == 10  # the keys not given keep their defaults
+
+
+def test_a_config_that_is_not_utf8_or_is_a_folder_is_one_sentence(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes(b"namespace: \xff\xfe\n")
+    with pytest.raises(ConfigError, match=r"^config: .*bad.yaml is not UTF-8 text"):
+        config.load(bad)
+    with pytest.raises(ConfigError, match=r"is a folder, not a configuration file\.$"):
+        config.load(tmp_path)

@@ -1,96 +1,89 @@
-"""The counters step end to end without a GPU: a stand-in ncu writes a report and prints a real
-H200 raw export; one that reports the permission error, and no ncu at all, give a table that says
-counters are unavailable and why; a crashing one fails the job and leaves no table."""
+"""The counters step end to end without a GPU, over the record of a measurement group the measure
+step wrote (stand-in nsys, tests/standin_measure.py): one ncu process (the stand-in of
+tests/standin_ncu.py, whose export is built from real H200 exports) profiles the group process
+over the implementations that passed their check, and each kernel lands on the implementation whose
+range was open over it; a permission error, and no ncu at all, give a table that says counters are
+unavailable and why; a crashing ncu fails the job and leaves no table."""
 
 from __future__ import annotations
 
 import csv
-import stat
+import json
+import os
 from pathlib import Path
 
 import pytest
-import yaml
+import standin_measure as sm
+import standin_ncu
 
-from harness import ROOT, config
 from harness.errors import EvidenceError
-from harness.measure import step as measure_step
 
-RAW = ROOT / "tests" / "fixtures" / "ncu" / "layernorm-4096x768-cuda.raw.csv"
-
-FAKE_NCU = """#!/usr/bin/env python3
-import sys
-args = sys.argv[1:]
-mode = "{mode}"
-if "--import" in args:
-    sys.stdout.write(open("{raw}").read()); sys.exit(0)
-if mode == "perm":
-    print("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters on the target device 0."); sys.exit(1)
-if mode == "crash":
-    print("==ERROR== The application returned an error code (11)."); sys.exit(11)
-open(args[args.index("--export") + 1] + ".ncu-rep", "wb").write(b"stand-in report")
-print("==PROF== Report written")
-"""
-
-
-def fake_ncu(tmp: Path, mode: str) -> str:
-    path = tmp / "ncu"
-    path.write_text(FAKE_NCU.format(mode=mode, raw=RAW))
-    path.chmod(path.stat().st_mode | stat.S_IXUSR)
-    return str(path)
+WRONG = {"wrong": {"base": "cuda", "defines": {}}}
+IMPLS = ["cuda", "triton", "cuda.wrong"]  # the stand-in device fails cuda.wrong's check
 
 
 @pytest.fixture()
-def cfg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
-    monkeypatch.setenv("EVIDENCE_LOCK_DIR", str(tmp_path / "locks"))
-    return config.validate(yaml.safe_load((ROOT / "config.yaml").read_text()))
-
-
-def outs(tmp: Path) -> tuple[str, str, str]:
-    base = tmp / "ns" / "counters" / "layernorm" / "4096x768"
-    return str(base / "cuda.raw.csv"), str(base / "cuda.csv"), str(tmp / "cuda.log")
+def group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A measured group of layernorm 4096x768 in which cuda.wrong failed its check."""
+    sm.use_standin_nsys(tmp_path, monkeypatch)
+    record = sm.run_measure(tmp_path, IMPLS, plan=sm.variants_plan(**WRONG))
+    assert record["passed"] == ["cuda", "triton"]
+    return tmp_path
 
 
 def read(path: str) -> list[dict]:
-    return list(csv.DictReader(open(path)))
+    with open(path) as fh:
+        return list(csv.DictReader(fh))
 
 
-def test_counters_step_parses_the_export(cfg: dict, tmp_path: Path) -> None:
-    cfg["counters"]["ncu"] = fake_ncu(tmp_path, "ok")
-    raw, table, log = outs(tmp_path)
-    measure_step.counters(cfg, "layernorm", "4096x768", "cuda", raw, table, log)
+def test_counters_step_profiles_the_group_and_splits_it_by_implementation(group: Path) -> None:
+    ncu = standin_ncu.install(group / "ncu-bin")
+    raw, table, log = sm.run_counters(group, IMPLS, ncu=str(ncu))
+    seen = json.loads((ncu.parent / "ncu-seen.json").read_text())
+    # one ncu process over the group process, with the implementations that passed, unchecked, unspanned
+    assert seen["plan"]["impls"] == ["cuda", "triton"]
+    assert seen["plan"]["check"] is False and seen["plan"]["spans"] is False and seen["plan"]["profile"] is False
+    assert seen["argv"][-4:-1] == ["-m", "harness", "group"]
     rows = read(table)
-    assert len(rows) == 2 and {r["status"] for r in rows} == {"ok"}
-    assert rows[0]["source"] == "ncu kernel replay" and "layernorm_fwd_vec4" in rows[0]["kernel"]
-    assert float(rows[0]["duration_ns"]) > 1000
-    assert Path(raw).read_text() == RAW.read_text()
-    assert (Path(raw).parent / "cuda.ncu-rep").is_file()
-    assert not list(Path(raw).parent.glob("*.partial*"))
+    for impl in ("cuda", "triton"):
+        got = [r for r in rows if r["impl"] == impl]
+        header, _, fixture = standin_ncu.fixture_rows(impl)
+        assert len(got) == len(fixture) and {r["status"] for r in got} == {"ok"}, impl
+        name = header.index("Kernel Name")
+        assert [r["kernel"] for r in got] == [f[name] for f in fixture]  # the kernels of its own range
+        assert all(r["source"] == "ncu kernel replay" and float(r["duration_ns"]) > 1000 for r in got)
+    (wrong,) = [r for r in rows if r["impl"] == "cuda.wrong"]
+    assert wrong["status"] == "not measured" and wrong["duration_ns"] == ""
+    assert Path(raw).read_text() == standin_ncu.group_export(["cuda", "triton"])
+    assert (Path(raw).parent / "4096x768.ncu-rep").is_file()
+    assert not list(Path(raw).parent.glob("*.partial*")) and not list(Path(raw).parent.glob("*.plan.json"))
     logged = Path(log).read_text()
     assert "--clock-control none" in logged and "--nvtx-include capture/" in logged
 
 
-def test_permission_error_records_unavailable(cfg: dict, tmp_path: Path) -> None:
-    cfg["counters"]["ncu"] = fake_ncu(tmp_path, "perm")
-    raw, table, log = outs(tmp_path)
-    measure_step.counters(cfg, "layernorm", "4096x768", "cuda", raw, table, log)
-    rows = read(table)
-    assert len(rows) == 1 and rows[0]["status"] == "unavailable"
-    assert rows[0]["reason"].startswith("ERR_NVGPUCTRPERM")
+def test_permission_error_records_unavailable(group: Path) -> None:
+    _, table, _ = sm.run_counters(group, IMPLS, ncu=str(standin_ncu.install(group / "ncu-bin", "perm")))
+    rows = {r["impl"]: r for r in read(table)}
+    assert set(rows) == set(IMPLS) and len(read(table)) == len(IMPLS)  # one row each, saying why
+    for impl in ("cuda", "triton"):
+        assert rows[impl]["status"] == "unavailable" and rows[impl]["reason"].startswith("ERR_NVGPUCTRPERM")
+    assert rows["cuda.wrong"]["status"] == "not measured"
 
 
-def test_no_ncu_records_unavailable(cfg: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+def test_no_ncu_records_unavailable(group: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(group / "empty"))
     monkeypatch.delenv("NCU", raising=False)
     monkeypatch.setattr("harness.tools.glob.glob", lambda pattern: [])
-    raw, table, log = outs(tmp_path)
-    measure_step.counters(cfg, "layernorm", "4096x768", "cuda", raw, table, log)
-    rows = read(table)
-    assert rows[0]["status"] == "unavailable" and "was not found" in rows[0]["reason"]
+    _, table, _ = sm.run_counters(group, IMPLS, ncu=None)
+    rows = {r["impl"]: r for r in read(table)}
+    assert rows["cuda"]["status"] == rows["triton"]["status"] == "unavailable"
+    assert "was not found" in rows["cuda"]["reason"]
 
 
-def test_crashing_ncu_fails_and_leaves_no_table(cfg: dict, tmp_path: Path) -> None:
-    cfg["counters"]["ncu"] = fake_ncu(tmp_path, "crash")
-    raw, table, log = outs(tmp_path)
-    with pytest.raises(EvidenceError, match="ncu profile of layernorm 4096x768 cuda failed"):
-        measure_step.counters(cfg, "layernorm", "4096x768", "cuda", raw, table, log)
+def test_crashing_ncu_fails_and_leaves_no_table(group: Path) -> None:
+    with pytest.raises(EvidenceError, match="ncu profile of layernorm 4096x768 failed") as err:
+        sm.run_counters(group, IMPLS, ncu=str(standin_ncu.install(group / "ncu-bin", "crash")))
+    assert "\n" not in str(err.value)
+    raw, table, _ = sm.counter_outputs(group)
     assert not Path(table).exists() and not Path(raw).exists()
+    assert os.listdir(Path(raw).parent) == []  # no report, plan or partial file left either

@@ -1,10 +1,12 @@
-"""The sweep figure: a valid SVG naming every shape and implementation, reproducible byte for byte
-for the same table, different for a different one, and drawn even where an implementation is
-missing."""
+"""The figures: valid SVGs drawn from the sweep table only, each ratio with the table's interval as
+error bars (ours over the control on an axis zoomed so the band of "same" shows, where the table
+records a margin), reproducible byte for byte for the same table, different for a different one;
+and the overview of every operation's default shape."""
 
 from __future__ import annotations
 
 import math
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -13,22 +15,39 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from harness.errors import EvidenceError  # noqa: E402
-from harness.report.figures import sweep_figure  # noqa: E402
+from harness.errors import EvidenceError
+from harness.report import figures
+from harness.report.figures import overview_figure, sweep_figure
 
 NAN = math.nan
 SHAPES = ["4096x768", "8192x768", "1024x2048", "4096x4096"]
+SVG = "{http://www.w3.org/2000/svg}"
 
 
-def table(external: bool = True, scale: float = 1.0) -> pd.DataFrame:
+def table(external: bool = True, scale: float = 1.0, margin: float | None = 0.01) -> pd.DataFrame:
+    """A sweep table of the current format (bootstrap intervals and a margin), or with margin None
+    one of the older format (envelopes, no margin column)."""
     rows = []
     for i, shape in enumerate(SHAPES):
+        cuda, triton = scale * (10.0 + 7 * i), 11.0 + 6 * i
+        r = cuda / triton
         rows.append({"namespace": "t", "op": "layernorm", "shape": shape, "cache_mode": "hot",
-                     "cuda_us": scale * (10.0 + 7 * i), "triton_us": 11.0 + 6 * i,
-                     "torch_us": 15.0 + 9 * i, "external_us": 30.0 + i if external else NAN})
-    rows.append({"namespace": "t", "op": "softmax", "shape": "1x1", "cache_mode": "hot",
-                 "cuda_us": 1.0, "triton_us": 1.0, "torch_us": 1.0, "external_us": NAN})
-    return pd.DataFrame(rows)
+                     "cuda_us": cuda, "triton_us": triton, "torch_us": 15.0 + 9 * i,
+                     "external_us": 30.0 + i if external else NAN,
+                     "cuda_over_triton": r, "cuda_over_triton_lo": r * (0.97 - 0.01 * i), "cuda_over_triton_hi": r * 1.02,
+                     "cuda_vs_triton": "faster" if r * 1.02 < 1 else "can't tell",
+                     "external_over_triton": (30.0 + i) / triton if external else NAN,
+                     "external_over_triton_lo": (29.0 + i) / triton if external else NAN,
+                     "external_over_triton_hi": (31.0 + i) / triton if external else NAN,
+                     "margin": margin})
+    rows.append({"namespace": "t", "op": "softmax", "shape": "1x1", "cache_mode": "hot", "cuda_us": 1.0, "triton_us": 1.0,
+                 "torch_us": 1.0, "external_us": NAN, "cuda_over_triton": 1.0, "cuda_over_triton_lo": 0.995,
+                 "cuda_over_triton_hi": 1.004, "cuda_vs_triton": "same", "margin": margin})
+    frame = pd.DataFrame(rows)
+    if margin is None:
+        frame = frame.drop(columns=["margin"])
+        frame["cuda_vs_triton"] = frame["cuda_vs_triton"].replace({"can't tell": "no difference", "same": "no difference"})
+    return frame
 
 
 def texts(svg: Path) -> list[str]:
@@ -56,6 +75,54 @@ def test_svg_names_shapes_and_implementations(tmp_path: Path) -> None:
     assert tick_order[: len(SHAPES)] == SHAPES  # table order, left panel first
 
 
+def test_ratios_carry_the_tables_interval_and_the_band_of_same(tmp_path: Path) -> None:
+    svg = tmp_path / "new.svg"
+    render(table(), svg)
+    found = texts(svg)
+    assert "same: 1 ± 1%" in found
+    assert "cuda/triton (interval)" in found and "external/triton (interval)" in found
+    assert "cuda/torch (no interval)" in found  # the table has no interval of it: drawn hollow, never estimated
+    assert any("ours over the control" in t for t in found)
+    assert any("error bars: 95% bootstrap interval over interleaved rounds" in t for t in found)
+    ratio, lo, hi = figures.ratio_series(table()[table()["op"] == "layernorm"], "cuda", "triton")
+    expected = table()[table()["op"] == "layernorm"]
+    assert ratio == list(expected["cuda_over_triton"]) and lo == list(expected["cuda_over_triton_lo"])
+    assert hi == list(expected["cuda_over_triton_hi"])
+    old = tmp_path / "old.svg"
+    render(table(margin=None), old)
+    found = texts(old)
+    assert not any(t.startswith("same:") for t in found)  # no margin in the table, no band
+    assert "cuda/triton (envelope)" in found
+    assert any("error bars: min-max envelope of the launches" in t for t in found)
+
+
+def test_the_band_is_drawn_at_one_plus_and_minus_the_margin_and_shows(tmp_path: Path) -> None:
+    """The band's rectangle spans 1 - margin to 1 + margin on the ratio axis, and the axis of ours
+    over the control is zoomed to the intervals, so the band takes a visible part of it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    try:
+        figures._band(ax, 0.05)
+        patch = ax.patches[0]
+        assert patch.get_y() == pytest.approx(0.95) and patch.get_y() + patch.get_height() == pytest.approx(1.05)
+    finally:
+        plt.close(fig)
+    fig, ax = plt.subplots()
+    try:
+        frame = table()
+        frame = frame[frame["op"] == "layernorm"].reset_index(drop=True)
+        figures._control_panel(ax, frame, SHAPES, ["cuda", "triton"], "triton", "layernorm", "hot")
+        low, high = ax.get_ylim()
+        assert (0.02 / (high - low)) > 0.05  # the 2% band is over a twentieth of the axis
+        assert low < min(frame["cuda_over_triton_lo"]) and high > max(frame["cuda_over_triton_hi"])
+    finally:
+        plt.close(fig)
+
+
 def test_same_table_same_bytes(tmp_path: Path) -> None:
     first = render(table(), tmp_path / "a.svg")
     second = render(table(), tmp_path / "b.svg")
@@ -68,6 +135,7 @@ def test_different_table_different_bytes(tmp_path: Path) -> None:
     assert render(table(scale=2.0), tmp_path / "b.svg") != base
     assert render(table(), tmp_path / "c.svg", cache_mode="cold") != base
     assert render(table(), tmp_path / "d.svg", control="torch") != base
+    assert render(table(margin=0.02), tmp_path / "e.svg") != base
 
 
 def test_missing_implementation_still_renders(tmp_path: Path) -> None:
@@ -84,10 +152,41 @@ def test_missing_implementation_still_renders(tmp_path: Path) -> None:
 def test_missing_control_renders_a_note(tmp_path: Path) -> None:
     frame = table().assign(triton_us=NAN)
     svg = tmp_path / "no_control.svg"
-    render(frame, svg)
-    assert any("no triton times" in t for t in texts(svg))
+    render(frame, svg, control="torch")
+    render(frame.assign(torch_us=NAN), svg, control="torch")
+    assert any("no torch times" in t for t in texts(svg))
 
 
 def test_unknown_operation_refused(tmp_path: Path) -> None:
     with pytest.raises(EvidenceError, match="no rows for operation 'matmul'"):
         sweep_figure(table(), "matmul", tmp_path / "x.svg")
+
+
+def test_overview_has_every_operation_at_its_default_shape(tmp_path: Path) -> None:
+    svg = tmp_path / "overview.svg"
+    frame = table()
+    overview_figure(frame, {"layernorm": "8192x768", "softmax": "1x1"}, svg, not_ranked={("softmax", "1x1")})
+    found = texts(svg)
+    assert "layernorm\n8192x768" in found or ("layernorm" in found and "8192x768" in found)
+    r = frame[frame["shape"] == "8192x768"].iloc[0]
+    label = f"{r['cuda_over_triton']:.3f} [{r['cuda_over_triton_lo']:.3f}, {r['cuda_over_triton_hi']:.3f}] {r['cuda_vs_triton']}"
+    assert label in found
+    assert "1.000 [0.995, 1.004] not ranked" in found  # not ranked: its verdict is not shown
+    assert any("band: same within 1 ± 1%" in t for t in found)
+    text = svg.read_text()
+    assert re.search(r"<dc:date>", text) is None
+    again = tmp_path / "again.svg"
+    overview_figure(frame, {"layernorm": "8192x768", "softmax": "1x1"}, again, not_ranked={("softmax", "1x1")})
+    assert again.read_bytes() == svg.read_bytes()
+
+
+def test_overview_of_an_older_table_and_a_missing_ratio(tmp_path: Path) -> None:
+    svg = tmp_path / "old.svg"
+    overview_figure(table(margin=None), {"layernorm": SHAPES[3], "softmax": "9x9"}, svg)
+    found = texts(svg)
+    assert "no ratio" in found
+    assert any("error bars: min-max envelope of the launches" in t for t in found)
+    assert not any("band:" in t for t in found)
+    assert any(t.endswith("can't tell") for t in found)  # an older 'no difference' is read as can't tell
+    with pytest.raises(EvidenceError, match="at least one operation"):
+        overview_figure(table(), {}, tmp_path / "none.svg")

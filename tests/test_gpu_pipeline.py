@@ -1,19 +1,23 @@
-"""The GPU path of the pipeline, on a real GPU (marked gpu; skipped without one): the check
-passes every implementation and fails a wrong one, the span timer and capture target run, and a
-real Nsight Systems capture gives one kernel per call and keeps no secret of the shell."""
+"""The GPU path of the pipeline, on a real GPU (marked gpu; skipped without one): the check passes
+every implementation and fails a wrong one; one group process checks, captures interleaved rounds
+and times spans and graph replay; under a real Nsight Systems every call of every round is one
+kernel attributed to its range, no value of the shell's environment is kept, and the tables give
+intervals and verdicts."""
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
 
+import gpu_group
+import pandas as pd
 import pytest
-import yaml
 
-from harness import ROOT, config, ops, tools
+from harness import config, ops
 from harness.errors import CheckFailed
-from harness.measure import spans
+from harness.measure import group
 from harness.measure.check import require_pass, run_check
-from harness.tables import derive as tables
+from harness.tables import derive, stats
 
 pytestmark = pytest.mark.gpu
 
@@ -22,12 +26,8 @@ SHAPE = "256x768"
 
 @pytest.fixture()
 def cfg() -> dict:
-    raw = yaml.safe_load((ROOT / "config.yaml").read_text())
-    raw["operations"]["layernorm"]["sweep"] = [SHAPE]
-    raw["operations"]["layernorm"]["default"] = SHAPE
-    raw["capture"].update({"warmup": 2, "iterations": 7})
-    raw["span"].update({"samples": 12, "rounds": 3, "warmup": 2})
-    return config.validate(raw)
+    return gpu_group.cfg_with(capture={"warmup": 3, "rounds": 6, "round_us": 100, "max_calls": 20},
+                              span={"samples": 12, "rounds": 3, "warmup": 2})
 
 
 @pytest.mark.parametrize("impl", ["cuda", "triton", "torch"])
@@ -53,31 +53,51 @@ def test_check_fails_an_implementation_that_skips_a_row(cfg: dict, monkeypatch: 
         require_pass(record)
 
 
-def test_span_samples_every_implementation_in_rotated_rounds(cfg: dict) -> None:
-    rows = spans.measure(cfg, "layernorm", SHAPE, ["cuda", "triton", "torch"])
-    assert len(rows) == 12 * 3
-    assert all(r["span_us"] > 0 for r in rows)
-    firsts = {r["round"]: r["impl"] for r in reversed(rows)}
-    assert sorted(firsts.values()) == ["cuda", "torch", "triton"]
+def test_one_process_checks_captures_and_times_every_implementation(cfg: dict) -> None:
+    """The group process without nsys (the profiler range is skipped): rounds, spans in rotated
+    rounds, one graph row per implementation, a planted variant bound to its larger problem."""
+    plan = {**config.measure_plan(cfg, "layernorm"), "op": "layernorm", "shape": SHAPE, "profile": False,
+            "impls": ["cuda", "triton", "torch", "cuda.planted"]}
+    plan["params"]["variants"]["planted"] = {"base": "cuda", "defines": {}, "grow": 0.025}
+    out = group.run(plan)
+    assert out["passed"] == plan["impls"]
+    assert all(1 <= k <= 20 for k in out["calls_per_round"].values())
+    assert out["launch_paths"]["triton"] == "prepared"
+    spans = pd.DataFrame(out["spans"])
+    assert len(spans) == 4 * 12 and (spans["span_us"] > 0).all()
+    firsts = spans.sort_values(["round", "sample"]).groupby("round")["impl"].first().tolist()
+    assert firsts == ["cuda", "triton", "torch"]  # the order rotates from round to round
+    assert [g["status"] for g in out["graphs"]] == ["ok"] * 4
 
 
-def test_capture_gives_one_kernel_per_call_and_no_secret(cfg: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from harness.measure import capture
-
-    try:
-        tools.find_nsys(cfg["nsys"]["path"])
-    except Exception as exc:  # noqa: BLE001
-        pytest.skip(f"no nsys: {exc}")
-    secret = "ghp_FAKE_SECRET_TOKEN_4242"
+def test_capture_attributes_every_call_and_keeps_no_secret(cfg: dict, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A random token in the environment that runs the steps: neither the capture nor the
+    counters write it anywhere (raw .nsys-rep and .ncu-rep included)."""
+    secret = "tok_" + secrets.token_hex(16)
     monkeypatch.setenv("GITHUB_TOKEN", secret)
-    rep, sqlite = tmp_path / "cap.nsys-rep", tmp_path / "cap.sqlite"
-    capture.capture(cfg, "layernorm", SHAPE, "cuda", rep, sqlite, tmp_path / "cap.log")
-    assert rep.is_file() and sqlite.is_file()
-    assert not list(tmp_path.glob("*.partial*"))
-    assert secret.encode() not in sqlite.read_bytes()
-    detail = tables.kernel_time_detail(sqlite, cfg["capture"]["range"], cfg["capture"]["iterations"], "layernorm", SHAPE, "cuda")
-    assert len(detail) == 1 and detail[0]["instances"] == cfg["capture"]["iterations"]
-    assert "layernorm_fwd" in detail[0]["kernel"] and detail[0]["grid"] == "256x1x1"
+    shape = "4096x768"
+    record, folder = gpu_group.measure(tmp_path, monkeypatch, cfg, "layernorm", shape, ["cuda", "triton", "torch"])
+    assert record["passed"] == ["cuda", "triton", "torch"] and record["rounds"] == 6
+    launches = pd.read_csv(folder / "launches.csv")
+    for impl in ("cuda", "triton"):  # one kernel per call, every call of every round attributed
+        mine = launches[launches["impl"] == impl]
+        assert len(mine) == 6 * record["calls_per_round"][impl]
+        assert sorted(mine["round"].unique()) == list(range(6))
+    table = gpu_group.counters(tmp_path, cfg, "layernorm", shape, ["cuda", "triton", "torch"])
+    counted = pd.read_csv(table)
+    assert set(counted["impl"]) == {"cuda", "triton", "torch"}
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and "locks" not in p.parts]
+    assert any(p.suffix == ".nsys-rep" for p in written)
+    holding = [str(p.relative_to(tmp_path)) for p in written
+               if secret.encode() in p.read_bytes() or secret.encode("utf-16-le") in p.read_bytes()]
+    assert holding == []
+    assert not list(folder.glob("*.partial*"))
+    tables = derive.namespace_tables([derive.read_group(folder)], namespace="ns", cache_mode="hot", descriptions={})
+    (sweep,) = tables["sweep"]
+    assert sweep["cuda_vs_triton"] in stats.VERDICTS
+    assert sweep["cuda_over_triton_lo"] <= sweep["cuda_over_triton"] <= sweep["cuda_over_triton_hi"]
+    assert len(tables["rounds"]) == 3 * 6
 
 
 def test_cold_mode_rotates_input_sets(cfg: dict) -> None:

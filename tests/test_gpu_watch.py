@@ -1,6 +1,7 @@
 """GPU state around a capture, with NVML readings played back: a busy GPU is waited for and then
-refused, a slowing throttle or another process during the capture marks it, and the table and
-report say so."""
+refused, a slowing throttle or another process during the capture marks it, and the gpu_state
+table (one row per implementation a measurement group captured) and the report say so. The measure
+step's own use of the watch: tests/test_capture_step.py."""
 
 from __future__ import annotations
 
@@ -75,20 +76,31 @@ def test_sampler_marks_a_throttled_or_shared_capture() -> None:
     assert any("another compute process" in f for f in flags)
 
 
+def group(shape: str, gpu: dict, impls: list[str], failed: list[str]) -> tables.Group:
+    """A measured group as read back (only its record matters to the gpu_state table)."""
+    checks = {i: {"op": "layernorm", "shape": shape, "impl": i, "passed": i not in failed} for i in impls}
+    record = {"op": "layernorm", "shape": shape, "impls": impls, "checks": checks,
+              "passed": [i for i in impls if i not in failed], "gpu_uuid": "GPU-1", "gpu": gpu}
+    return tables.Group(record=record, launches=pd.DataFrame(columns=tables.LAUNCH_COLUMNS))
+
+
 def test_gpu_state_table_and_report_line() -> None:
-    metas = [
-        {"op": "layernorm", "shape": "8x8", "impl": "cuda", "gpu_uuid": "GPU-1",
-         "gpu": {"before": reading(power=76.0), "waited_s": 0.0, "during": {"samples": 5, "throttle_reasons": 0,
-                 "max_compute_processes": 1, "flags": []}, "after": reading(power=90.0)}},
-        {"op": "layernorm", "shape": "8x8", "impl": "torch", "gpu_uuid": "GPU-1",
-         "gpu": {"before": reading(power=81.5), "waited_s": 4.0, "during": {"samples": 5, "throttle_reasons": 0x20,
-                 "max_compute_processes": 2, "flags": ["the GPU throttled during the capture (software thermal slowdown)"]},
-                 "after": reading()}},
-    ]
-    rows = [tables.gpu_state_row(m, "ns") for m in metas]
-    frame = pd.DataFrame(rows)
-    assert list(frame["disturbed"]) == [False, True]
-    quiet = report.gpu_quiet(frame)
-    assert quiet is not None
-    assert quiet["power"] == "76-81.5" and quiet["utilization"] == "0" and quiet["waited_max_s"] == 4.0
-    assert [d["impl"] for d in quiet["disturbed"]] == ["torch"]
+    """One NVML watch covers a group's whole capture: every implementation captured there gets its
+    row, an implementation whose check failed (never captured) gets none."""
+    quiet = group("8x8", {"before": reading(power=76.0), "waited_s": 0.0,
+                          "during": {"samples": 5, "throttle_reasons": 0, "max_compute_processes": 1, "flags": []},
+                          "after": reading(power=90.0)}, ["cuda", "triton", "cuda.wrong"], failed=["cuda.wrong"])
+    flag = "the GPU throttled during the capture (software thermal slowdown)"
+    noisy = group("16x8", {"before": reading(power=81.5), "waited_s": 4.0,
+                           "during": {"samples": 5, "throttle_reasons": 0x20, "max_compute_processes": 2, "flags": [flag]},
+                           "after": reading()}, ["cuda", "triton"], failed=[])
+    rows = tables.gpu_state_rows(quiet, "ns") + tables.gpu_state_rows(noisy, "ns")
+    frame = pd.DataFrame(rows, columns=tables.GPU_STATE_COLUMNS)
+    assert [(r["shape"], r["impl"]) for r in rows] == [("8x8", "cuda"), ("8x8", "triton"), ("16x8", "cuda"), ("16x8", "triton")]
+    assert list(frame["disturbed"]) == [False, False, True, True]
+    assert set(frame.loc[frame["disturbed"], "flags"]) == {flag}
+    assert list(frame["waited_s"]) == [0.0, 0.0, 4.0, 4.0] and list(frame["after_power_w"]) == [90.0, 90.0, 76.0, 76.0]
+    quiet_line = report.gpu_quiet(frame)
+    assert quiet_line is not None and quiet_line["captures"] == 4
+    assert quiet_line["power"] == "76-81.5" and quiet_line["utilization"] == "0" and quiet_line["waited_max_s"] == 4.0
+    assert [(d["shape"], d["impl"]) for d in quiet_line["disturbed"]] == [("16x8", "cuda"), ("16x8", "triton")]

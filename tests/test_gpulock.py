@@ -1,9 +1,15 @@
 """The GPU lock: one holder per device UUID across processes; a second waits, then fails naming
 the holder; different devices do not block each other. With several GPUs, the jobs of one
-measurement group all land on the group's GPU, and no two groups hold one GPU at once."""
+measurement group (its measure and counters jobs, and any rerun of them) all land on the group's
+GPU, and no two groups hold one GPU at once; the measure step's nsys child sees only that GPU.
+
+test_preloading_creates_no_cuda_context is gone with harness.measure.step._preload: a GPU job's own
+process no longer imports the implementations' libraries before its lock; the group process it
+starts under nsys, inside the lock, does."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -12,7 +18,6 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from harness.errors import EvidenceError
 from harness.gpu.lock import device_uuid, gpu_lock, group_gpu_lock, visible_devices
@@ -42,9 +47,8 @@ def test_second_holder_fails_naming_the_first() -> None:
     proc = hold_elsewhere("GPU-test-1", 5)
     try:
         t0 = time.monotonic()
-        with pytest.raises(EvidenceError) as info:
-            with gpu_lock("capture layernorm", timeout_s=0.5, uuid="GPU-test-1"):
-                pass
+        with pytest.raises(EvidenceError) as info, gpu_lock("measure layernorm", timeout_s=0.5, uuid="GPU-test-1"):
+            pass
         assert time.monotonic() - t0 >= 0.5
         msg = str(info.value)
         assert "GPU-test-1" in msg and f"pid {proc.pid}" in msg and "holder in another process" in msg
@@ -57,7 +61,7 @@ def test_waiting_holder_gets_the_lock_when_released() -> None:
     proc = hold_elsewhere("GPU-test-2", 1.0)
     try:
         t0 = time.monotonic()
-        with gpu_lock("check", timeout_s=30, uuid="GPU-test-2") as uuid:
+        with gpu_lock("measure", timeout_s=30, uuid="GPU-test-2") as uuid:
             assert uuid == "GPU-test-2"
             assert time.monotonic() - t0 > 0.5  # we only got in once the holder let go
     finally:
@@ -67,7 +71,7 @@ def test_waiting_holder_gets_the_lock_when_released() -> None:
 def test_other_devices_do_not_block() -> None:
     proc = hold_elsewhere("GPU-test-3", 5)
     try:
-        with gpu_lock("span", timeout_s=0.2, uuid="GPU-test-4"):
+        with gpu_lock("measure", timeout_s=0.2, uuid="GPU-test-4"):
             pass
     finally:
         proc.kill()
@@ -75,9 +79,8 @@ def test_other_devices_do_not_block() -> None:
 
 
 def test_lock_is_released_after_an_error(private_lock_dir: Path) -> None:
-    with pytest.raises(RuntimeError):
-        with gpu_lock("failing job", uuid="GPU-test-5"):
-            raise RuntimeError("kernel crashed")
+    with pytest.raises(RuntimeError), gpu_lock("failing job", uuid="GPU-test-5"):
+        raise RuntimeError("kernel crashed")
     with gpu_lock("next job", timeout_s=0.2, uuid="GPU-test-5"):
         pass
     assert not list(private_lock_dir.glob("*.holder.json"))
@@ -128,10 +131,10 @@ def run_groups(tmp_path: Path, groups: dict[str, list[str]], uuids: list[str], h
 
 
 def test_groups_on_several_gpus_never_share_one_and_stay_on_theirs(tmp_path: Path) -> None:
-    groups = {f"gpu-layernorm-{i}x768": [f"check {i} {impl}" for impl in ("cuda", "triton", "torch")] + [f"span {i}"]
-              for i in range(6)}
+    groups = {f"gpu-layernorm-{i}x768": [f"{job} layernorm {i}x768{again}" for job in ("measure", "counters")
+                                         for again in ("", " (rerun)")] for i in range(6)}
     runs = run_groups(tmp_path, groups, FAKE)
-    assert len(runs) == 24
+    assert len(runs) == sum(len(jobs) for jobs in groups.values())
     # every job of a group measured on its group's GPU, and saw only that GPU
     by_group: dict[str, set[str]] = {}
     for r in runs:
@@ -143,7 +146,7 @@ def test_groups_on_several_gpus_never_share_one_and_stay_on_theirs(tmp_path: Pat
     # no two jobs (so no two groups) ever held one GPU at once ...
     for gpu in FAKE:
         spans = sorted((r["t0"], r["t1"]) for r in runs if r["uuid"] == gpu)
-        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), f"overlap on {gpu}"
+        assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans)), f"overlap on {gpu}"
     # ... while different GPUs did measure at the same time
     assert any(a["uuid"] != b["uuid"] and a["t0"] < b["t1"] and b["t0"] < a["t1"] for a in runs for b in runs)
     # the namespace notes which GPU measured which group, job by job
@@ -155,12 +158,12 @@ def test_groups_on_several_gpus_never_share_one_and_stay_on_theirs(tmp_path: Pat
 
 def test_a_group_goes_back_to_its_gpu_and_waits_for_it(tmp_path: Path) -> None:
     record = tmp_path / "ns" / "logs" / "gpu" / "layernorm" / "4096x768.json"
-    with group_gpu_lock("check layernorm 4096x768 cuda", record, group="g", uuids=FAKE) as first:
+    with group_gpu_lock("measure layernorm 4096x768", record, group="g", uuids=FAKE) as first:
         assert first == FAKE[0]
     proc = hold_elsewhere(FAKE[0], 1.0)  # another group measures on that GPU now
     try:
         t0 = time.monotonic()
-        with group_gpu_lock("capture layernorm 4096x768 cuda", record, group="g", timeout_s=30, uuids=FAKE) as uuid:
+        with group_gpu_lock("counters layernorm 4096x768", record, group="g", timeout_s=30, uuids=FAKE) as uuid:
             assert uuid == FAKE[0]  # not the free GPU-fake-1: the group's comparisons stay on one GPU
             assert time.monotonic() - t0 > 0.5
     finally:
@@ -172,9 +175,9 @@ def test_a_group_goes_back_to_its_gpu_and_waits_for_it(tmp_path: Path) -> None:
 def test_every_gpu_busy_fails_naming_the_holders(tmp_path: Path) -> None:
     procs = [hold_elsewhere(u, 5) for u in FAKE[:2]]
     try:
-        with pytest.raises(EvidenceError, match="every GPU stayed busy") as info:
-            with group_gpu_lock("span", tmp_path / "g.json", uuids=FAKE[:2], timeout_s=0.5):
-                pass
+        with (pytest.raises(EvidenceError, match="every GPU stayed busy") as info,
+              group_gpu_lock("measure", tmp_path / "g.json", uuids=FAKE[:2], timeout_s=0.5)):
+            pass
         assert all(f"pid {p.pid}" in str(info.value) for p in procs)
     finally:
         for p in procs:
@@ -184,9 +187,9 @@ def test_every_gpu_busy_fails_naming_the_holders(tmp_path: Path) -> None:
 
 def test_a_group_whose_gpu_is_gone_moves_and_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     record = tmp_path / "g.json"
-    with group_gpu_lock("check a", record, group="g", uuids=["GPU-elsewhere", "GPU-x"]):
+    with group_gpu_lock("measure a", record, group="g", uuids=["GPU-elsewhere", "GPU-x"]):
         pass
-    with group_gpu_lock("check b", record, group="g", uuids=FAKE) as uuid:
+    with group_gpu_lock("measure b", record, group="g", uuids=FAKE) as uuid:
         assert uuid in FAKE
     assert "not visible here" in capsys.readouterr().out
     assert json.loads(record.read_text())["gpu_uuid"] is None  # the record shows the group is split
@@ -196,20 +199,20 @@ def test_one_visible_gpu_is_the_plain_lock(tmp_path: Path, monkeypatch: pytest.M
                                            private_lock_dir: Path) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-only-one")
     record = tmp_path / "g.json"
-    with group_gpu_lock("check x", record, group="g") as uuid:
+    with group_gpu_lock("measure x", record, group="g") as uuid:
         assert uuid == "GPU-only-one"
         assert (private_lock_dir / "GPU-only-one.holder.json").exists()  # the same lock file as gpu_lock
         assert not list(private_lock_dir.glob("group-*.lock"))  # no choosing with one GPU
         assert os.environ["CUDA_VISIBLE_DEVICES"] == "GPU-only-one"
     proc = hold_elsewhere("GPU-only-one", 5)
     try:
-        with pytest.raises(EvidenceError, match="GPU GPU-only-one stayed busy"):  # gpu_lock's own sentence
-            with group_gpu_lock("check y", record, group="g", timeout_s=0.3):
-                pass
+        with (pytest.raises(EvidenceError, match="GPU GPU-only-one stayed busy"),  # gpu_lock's own sentence
+              group_gpu_lock("measure y", record, group="g", timeout_s=0.3)):
+            pass
     finally:
         proc.kill()
         proc.wait()
-    assert json.loads(record.read_text())["jobs"]["check x"]["gpu_uuid"] == "GPU-only-one"
+    assert json.loads(record.read_text())["jobs"]["measure x"]["gpu_uuid"] == "GPU-only-one"
 
 
 def test_visible_devices(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -221,53 +224,44 @@ def test_visible_devices(monkeypatch: pytest.MonkeyPatch) -> None:
     assert len(visible_devices()) == 1
 
 
-def test_the_capture_step_pins_its_child_to_the_groups_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """steps.capture with three GPUs visible: nsys (here a stand-in) and the captured process see only
-    the group's GPU, the metadata names it, and the group's other jobs follow it there."""
-    from harness import ROOT, config
-    from harness.gpu import lock as gpulock
-    from harness.measure import step as measure_step
+PINNED_NSYS = """#!{python}
+import os, sys
+sys.path.insert(0, {tests!r})
+open({seen!r}, "w").write(os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)"))
+import fake_device
+sys.exit(fake_device.standin_nsys(sys.argv[1:]))
+"""
 
+
+def test_the_measure_step_pins_its_child_to_the_groups_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The measure step with three GPUs visible: nsys (tests/fake_device.py's stand-in, which notes
+    what it saw) and the group process it starts see only the group's GPU, the group's record names
+    it, and the group's counters job follows it there."""
+    import standin_measure as sm
+    import standin_ncu
+
+    from harness.gpu import lock as gpulock
+
+    sm.use_standin_nsys(tmp_path, monkeypatch)
     monkeypatch.setattr(gpulock, "visible_devices", lambda: list(FAKE))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    export = ROOT / "tests" / "fixtures" / "nsys" / "h200-pipeline-layernorm-4096x768-cuda.sqlite"
-    nsys = tmp_path / "nsys"
-    nsys.write_text(f"""#!/usr/bin/env python3
-import os, shutil, sys
-args = sys.argv[1:]
-if args and args[0] == "--version":
-    print("NVIDIA Nsight Systems version 2099.1 (stand-in)"); sys.exit(0)
-base = args[args.index("--output") + 1]
-open(base + ".nsys-rep", "wb").write(b"stand-in report")
-open("{tmp_path}/seen-" + os.path.basename(base).split(".")[0], "w").write(os.environ.get("CUDA_VISIBLE_DEVICES", ""))
-shutil.copy("{export}", base + ".sqlite")
-""")
+    seen = tmp_path / "nsys-saw"
+    nsys = tmp_path / "pinned" / "nsys"
+    nsys.parent.mkdir()
+    nsys.write_text(PINNED_NSYS.format(python=sys.executable, tests=str(Path(__file__).parent), seen=str(seen)))
     nsys.chmod(0o755)
-    cfg = config.validate(yaml.safe_load((ROOT / "config.yaml").read_text()))
-    cfg["nsys"]["path"] = str(nsys)
-    base = tmp_path / "ns" / "capture" / "layernorm" / "4096x768"
-    base.mkdir(parents=True)
+    gpu_logs = tmp_path / "artifacts" / sm.NS / "logs" / "gpu"
     # another group already measures on GPU-fake-0, so this group chooses another GPU
-    (tmp_path / "ns" / "logs" / "gpu" / "softmax").mkdir(parents=True)
-    (tmp_path / "ns" / "logs" / "gpu" / "softmax" / "4096x1024.json").write_text(json.dumps({"gpu_uuid": FAKE[0]}))
-    for impl in ("cuda", "triton"):
-        measure_step.capture(cfg, "layernorm", "4096x768", impl, str(base / f"{impl}.json"), str(tmp_path / f"{impl}.log"))
-    seen = {impl: (tmp_path / f"seen-{impl}").read_text() for impl in ("cuda", "triton")}
-    metas = {impl: json.loads((base / f"{impl}.json").read_text())["gpu_uuid"] for impl in ("cuda", "triton")}
-    assert seen == metas == {"cuda": FAKE[1], "triton": FAKE[1]}
+    (gpu_logs / "softmax").mkdir(parents=True)
+    (gpu_logs / "softmax" / "4096x1024.json").write_text(json.dumps({"gpu_uuid": FAKE[0]}))
+    record = sm.run_measure(tmp_path, ["cuda", "triton"], nsys_path=str(nsys))
+    assert seen.read_text() == record["gpu_uuid"] == FAKE[1]
     assert "CUDA_VISIBLE_DEVICES" not in os.environ  # put back after the step
-    rec = json.loads((tmp_path / "ns" / "logs" / "gpu" / "layernorm" / "4096x768.json").read_text())
-    assert rec["group"] == "gpu-layernorm-4096x768" and rec["gpu_uuid"] == FAKE[1]
-
-
-def test_preloading_creates_no_cuda_context() -> None:
-    """The imports a GPU job does before taking the lock start no CUDA context (a context is GPU
-    work, which only the lock holder may do)."""
-    import subprocess
-    import sys
-
-    code = ("from harness.measure import step; step._preload(['cuda', 'triton', 'torch', 'cuda.one_pass']); "
-            "import torch; print(torch.cuda.is_initialized())")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip().splitlines()[-1] == "False"
+    ncu = standin_ncu.install(tmp_path / "ncu-bin")
+    sm.run_counters(tmp_path, ["cuda", "triton"], ncu=str(ncu))
+    assert json.loads((ncu.parent / "ncu-seen.json").read_text())["CUDA_VISIBLE_DEVICES"] == FAKE[1]
+    assert "CUDA_VISIBLE_DEVICES" not in os.environ
+    rec = json.loads((gpu_logs / sm.OP / f"{sm.SHAPE}.json").read_text())
+    assert rec["group"] == f"gpu-{sm.OP}-{sm.SHAPE}" and rec["gpu_uuid"] == FAKE[1]
+    assert {job: j["gpu_uuid"] for job, j in rec["jobs"].items()} == {f"measure {sm.OP} {sm.SHAPE}": FAKE[1],
+                                                                     f"counters {sm.OP} {sm.SHAPE}": FAKE[1]}

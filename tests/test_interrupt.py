@@ -1,12 +1,17 @@
-"""Interruption and concurrency with real Snakemake runs on the CPU (issue #7): the census target
-(an offline build of every kernel, no GPU) is interrupted with Ctrl-C (SIGINT) mid-run and leaves no
-census a later run would trust, and the same command then completes; a second invocation in the
-same folder while one runs is refused and writes nothing."""
+"""Interruption and concurrency with real Snakemake runs on the CPU (issue #7), in a copy of the
+repository with the stand-in device (tests/repo_copy.py, tests/fake_device.py: layernorm at two
+shapes, one measure job per shape): SIGINT to Snakemake alone while a group is measured stops the
+run once that job is done, leaves nothing a later run trusts (the group's files are marked
+incomplete), and the same command then measures that group again and completes; a second
+invocation in the same folder while one runs is refused and writes nothing.
+
+Ctrl-C at a terminal (SIGINT to the whole process group), and a rerun that redoes only the groups
+left unfinished: tests/test_pipeline_cpu.py::test_ctrl_c_to_the_process_group_then_the_same_command_finishes.
+
+The group is slowed down by a file `sleep-s` beside the stand-in nsys (tests/fake_device.py)."""
 
 from __future__ import annotations
 
-import json
-import shutil
 import signal
 import subprocess
 import sys
@@ -14,39 +19,36 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
+import repo_copy
 
-from harness import ROOT
 from harness.build.compile import load_nvrtc
 
-pytestmark = pytest.mark.skipif(load_nvrtc() is None, reason="the census builds CUDA kernels with NVRTC")
+pytestmark = pytest.mark.skipif(load_nvrtc() is None, reason="the runs build the CUDA kernels with NVRTC")
 
-SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile")]
-
-
-def workdir(tmp: Path) -> Path:
-    """A working folder with the shipped config (the Snakefile's `configfile: config.yaml` and
-    every output path are relative to it)."""
-    shutil.copy(ROOT / "config.yaml", tmp / "config.yaml")
-    return tmp
-
-
-LAYERNORM_VARIANTS = [f"layernorm.{name}" for name in
-                      yaml.safe_load((ROOT / "config.yaml").read_text())["operations"]["layernorm"]["variants"]]
+@pytest.fixture(scope="module")
+def copy(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str], Path]:
+    """(the repository copy, its environment, the folder of the stand-in nsys)."""
+    work = tmp_path_factory.mktemp("interrupt")
+    repo = repo_copy.copy_repo(work / "repo")
+    (repo / "config.yaml").write_text(repo_copy.pipeline_config())
+    env = repo_copy.standin_env(repo, work)
+    return repo, env, work / "bin"
 
 
-def census(tmp: Path, *extra: str, namespace: str = "interrupted") -> list[str]:
-    """The census of the layer-norm kernels (every defined variant too, so the run lasts long enough
-    for a second invocation to meet its lock) and the transpose kernels, in `namespace`."""
-    return [*SNAKEMAKE, "--directory", str(tmp), "--cores", "1", "census", "--config", f"namespace={namespace}",
-            "run_operations=[layernorm,transpose]", f"variants=[{','.join(LAYERNORM_VARIANTS)}]", *extra]
+@pytest.fixture()
+def slow_groups(copy):  # type: ignore[no-untyped-def]
+    """Every group takes a few seconds (4, or what the test writes there), for the length of the test."""
+    sleep = copy[2] / "sleep-s"
+    sleep.write_text("4")
+    yield sleep
+    sleep.unlink(missing_ok=True)
 
 
-def builds(tmp: Path) -> list[Path]:
-    return sorted((tmp / "artifacts" / "interrupted" / "build").glob("*/*/census.json"))
+def report(ns: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "snakemake", "--cores", "1", "report", "--config", f"namespace={ns}", *extra]
 
 
-def wait_for(predicate, timeout: float = 120.0) -> bool:  # type: ignore[no-untyped-def]
+def wait_for(predicate, timeout: float = 300.0) -> bool:  # type: ignore[no-untyped-def]
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if predicate():
@@ -55,37 +57,58 @@ def wait_for(predicate, timeout: float = 120.0) -> bool:  # type: ignore[no-unty
     return False
 
 
-def test_ctrl_c_leaves_nothing_to_trust_and_the_same_command_completes(tmp_path: Path) -> None:
-    tmp = workdir(tmp_path)
-    proc = subprocess.Popen(census(tmp), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert wait_for(lambda: len(builds(tmp)) >= 1), "no build finished"
-    proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
-    out, _ = proc.communicate(timeout=120)
+def measuring(art: Path) -> bool:
+    """A group is being measured: its plan is written, the stand-in nsys runs it."""
+    return any(art.glob("measure/*/*/plan.json"))
+
+
+def test_sigint_leaves_nothing_to_trust_and_the_same_command_completes(copy, slow_groups) -> None:  # type: ignore[no-untyped-def]
+    repo, env, _ = copy
+    ns = "cpu-sigint"
+    art = repo / "artifacts" / ns
+    proc = subprocess.Popen(report(ns), cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert wait_for(lambda: measuring(art)), "no group started"
+        proc.send_signal(signal.SIGINT)  # to Snakemake alone
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
     assert proc.returncode != 0, out[-2000:]
-    finished = builds(tmp)
-    for path in finished:  # every census that exists is complete
-        assert json.loads(path.read_text()), path
-    assert not list((tmp / "artifacts").rglob("*.partial*"))
-    assert not (tmp / "artifacts" / "interrupted" / "tables" / "census.csv").exists()
-    again = subprocess.run([*census(tmp), "--rerun-incomplete"], capture_output=True, text=True, timeout=600)
-    assert again.returncode == 0, again.stderr[-2000:]
-    assert (tmp / "artifacts" / "interrupted" / "tables" / "census.csv").is_file()
-    assert len(builds(tmp)) > len(finished)
+    started = [p for p in art.glob("measure/*/*") if p.is_dir()]
+    assert len(started) == 1, started  # the run stopped: the other group never started
+    assert not list(art.rglob("*.partial*")) and not (art / "tables" / "kernel_time.csv").exists()
+    # the same command measures the interrupted group again (its files are not trusted) and the
+    # other one; the GPU lock went with the job (a held lock would stop it in 5 s, in a sentence)
+    again = subprocess.run(report(ns, "gpu_lock_timeout_s=5"), check=False, cwd=repo, env=env, capture_output=True, text=True,
+                           timeout=600)
+    assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
+    counts = repo_copy.job_counts(again.stdout + again.stderr)
+    assert counts["measure"] == 2, counts
+    assert (repo / "report" / ns / "field_note.md").is_file()
 
 
-def test_a_second_run_of_the_same_namespace_is_refused(tmp_path: Path) -> None:
+def test_a_second_run_of_the_same_namespace_is_refused(copy, slow_groups) -> None:  # type: ignore[no-untyped-def]
     """Snakemake locks the outputs of a running invocation: a second one that would write the same
     namespace stops in one sentence and touches nothing. (Runs of two namespaces may proceed side by
     side; their GPU jobs then wait for each other on the GPU lock, tests/test_gpulock.py.)"""
-    tmp = workdir(tmp_path)
-    first = subprocess.Popen(census(tmp), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    repo, env, _ = copy
+    slow_groups.write_text("8")  # the first run outlasts the second one's start-up
+    ns = "cpu-locked"
+    art = repo / "artifacts" / ns
+    first = subprocess.Popen(report(ns), cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        assert wait_for(lambda: any((tmp / ".snakemake" / "locks").glob("*"))), "the first run took no lock"
-        before = {p: p.stat().st_mtime_ns for p in builds(tmp)}
-        second = subprocess.run(census(tmp), capture_output=True, text=True, timeout=300)
+        assert wait_for(lambda: any((repo / ".snakemake" / "locks").glob("*")) and measuring(art)
+                        and any(art.glob("measure/*/*/record.json"))), "the first run took no lock"
+        finished = list(art.glob("measure/*/*/record.json"))  # outputs of the jobs done so far
+        assert finished
+        before = {p: p.stat().st_mtime_ns for p in finished}
+        second = subprocess.run(report(ns), check=False, cwd=repo, env=env, capture_output=True, text=True,
+                                timeout=300)
         assert second.returncode != 0
         assert "cannot be locked" in (second.stdout + second.stderr)
-        assert all(p.stat().st_mtime_ns == t for p, t in before.items())  # nothing of the first run rewritten
+        assert {p: p.stat().st_mtime_ns for p in finished} == before  # nothing rewritten by it
     finally:
         out, _ = first.communicate(timeout=600)
     assert first.returncode == 0, out[-2000:]
+    assert len(list(art.glob("measure/*/*/record.json"))) == 2

@@ -18,7 +18,8 @@ from harness import ROOT
 HARNESS = ROOT / "harness"
 
 LAYERS: list[tuple[str, ...]] = [
-    ("harness", "harness.errors", "harness.io", "harness.shapes", "harness.tools", "harness.jobs"),
+    ("harness", "harness.errors", "harness.io", "harness.shapes", "harness.tools", "harness.jobs", "harness.namespaces",
+     "harness.runlog"),
     ("harness.launch",),
     ("harness.ops",),
     ("harness.config",),
@@ -33,7 +34,7 @@ LAYERS: list[tuple[str, ...]] = [
 else: not a higher layer, and not a sibling package of its own layer (build and tables know
 nothing of each other)."""
 
-HEAVY = {"torch", "cupy", "triton", "numpy", "pandas", "matplotlib", "pynvml", "jinja2", "sqlite_utils",
+HEAVY = {"torch", "cupy", "triton", "numpy", "pandas", "matplotlib", "pynvml", "jinja2", "markupsafe", "sqlite_utils",
          "kernels", "cuda", "snakemake"}
 """Libraries a function may import locally, to keep them out of the import of a module that does
 not always need them (a census without torch, a CPU job without CuPy, a table job without

@@ -6,6 +6,7 @@ import subprocess
 
 import pytest
 
+from harness.errors import EvidenceError
 from harness.report import provenance
 
 
@@ -25,20 +26,29 @@ def test_without_git_the_environment_names_the_commit(monkeypatch: pytest.Monkey
     monkeypatch.setattr(provenance.subprocess, "run", no_git)
     monkeypatch.delenv("EVIDENCE_GIT_COMMIT", raising=False)
     assert provenance.git_state()["commit"] == "unknown"
-    monkeypatch.setenv("EVIDENCE_GIT_COMMIT", "0123abc")
+    monkeypatch.setenv("EVIDENCE_GIT_COMMIT", "0123abc000000000000000000000000000000000")
     monkeypatch.setenv("EVIDENCE_GIT_DIRTY", "0")
-    assert provenance.git_state() == {"commit": "0123abc", "dirty": False, "source": "EVIDENCE_GIT_COMMIT"}
+    assert provenance.git_state() == {"commit": "0123abc000000000000000000000000000000000", "dirty": False, "source": "EVIDENCE_GIT_COMMIT"}
     monkeypatch.setenv("EVIDENCE_GIT_DIRTY", "1")
     assert provenance.git_state()["dirty"] is True
 
 
-def test_the_environment_wins_over_a_stale_copied_git(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("value", ["0123abc", "0123ABC000000000000000000000000000000000", "0123abc000000000000000000000000000000000; rm -rf /", ""])
+def test_a_commit_that_is_not_a_full_hash_is_refused(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("EVIDENCE_GIT_COMMIT", value)
+    with pytest.raises(EvidenceError, match="not a full commit hash"):
+        provenance.git_state()
+
+
+def test_in_a_checkout_the_environment_must_name_its_head(monkeypatch: pytest.MonkeyPatch) -> None:
     head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=provenance.ROOT)
     if head.returncode != 0:
         pytest.skip("not a git checkout")
-    monkeypatch.setenv("EVIDENCE_GIT_COMMIT", "feedc0de")
-    monkeypatch.setenv("EVIDENCE_GIT_DIRTY", "0")
-    assert provenance.git_state() == {"commit": "feedc0de", "dirty": False, "source": "EVIDENCE_GIT_COMMIT"}
+    monkeypatch.setenv("EVIDENCE_GIT_COMMIT", "f" * 40)
+    with pytest.raises(EvidenceError, match=f"this checkout is at {head.stdout.strip()}"):
+        provenance.git_state()
+    monkeypatch.setenv("EVIDENCE_GIT_COMMIT", head.stdout.strip())
+    assert provenance.git_state()["commit"] == head.stdout.strip()
 
 
 def test_versions_and_hosts_come_from_the_capture_jobs() -> None:

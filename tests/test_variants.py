@@ -1,11 +1,13 @@
 """Named kernel variants: config, the compiler options they add, their census from real compiler
-output, the comparison with their base and the report's "What was tried and not kept"."""
+output, the comparison with their base (from the rounds of the capture they shared with it, in one
+measurement group) and the report's "What was tried and not kept"."""
 
 from __future__ import annotations
 
 import copy
 from pathlib import Path
 
+import fake_device
 import pandas as pd
 import pytest
 import yaml
@@ -15,6 +17,7 @@ from harness.errors import ConfigError, EvidenceError
 from harness.io import write_csv
 from harness.ops import variants
 from harness.report import render as report
+from harness.tables import derive, stats
 from harness.tables import variants as variant_table
 
 RAW = yaml.safe_load((ROOT / "config.yaml").read_text())
@@ -83,51 +86,84 @@ def test_variant_census_comes_from_the_compiler_with_its_defines() -> None:
     assert stream[0]["st_global_128"] == base[0]["st_global_128"]  # same stores, without the .cs hint
 
 
-def kt_row(op: str, shape: str, impl: str, us: float, spread: float = 0.01) -> dict:
-    return {"op": op, "shape": shape, "impl": impl, "kernel_time_us": us, "main_median_us": us,
-            "main_min_us": us * (1 - spread), "main_max_us": us * (1 + spread)}
+def measured(tmp: Path, shape: str, per_call_ns: dict[str, int], rounds: int = 30) -> derive.Group:
+    """A measurement group of layernorm at `shape` as the tables read it back: a synthetic capture
+    (tests/fake_device.py) of `rounds` interleaved rounds, each implementation's kernels taking
+    about `per_call_ns` (1% noise per launch)."""
+    impls = list(per_call_ns)
+    plan = {"op": "layernorm", "shape": shape, "capture": {"rounds": rounds, "round_us": 300, "max_calls": 100}, "seed": 0}
+    out = fake_device.results(plan, impls, set())
+    export = fake_device.synthetic_export(tmp / f"{shape}.sqlite", impls, rounds, out["calls_per_round"],
+                                          overrides=per_call_ns, noise=0.01)
+    record = {"op": "layernorm", "shape": shape, "impls": impls, "checks": out["checks"], "passed": impls,
+              "rounds": rounds, "calls_per_round": out["calls_per_round"], "launch_paths": out["launch_paths"],
+              "gpu_uuid": "GPU-1", "gpu": {}, "span": {}}
+    launches = pd.DataFrame(derive.launch_rows(export, "layernorm", shape), columns=derive.LAUNCH_COLUMNS)
+    return derive.Group(record=record, launches=launches)
 
 
-def test_variant_rows_and_outcomes() -> None:
+def variant_rows(groups: list[derive.Group], cfg: dict) -> list[dict]:
+    return derive.namespace_tables(groups, namespace="ns", cache_mode="hot", descriptions=config.variant_descriptions(cfg),
+                                   margin=float(cfg["verdict"]["margin"]))["variants"]
+
+
+def test_variant_rows_and_outcomes(tmp_path: Path) -> None:
+    """Each variant against its base, from the rounds of the capture they shared: planted 10% and 20%
+    steps come out faster and slower, an unchanged kernel the same; a variant faster somewhere and
+    slower nowhere is a candidate, any other is not kept."""
     cfg = config.validate(RAW)
-    kt = [kt_row("layernorm", "4096x768", "cuda", 10.0), kt_row("layernorm", "4096x768", "cuda.full_occupancy", 9.0),
-          kt_row("layernorm", "4096x4096", "cuda", 30.0), kt_row("layernorm", "4096x4096", "cuda.full_occupancy", 36.0),
-          kt_row("layernorm", "4096x768", "cuda.plain_loads", 10.05),
-          kt_row("layernorm", "4096x768", "cuda.cached_stores", 9.5), kt_row("layernorm", "4096x768", "triton", 9.0)]
-    rows = variant_table.variant_rows(kt, cfg)
-    assert len(rows) == 4
+    rows = variant_rows([
+        measured(tmp_path, "4096x768", {"cuda": 10000, "cuda.full_occupancy": 9000, "cuda.plain_loads": 10000,
+                                        "cuda.cached_stores": 9500, "triton": 9000}),
+        measured(tmp_path, "4096x4096", {"cuda": 30000, "cuda.full_occupancy": 36000}),
+    ], cfg)
     by = {(r["variant"], r["shape"]): r for r in rows}
-    assert by[("cuda.full_occupancy", "4096x768")]["verdict"] == "faster"
-    assert by[("cuda.full_occupancy", "4096x4096")]["verdict"] == "slower"
-    assert by[("cuda.full_occupancy", "4096x4096")]["ratio"] == pytest.approx(1.2)
-    assert by[("cuda.plain_loads", "4096x768")]["verdict"] == "no difference"
+    assert set(by) == {("cuda.full_occupancy", "4096x768"), ("cuda.plain_loads", "4096x768"),
+                       ("cuda.cached_stores", "4096x768"), ("cuda.full_occupancy", "4096x4096")}  # triton is no variant
+    assert by[("cuda.full_occupancy", "4096x768")]["verdict"] == stats.FASTER
+    assert by[("cuda.full_occupancy", "4096x4096")]["verdict"] == stats.SLOWER
+    assert by[("cuda.full_occupancy", "4096x4096")]["ratio"] == pytest.approx(1.2, rel=0.01)
+    assert by[("cuda.full_occupancy", "4096x4096")]["base_us"] == pytest.approx(30.0, rel=0.01)
+    assert by[("cuda.plain_loads", "4096x768")]["verdict"] == stats.SAME
+    assert by[("cuda.cached_stores", "4096x768")]["verdict"] == stats.FASTER
+    assert all(r["base"] == "cuda" for r in rows)
+    described = RAW["operations"]["layernorm"]["variants"]["full_occupancy"]["description"]
+    assert by[("cuda.full_occupancy", "4096x768")]["description"] == described
     out = {o["variant"]: o for o in variant_table.outcomes(rows)}
     assert out["cuda.full_occupancy"]["outcome"] == "not kept"  # faster at one shape, slower at another
-    assert out["cuda.plain_loads"]["outcome"] == "not kept"
+    assert (out["cuda.full_occupancy"]["faster"], out["cuda.full_occupancy"]["slower"]) == (1, 1)
+    assert out["cuda.full_occupancy"]["ratio_min"] == pytest.approx(0.9, rel=0.01)
+    assert out["cuda.plain_loads"]["outcome"] == "not kept"  # the same everywhere
     assert out["cuda.cached_stores"]["outcome"] == "candidate"
-    assert out["cuda.full_occupancy"]["ratio_min"] == pytest.approx(0.9)
+
+
+def test_an_older_tables_no_difference_counts_as_cant_tell() -> None:
+    (o,) = variant_table.outcomes([{"op": "layernorm", "variant": "cuda.one_pass", "base": "cuda", "shape": "4096x768",
+                                    "ratio": 1.003, "verdict": "no difference"}])
+    assert o["cant_tell"] == 1 and o["same"] == 0 and o["outcome"] == "not kept"
 
 
 def test_report_lists_what_was_tried_and_not_kept(tmp_path: Path) -> None:
-    import sys
+    """The field note's section on variants, from a namespace (test_report.build_namespace) whose
+    variants table holds a planted slower variant and a planted faster one."""
+    from test_report import build_namespace, small_config
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from test_report import make_tables
-
-    paths = make_tables(tmp_path)
-    cfg = paths.pop("cfg")
-    cfg["operations"]["layernorm"]["variants"] = copy.deepcopy(RAW["operations"]["layernorm"]["variants"])
-    kt = [kt_row("layernorm", "4096x768", "cuda", 10.0), kt_row("layernorm", "4096x768", "cuda.full_occupancy", 12.5),
-          kt_row("layernorm", "4096x768", "cuda.cached_stores", 9.0)]
-    rows = variant_table.variant_rows(kt, cfg)
-    paths["variants"] = str(tmp_path / "variants.csv")
-    write_csv(rows, variant_table.VARIANT_COLUMNS, paths["variants"])
-    report.render_reports(cfg, paths, tmp_path / "fn.md", tmp_path / "ic.md", [str(tmp_path / "figures" / "layernorm_sweep.svg")])
+    cfg = small_config()  # variants block512 and block128 of layernorm
+    inputs = build_namespace(tmp_path, cfg)
+    rows = variant_rows([measured(tmp_path, "4096x768", {"cuda": 10000, "cuda.block512": 12500, "cuda.block128": 9000})],
+                        cfg)
+    frame = derive.frames({"variants": rows})["variants"]
+    write_csv(frame.to_dict("records"), list(frame.columns), inputs["variants"])
+    report.render_reports(cfg, inputs, tmp_path / "fn.md", tmp_path / "ic.md")
     note = (tmp_path / "fn.md").read_text()
-    section = note.split("### What was tried and not kept")[1].split("Faster than the default")[0]
-    assert "cuda.full_occupancy" in section and "cuda.cached_stores" not in section
-    assert "| 0 / 1 / 0 | 1.250–1.250 |" in section
-    assert "candidates to become the default" in note and "cuda.cached_stores (0.900–0.900 of cuda)" in note
-    frame = pd.read_csv(paths["variants"])
-    for _, r in frame.iterrows():
-        assert f"| {report.num(r['base_us'])} | {report.num(r['variant_us'])} | {report.num(r['ratio'], 3)} |" in note
+    section = note.split("## What was tried and not kept")[1].split("## Cross-check")[0]
+    tried = section.split("Faster than the default")[0]
+    slow, fast = (next(r for r in rows if r["variant"] == v) for v in ("cuda.block512", "cuda.block128"))
+    assert (slow["verdict"], fast["verdict"]) == (stats.SLOWER, stats.FASTER)
+    assert "| layernorm | cuda.block512 | " in tried and "cuda.block128" not in tried
+    span = f"{report.num(slow['ratio'], 3)}–{report.num(slow['ratio'], 3)}"
+    assert f"| 0 / 1 / 0 / 0 | {span} |" in tried  # faster / slower / same / can't tell
+    assert "candidates to become the default" in section
+    assert f"cuda.block128 ({report.num(fast['ratio'], 3)}–{report.num(fast['ratio'], 3)} of cuda)" in section
+    for r in rows:
+        assert f"| {report.num(r['base_us'])} | {report.num(r['variant_us'])} | {r['ratio']:.3f} [" in section

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from repo_copy import job_counts
 
 from harness import ROOT, config
 from harness.gpu.device import has_gpu
@@ -20,32 +21,21 @@ def run_snakemake(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     return subprocess.run([*SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
-def job_counts(output: str) -> dict[str, int]:
-    stats = output.split("Job stats:")[1]
-    counts = {}
-    for line in stats.splitlines()[3:]:
-        m = re.match(r"^(\S+)\s+(\d+)$", line.strip())
-        if not m:
-            break
-        counts[m.group(1)] = int(m.group(2))
-    return counts
-
-
 def test_dry_run_lists_every_job() -> None:
     cfg = config.load()
     proc = run_snakemake("-n", "--forceall", "report")
     assert proc.returncode == 0, proc.stderr
     counts = job_counts(proc.stdout)
-    n_jobs = len(list(config.jobs(cfg)))
-    n_shapes = sum(len(config.shapes(cfg, op)) for op in cfg["operations"])
-    built = sum(len([i for i in config.implementations(cfg, op) if i != "torch"]) for op in cfg["operations"])
-    assert counts["check"] == n_jobs
-    assert counts["capture"] == n_jobs
-    assert counts["kernel_time"] == n_jobs
-    assert counts["span"] == n_shapes
-    assert counts["build"] == built
-    for single in ("tables", "census_table", "ceilings", "provenance", "render", "report"):
+    groups = sum(len(config.shapes(cfg, op)) for op in cfg["operations"])
+    built = [op for op in cfg["operations"] if any(i != "torch" for i in config.implementations(cfg, op))]
+    counted = sum(len(config.group_shapes(cfg, op, cfg["counters"]["shapes"])) for op in cfg["operations"])
+    assert counts["measure"] == groups  # one process per (operation, shape), every implementation in it
+    assert counts["build"] == len(built)  # one per operation
+    assert counts["counters"] == counted
+    for single in ("tables", "census_table", "ceilings", "provenance", "trust", "render", "report"):
         assert counts[single] == 1
+    for gone in ("check", "capture", "kernel_time", "span"):
+        assert gone not in counts
 
 
 def test_sweep_and_shape_targets() -> None:
@@ -54,25 +44,25 @@ def test_sweep_and_shape_targets() -> None:
         proc = run_snakemake("-n", "--forceall", f"sweep_{op}")
         assert proc.returncode == 0, proc.stderr
         counts = job_counts(proc.stdout)
-        assert counts["capture"] == len(config.shapes(cfg, op)) * len(config.implementations(cfg, op))
-        assert "span" not in counts  # the sweep is kernel time only
-        assert counts["sweep_provenance"] == 1 and "provenance" not in counts  # its own, from its captures only
+        assert counts["measure"] == len(config.shapes(cfg, op))
+        assert "counters" not in counts and "report" not in counts
+        assert counts["sweep_provenance"] == 1 and "provenance" not in counts  # its own, from its groups only
     shape = cfg["operations"]["layernorm"]["default"]
     ns = config.resolve_namespace(cfg, ROOT)
     proc = run_snakemake("-n", "--forceall", f"artifacts/{ns}/tables/shape/layernorm/{shape}.csv")
     assert proc.returncode == 0, proc.stderr
     counts = job_counts(proc.stdout)
-    assert counts["capture"] == len(config.implementations(cfg, "layernorm")) and counts["span"] == 1
+    assert counts["measure"] == 1 and counts["shape_table"] == 1
 
 
 def test_bad_config_stops_with_one_sentence(tmp_path: Path) -> None:
     raw = yaml.safe_load((ROOT / "config.yaml").read_text())
-    raw["capture"]["iterations"] = 0
+    raw["capture"]["rounds"] = 0
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(raw))
     proc = run_snakemake("-n", "--configfile", str(bad))
     assert proc.returncode != 0
-    assert "capture.iterations" in proc.stderr
+    assert "capture.rounds" in proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
 
 
@@ -95,17 +85,17 @@ def threads_by_rule(output: str) -> dict[str, set[int]]:
     return found
 
 
-def test_a_span_runs_alone_on_the_cpu(tmp_path: Path) -> None:
-    # the span times the launch path: beside other jobs it came out up to 1.56x longer on the H200
+def test_a_measurement_runs_alone_on_the_cpu(tmp_path: Path) -> None:
+    # its spans time the launch path: beside other jobs a span came out up to 1.56x longer on the H200
     proc = run_snakemake("-n", "--forceall", "report", "--cores", "8", "--resources", "gpu=3")
     assert proc.returncode == 0, proc.stderr
     threads = threads_by_rule(proc.stdout)
-    assert threads["span"] == {8}
-    assert threads["capture"] == {1} and threads["check"] == {1}
+    assert threads["measure"] == {8}
+    assert threads["build"] == {1} and threads["counters"] == {1}
     (tmp_path / "shared.yaml").write_text("span: {exclusive: false}\n")
     shared = run_snakemake("-n", "--forceall", "report", "--cores", "8", "--configfile", str(tmp_path / "shared.yaml"))
     assert shared.returncode == 0, shared.stderr
-    assert threads_by_rule(shared.stdout)["span"] == {1}
+    assert threads_by_rule(shared.stdout)["measure"] == {1}
 
 
 def test_the_default_profile_is_loaded() -> None:

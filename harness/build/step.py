@@ -1,11 +1,10 @@
-"""The build stage's workflow steps: every kernel of ours built offline and censused, and the
-census table.
-
-workflow/scripts/ call these, one function per rule."""
+"""The build stage's workflow steps: every kernel of an operation built offline and censused, and
+the census table. workflow/scripts/ call these, one function per rule."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,30 +15,36 @@ from harness.ops import variants
 from harness.shapes import parse_shape
 
 
-def build(op: str, impl: str, shapes: list[str], arch: str, census_out: str, external_cfg: dict[str, Any] | None = None,
-          op_cfg: dict[str, Any] | None = None) -> None:
-
+def build(op: str, impls: Sequence[str], shapes: Sequence[str], arch: str, block: Mapping[str, Any],
+          census_out: str) -> None:
+    """Build and census every implementation of `op` that has a build (ours, their variants and an
+    external kernel; the library call has none) for `shapes`, into one census file. `block` is the
+    part of the operation's config block the build reads (harness.config.build_block)."""
     outdir = Path(census_out).parent
     outdir.mkdir(parents=True, exist_ok=True)
-    if impl == "external":
-
-        rows = build_external.census_rows(op, external_cfg or {}, arch, outdir, shapes=[parse_shape(s) for s in shapes])
-    elif "." in impl:  # a named variant of our CUDA kernel (harness.variants)
-
-        base, _ = variants.split(impl)
-        rows = build_census(op, base, [parse_shape(s) for s in shapes], arch=arch, outdir=outdir,
-                            variant=(impl, variants.compiler_options(op_cfg, impl)))
-    else:
-        rows = build_census(op, impl, [parse_shape(s) for s in shapes], arch=arch, outdir=outdir)
+    dims = [parse_shape(s) for s in shapes]
+    rows: list[dict[str, Any]] = []
+    for impl in impls:
+        folder = outdir / impl
+        if impl == "torch":
+            continue
+        if impl == "external":
+            rows += build_external.census_rows(op, block.get("external") or {}, arch, folder, shapes=dims)
+        elif variants.split(impl)[1] is not None:
+            base, _ = variants.split(impl)
+            rows += build_census(op, base, dims, arch=arch, outdir=folder,
+                                 variant=(impl, variants.compiler_options(block, impl)))
+        else:
+            rows += build_census(op, impl, dims, arch=arch, outdir=folder)
     for row in rows:
-        print(f"census: {row['kernel']} [{row['specialization']}] registers={row['registers']} "
+        print(f"census: {row['impl']}: {row['kernel']} [{row['specialization']}] registers={row['registers']} "
               f"spills={row['spill_stores']}/{row['spill_loads']} ld128={row['ld_global_128']} ld32={row['ld_global_32']}")
     write_json(rows, census_out)
 
 
-def census_table(cfg: dict[str, Any], census_files: list[str], out: str) -> None:
+def census_table(namespace: str, census_files: Sequence[str], out: str) -> None:
     rows: list[dict[str, Any]] = []
     for path in census_files:
-        rows.extend({"namespace": cfg["namespace"], **r} for r in json.loads(Path(path).read_text()))
+        rows.extend({"namespace": namespace, **r} for r in json.loads(Path(path).read_text()))
     columns = ["namespace", *[k for k in rows[0] if k != "namespace"]] if rows else ["namespace"]
     write_csv(rows, columns, out)

@@ -1,11 +1,14 @@
 """Make a namespace re-measure its groups that ran on more than one GPU.
 
-`python -m harness regroup NAMESPACE [--artifacts DIR] [--reports DIR] [--dry-run]`
+`python -m harness regroup NAMESPACE [--artifacts DIR] [--reports DIR] [--dry-run] [--rewrite-retained]`
 
-A group is one (operation, shape): every implementation's check, capture, counters and span. Its
-ratios are only taken between captures of one GPU, so a group whose captures came from two GPUs
-(a run resumed on another machine, as matmul's was in h200-ops-2) has no ratio in any table, and
-the report says to rerun it. This removes exactly what that needs: each split group's per-job
+A retained namespace (harness.namespaces) is read-only: regroup removes nothing from one without
+`--rewrite-retained`, and the rerun's provenance records the commands that rewrote it.
+
+A group is one (operation, shape): the job that checks, captures and times every implementation,
+and its counters. Its ratios are only taken between measurements of one GPU, so a group whose jobs
+ran on two GPUs (a run resumed on another machine) has no ratio in any table, and the report says
+to rerun it. This removes exactly what that needs: each split group's per-job
 outputs and its GPU record (`logs/gpu/<op>/<shape>.json`, which would send it back to a GPU that
 may not exist here), and the namespace's derived tables, provenance and reports, which Snakemake
 would otherwise keep as up to date. The session's ceilings and every other group stay. Then
@@ -27,10 +30,7 @@ import pandas as pd
 from harness import ROOT
 from harness.errors import EvidenceError
 from harness.gpu.lock import group_record, read_record
-from harness.report.render import gpu_groups
-
-PER_JOB = ("check", "capture", "kernel_time", "counters")
-"""Folders holding one file set per (op, shape, impl) job under artifacts/<ns>/<folder>/<op>/<shape>/."""
+from harness.namespaces import namespace_dir, refuse_retained
 
 KEPT_TABLES = ("ceilings.csv",)
 """Tables measured once per session, not per group: kept."""
@@ -43,8 +43,10 @@ def split_groups(ns_dir: str | Path) -> list[tuple[str, str, list[str]]]:
     uuids: dict[tuple[str, str], set[str]] = {}
     table = ns_dir / "tables" / "kernel_time.csv"
     if table.is_file():
-        for group in (gpu_groups(pd.read_csv(table)) or {}).get("split", []):
-            uuids.setdefault((str(group["op"]), str(group["shape"])), set()).update(group["gpus"])
+        kt = pd.read_csv(table, dtype={"shape": str})
+        if "gpu_uuid" in kt:
+            for (op, shape), grp in kt.dropna(subset=["gpu_uuid"]).groupby(["op", "shape"], sort=False):
+                uuids.setdefault((str(op), str(shape)), set()).update(str(u) for u in grp["gpu_uuid"].unique())
     records = ns_dir / "logs" / "gpu"
     for path in sorted(records.glob("*/*.json")) if records.is_dir() else []:
         seen = {str(u) for u in read_record(path).get("gpu_uuids") or []}
@@ -56,12 +58,11 @@ def group_outputs(ns_dir: str | Path, op: str, shape: str) -> list[Path]:
     """Every file a group's jobs wrote, and its GPU record."""
     ns_dir = Path(ns_dir)
     out: list[Path] = []
-    for folder in PER_JOB:
-        d = ns_dir / folder / op / shape
-        if d.is_dir():
-            out.extend(sorted(p for p in d.rglob("*") if p.is_file()))
-    span = ns_dir / "span" / op
-    out.extend(sorted(span.glob(f"{shape}.*")) if span.is_dir() else [])
+    d = ns_dir / "measure" / op / shape
+    if d.is_dir():
+        out.extend(sorted(p for p in d.rglob("*") if p.is_file()))
+    counters = ns_dir / "counters" / op
+    out.extend(sorted(counters.glob(f"{shape}.*")) if counters.is_dir() else [])
     record = group_record(ns_dir, op, shape)
     if record.is_file():
         out.append(record)
@@ -81,10 +82,13 @@ def derived_outputs(ns_dir: str | Path, report_dir: str | Path) -> list[Path]:
 
 
 def regroup(namespace: str, artifacts: str | Path = ROOT / "artifacts", reports: str | Path = ROOT / "report",
-            dry_run: bool = False) -> tuple[list[tuple[str, str, list[str]]], list[Path]]:
+            dry_run: bool = False, rewrite_retained: bool = False) -> tuple[list[tuple[str, str, list[str]]], list[Path]]:
     """Remove what re-measuring the split groups of `namespace` needs removed (nothing with
     `dry_run`); returns the split groups and the paths removed (or that would be)."""
-    ns_dir = Path(artifacts) / namespace
+    ns_dir = namespace_dir(namespace, artifacts)
+    if not dry_run:
+        refuse_retained(namespace, Path(artifacts).parent, overwrite=namespace if rewrite_retained else None,
+                        how="--rewrite-retained")
     if not ns_dir.is_dir():
         raise EvidenceError(f"regroup: there is no namespace {namespace} under {artifacts}.")
     groups = split_groups(ns_dir)
@@ -107,8 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--artifacts", default=str(ROOT / "artifacts"))
     parser.add_argument("--reports", default=str(ROOT / "report"))
     parser.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
+    parser.add_argument("--rewrite-retained", action="store_true", help="allow it on retained evidence")
     args = parser.parse_args(argv)
-    groups, paths = regroup(args.namespace, args.artifacts, args.reports, args.dry_run)
+    groups, paths = regroup(args.namespace, args.artifacts, args.reports, args.dry_run, args.rewrite_retained)
     if not groups:
         print(f"{args.namespace}: every group was measured on one GPU; nothing to do.")
         return 0
@@ -116,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"split: {op} {shape} on {', '.join(uuids)}")
     verb = "would remove" if args.dry_run else "removed"
     print(f"{verb} {len(paths)} files and folders; then run: "
-          f"snakemake --cores 1 report --config namespace={args.namespace}")
+          f"snakemake --cores 1 report --config namespace={args.namespace}"
+          + (f" overwrite={args.namespace}" if args.rewrite_retained else ""))
     return 0
 
 

@@ -6,7 +6,7 @@ A namespace's controls and drift are read from the namespaces retained before it
 date). When one of those arrives only after the run (measured on another machine, or restored
 from a pull request), the run's trust tables were derived without it. This reruns the pipeline's
 own trust step over what is retained now, with the namespace's own configuration (from its
-provenance), re-renders both reports from the tables, and appends the command to the namespace's
+provenance), re-renders the reports, page, figures and summary from the tables, and appends the command to the namespace's
 provenance so the report's history stays honest. Nothing measured changes: only the tables
 derived from other namespaces and the text rendered from them.
 """
@@ -23,15 +23,19 @@ from pathlib import Path
 from harness import ROOT
 from harness.errors import EvidenceError
 from harness.io import write_text
+from harness.namespaces import namespace_dir, refuse_retained
 from harness.report import step as report_step
-from harness.report.render import table_inputs
+from harness.report.render import output_paths, table_inputs
 from harness.tables import step as tables_step
 
 
-def retrust(namespace: str, artifacts: str | Path = ROOT / "artifacts", reports: str | Path = ROOT / "report") -> None:
-    """Rerun the trust step and the render of `namespace`, and note the command in its provenance."""
-
-    ns_dir = Path(artifacts) / namespace
+def retrust(namespace: str, artifacts: str | Path = ROOT / "artifacts", reports: str | Path = ROOT / "report",
+            rewrite_retained: bool = False) -> None:
+    """Rerun the trust step and the render of `namespace`, and note the command in its provenance.
+    A retained namespace (harness.namespaces) is rewritten only with `rewrite_retained`."""
+    ns_dir = namespace_dir(namespace, artifacts)
+    refuse_retained(namespace, Path(artifacts).parent, overwrite=namespace if rewrite_retained else None,
+                    how="--rewrite-retained")
     prov_path = ns_dir / "provenance.json"
     if not prov_path.is_file():
         raise EvidenceError(f"retrust: {namespace} has no provenance.json under {artifacts}, so its configuration is unknown.")
@@ -40,16 +44,19 @@ def retrust(namespace: str, artifacts: str | Path = ROOT / "artifacts", reports:
     if not isinstance(cfg, dict) or cfg.get("namespace") != namespace:
         raise EvidenceError(f"retrust: the provenance of {namespace} does not hold that namespace's configuration.")
     tdir = ns_dir / "tables"
-    tables_step.controls_and_drift(cfg, str(tdir / "controls.csv"), str(tdir / "drift.csv"))
+    t = cfg.get("trust") or {}
+    tables_step.controls_and_drift(namespace=namespace, control=t.get("control", "triton"), margin=float(t.get("margin", 0.05)),
+                                   earlier=t.get("earlier"), controls_out=str(tdir / "controls.csv"),
+                                   drift_out=str(tdir / "drift.csv"))
     inputs = table_inputs(ns_dir)
-    out = Path(reports) / namespace
-    figures = [str(out / "figures" / f"{op}_sweep.svg") for op in cfg["operations"]] if (out / "figures").is_dir() else []
+    outputs = output_paths(namespace, list(cfg["operations"]), artifacts, reports)
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     provenance.setdefault("commands", []).append(
-        f"{now} python -m harness retrust {namespace} (on {socket.gethostname()}: controls and drift re-derived "
-        "from the namespaces retained before it, reports re-rendered; no measurement changed)")
+        {"command": f"python -m harness retrust {namespace} --rewrite-retained", "start": now, "host": socket.gethostname(),
+         "note": "controls and drift re-derived from the namespaces retained before it, reports re-rendered; "
+                 "no measurement changed"})
     write_text(json.dumps(provenance, indent=1) + "\n", prov_path)
-    report_step.render(cfg, inputs, str(out / "field_note.md"), str(out / "issue_comment.md"), figures)
+    report_step.render(cfg, inputs, outputs)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,8 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("namespace")
     parser.add_argument("--artifacts", default=str(ROOT / "artifacts"))
     parser.add_argument("--reports", default=str(ROOT / "report"))
+    parser.add_argument("--rewrite-retained", action="store_true",
+                        help="rewrite a retained namespace's derived tables and reports (recorded in its provenance)")
     args = parser.parse_args(argv)
-    retrust(args.namespace, args.artifacts, args.reports)
+    retrust(args.namespace, args.artifacts, args.reports, args.rewrite_retained)
     return 0
 
 

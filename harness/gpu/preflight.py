@@ -3,11 +3,8 @@ job starts (called from the workflow's onstart with the jobs that will run)."""
 
 from __future__ import annotations
 
-import datetime
-import shlex
 import sys
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 from harness import ops
@@ -26,7 +23,7 @@ def problems(needs: Iterable[tuple[str, int]], cfg: dict[str, Any]) -> list[str]
             require_gpu()
         except ToolMissing as exc:
             found.append(str(exc))
-    if any(rule == "capture" for rule, _ in needs):
+    if any(rule == "measure" for rule, _ in needs):
         try:
             find_nsys(cfg["nsys"]["path"])
         except ToolMissing as exc:
@@ -67,13 +64,3 @@ def before_jobs(jobs: Iterable[Any], cfg: dict[str, Any]) -> None:
     if found:
         print("\n".join(found), file=sys.stderr)
         sys.exit(1)
-
-
-def record_command(path: str) -> None:
-    """Append the snakemake command line that started this run (for provenance)."""
-
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    with open(p, "a") as fh:
-        fh.write(f"{stamp} {shlex.join(['snakemake', *sys.argv[1:]])}\n")

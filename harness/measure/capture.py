@@ -1,20 +1,25 @@
-"""Run one Nsight Systems capture around the harness target process and export it to SQLite.
+"""Run a measurement group's process under Nsight Systems, export the capture to SQLite, and keep
+the invoking shell's environment out of both.
 
-No shell is involved: every command is an argument list. The captured process runs under a
-minimal environment (an allowlist), and the environment rows nsys records in the export are
-deleted and the file vacuumed, so no variable of the capturing shell reaches the evidence.
+No shell is involved: every command is an argument list. The tool (nsys, ncu) and the process it
+starts run under a minimal environment (`ENV_ALLOWLIST`) and a private temporary folder and home
+(`private_env`), so neither inherits a variable of the invoking shell nor finds a daemon another
+process started with one. The export's environment rows are then deleted and the file vacuumed
+(`scrub_export`), and every file written is searched for the values of the invoking environment
+outside the allowlist (`leaked_values`): a raw report that holds one is deleted, never kept.
 Outputs are written under temporary names and renamed only when complete.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sqlite3
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harness import ROOT
@@ -34,6 +39,54 @@ def minimal_env() -> dict[str, str]:
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
+
+
+def private_env(folder: Path) -> dict[str, str]:
+    """`minimal_env` with TMPDIR and HOME in `folder`: nsys keeps its session sockets and daemon
+    state under the temporary folder, so a tool started here finds no daemon that another nsys
+    command started with a fuller environment, and starts its own with this one."""
+    folder.mkdir(parents=True, exist_ok=True)
+    env = minimal_env()
+    env["TMPDIR"] = str(folder)
+    env.setdefault("HOME", str(folder))
+    return env
+
+
+SECRET_MIN_LENGTH = 8
+"""Values shorter than this are too common to search for ('1', 'true', a path component)."""
+
+
+def outside_values(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The invoking environment's variables outside the allowlist whose values are worth searching
+    for, name -> value: long enough (SECRET_MIN_LENGTH), and not what the pipeline writes of its
+    own accord (a value found in an allowlisted variable, in the interpreter's or the project's
+    path, or a path that exists on this machine, such as a home or tool folder)."""
+    env = dict(os.environ if environ is None else environ)
+    own = " ".join([*(v for k, v in env.items() if k in ENV_ALLOWLIST), sys.executable, sys.prefix, str(ROOT)])
+    out = {}
+    for k, v in env.items():
+        if k in ENV_ALLOWLIST or len(v) < SECRET_MIN_LENGTH or v in own:
+            continue
+        try:
+            if os.path.exists(v):
+                continue
+        except (OSError, ValueError):
+            pass
+        out[k] = v
+    return out
+
+
+def leaked_values(path: Path, values: Mapping[str, str]) -> list[str]:
+    """The names of the variables whose value occurs in the file's bytes (as UTF-8 or UTF-16)."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return []
+    found = []
+    for name, value in values.items():
+        if value.encode() in data or value.encode("utf-16-le") in data:
+            found.append(name)
+    return found
 
 
 ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
@@ -80,44 +133,108 @@ def scrub_export(sqlite_path: Path) -> int:
     return removed
 
 
-def _run(argv: list[str], log, what: str, env: dict[str, str] | None = None, timeout: int = 900) -> None:  # type: ignore[no-untyped-def]
+def _run(argv: list[str], log: Any, what: str, env: dict[str, str], timeout: float) -> int:
     print("$ " + " ".join(argv), file=log, flush=True)
     try:
         proc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout, cwd=ROOT)
     except subprocess.TimeoutExpired:
-        raise EvidenceError(f"{what} did not finish within {timeout} s; see the log.") from None
-    if proc.returncode != 0:
-        raise EvidenceError(f"{what} failed with exit status {proc.returncode} (command: {argv[0]} ...); see the log.")
+        raise EvidenceError(f"{what} did not finish within {timeout:g} s and was stopped; see the log.") from None
+    except OSError as exc:
+        raise EvidenceError(f"{what} could not start {argv[0]}: {exc.strerror}.") from None
+    return proc.returncode
 
 
-def capture(cfg: dict[str, Any], op: str, shape: str, impl: str, rep_out: Path, sqlite_out: Path, log_path: Path) -> dict[str, Any]:
-    """Capture (op, shape, impl) into `rep_out` and export it to `sqlite_out`."""
-    nsys = find_nsys(cfg["nsys"]["path"])
-    rep_out.parent.mkdir(parents=True, exist_ok=True)
-    tmp_base = rep_out.with_name(rep_out.name + ".partial")
+def group_command(nsys: str, trace: Sequence[str], extra_args: Sequence[str], out_base: Path,
+                  plan: Path) -> list[str]:
+    """nsys profile of the group process (harness.measure.group): one report and its SQLite export
+    of the one capture range the process opens (--capture-range-end stop)."""
+    return [nsys, "profile", "--trace", ",".join(trace), *extra_args, "--capture-range", "cudaProfilerApi",
+            "--capture-range-end", "stop", "--force-overwrite", "true", "--export", "sqlite",
+            "--output", str(out_base), sys.executable, "-m", "harness", "group", str(plan)]
+
+
+def profile_group(nsys_path: str | None, trace: Sequence[str], extra_args: Sequence[str], plan: Path,
+                  report: Path, export: Path, log_path: Path, timeout: float) -> dict[str, Any]:
+    """Run the group process under nsys; on success the report and the scrubbed export are at
+    `report` and `export` (renamed there when complete). Returns the facts of the run. A process
+    that exits non-zero raises GroupFailed with its exit status (its progress file says why)."""
+    nsys = find_nsys(nsys_path)
+    report.parent.mkdir(parents=True, exist_ok=True)
+    tmp_base = report.with_name(report.name + ".partial")
     tmp_rep = tmp_base.with_name(tmp_base.name + ".nsys-rep")
-    tmp_sqlite = tmp_base.with_name(tmp_base.name + ".sqlite")  # where `--export sqlite` writes it
-    cfg_path = rep_out.with_name(rep_out.stem + ".config.json")
-    cfg_path.write_text(json.dumps(cfg, indent=1))
-    for stale in (tmp_rep, tmp_sqlite):
+    tmp_sqlite = tmp_base.with_name(tmp_base.name + ".sqlite")
+    for stale in (tmp_rep, tmp_sqlite, report, export):
         stale.unlink(missing_ok=True)
-    with open(log_path, "a") as log:
-        # --export sqlite: the export in the same nsys run, which saves starting nsys again
-        _run([nsys, "profile", "--trace", ",".join(cfg["nsys"]["trace"]), *cfg["nsys"]["extra_args"],
-              "--force-overwrite", "true", "--export", "sqlite", "--output", str(tmp_base),
-              sys.executable, "-m", "harness", "target", "--config", str(cfg_path),
-              "--op", op, "--shape", shape, "--impl", impl],
-             log, f"nsys profile of {op} {shape} {impl}", env=minimal_env(),
-             timeout=int(cfg.get("timeouts", {}).get("capture_s", 900)))
-        if not tmp_rep.is_file():
-            raise EvidenceError(
-                f"nsys profile of {op} {shape} {impl} wrote no report {tmp_rep.name} (a .qdstrm alone means "
-                "its importer failed, e.g. libdw.so.1 missing); see the log.")
-        if not tmp_sqlite.is_file():  # an nsys whose profile does not export: export apart
-            _run([nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "--output", str(tmp_sqlite),
-                  str(tmp_rep)], log, f"nsys export of {op} {shape} {impl}")
-        removed = scrub_export(tmp_sqlite)
-        print(f"scrubbed {removed} environment rows from the export", file=log)
-    os.replace(tmp_rep, rep_out)
-    os.replace(tmp_sqlite, sqlite_out)
+    with tempfile.TemporaryDirectory(prefix="evidence-nsys-") as private, open(log_path, "a") as log:
+        rc = _run(group_command(nsys, trace, extra_args, tmp_base, plan), log, "nsys profile of the group",
+                  private_env(Path(private)), timeout)
+    if rc != 0:
+        for stale in (tmp_rep, tmp_sqlite):
+            stale.unlink(missing_ok=True)
+        raise GroupFailed(rc)
+    if not tmp_rep.is_file() or not tmp_sqlite.is_file():
+        raise EvidenceError(f"nsys profile wrote no {'report' if not tmp_rep.is_file() else 'export'} (a .qdstrm "
+                            "alone means its importer failed, e.g. libdw.so.1 missing); see the log.")
+    removed = scrub_export(tmp_sqlite)
+    os.replace(tmp_rep, report)
+    os.replace(tmp_sqlite, export)
     return {"nsys": nsys, "env_rows_removed": removed}
+
+
+class GroupFailed(Exception):
+    """The group process exited with a non-zero status (the measure step reads its progress file)."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"the group process exited with status {status}")
+        self.status = status
+
+
+TEXT_SUFFIXES = (".log", ".csv", ".json", ".txt", ".md")
+
+
+def keep_clean(paths: Sequence[Path], values: Mapping[str, str]) -> list[str]:
+    """Search every file for the invoking environment's values (`outside_values`): a text file
+    (TEXT_SUFFIXES) has each such value replaced by '[NAME withheld]'; an SQLite file is scrubbed
+    again by value (every text cell holding it blanked, then vacuumed); any other file that still
+    holds one (a raw report) is deleted. Returns one line per file acted on."""
+    notes = []
+    for path in paths:
+        names = leaked_values(path, values)
+        if not names:
+            continue
+        if path.suffix in TEXT_SUFFIXES:
+            text = path.read_text(errors="replace")
+            for name in names:
+                text = text.replace(values[name], f"[{name} withheld]")
+            path.write_text(text)
+            notes.append(f"{path.name}: the value of {', '.join(sorted(names))} withheld")
+            continue
+        if path.suffix == ".sqlite":
+            scrub_values(path, [values[n] for n in names])
+            names = leaked_values(path, values)
+            if not names:
+                notes.append(f"{path.name}: values of {', '.join(sorted(names) or ['the invoking environment'])} blanked")
+                continue
+        path.unlink(missing_ok=True)
+        notes.append(f"{path.name}: deleted, it held the value of {', '.join(sorted(names))} from the invoking environment")
+    return notes
+
+
+def scrub_values(sqlite_path: Path, secrets: Sequence[str]) -> int:
+    """Blank every text cell of the export that holds one of `secrets`, then vacuum."""
+    conn = sqlite3.connect(sqlite_path)
+    changed = 0
+    try:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        for table in tables:
+            columns = [r[1] for r in conn.execute(f'PRAGMA table_info("{table}")')]
+            for column in columns:
+                for secret in secrets:
+                    changed += conn.execute(
+                        f'UPDATE "{table}" SET "{column}" = \'\' WHERE typeof("{column}") = \'text\' '
+                        f'AND instr("{column}", ?) > 0', (secret,)).rowcount
+        conn.commit()
+        conn.execute("VACUUM")
+    finally:
+        conn.close()
+    return changed

@@ -13,6 +13,7 @@ folder's `__init__.py` defines, by name:
     bytes_moved(shape), flops(shape)         the fewest bytes and the arithmetic one call needs
     bind_torch(inputs, out, params)          the library call (see Bind)
     PARAMS (optional)                        its own config keys: name -> JSON schema with a default
+    grow(inputs, out, fraction) (optional)   the problem of a planted slowdown (a variant's `grow`)
     TEST_SHAPES (optional)                   odd shapes the generic GPU test checks besides the default
     OP = define(__name__)                    last line: the Operation, derived from the above
 
@@ -24,6 +25,7 @@ the folder: docs/adding-an-operation.md walks through a new one.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import sys
 from collections.abc import Callable, Mapping
@@ -83,6 +85,9 @@ class Operation:
     """Names of the shape's dimensions, for the external kind's launch expressions ('rows', 'width')."""
     params: Mapping[str, Any] = field(default_factory=dict)
     """The operation's own config keys: name -> JSON schema (with its default), e.g. layernorm's eps."""
+    grow: Callable[[Tensors, Any, float], tuple[Tensors, Any, Any]] | None = None
+    """(inputs, out, fraction) -> (larger inputs, larger output, the view of it holding the result):
+    the problem of a planted slowdown, whose extra part leaves the result as it is."""
 
 
 REQUIRED = ("DESCRIPTION", "DIMS", "validate_shape", "make_inputs", "make_output", "reference",
@@ -115,7 +120,29 @@ def define(module_name: str) -> Operation:
                      make_output=module.make_output, reference=module.reference, implementations=binders,
                      bytes_moved=module.bytes_moved, flops=module.flops, validate_shape=module.validate_shape,
                      sources=sources, kernels=kernels_module if binders.keys() - {"torch"} else "",
-                     dim_names=tuple(module.DIMS), params=dict(getattr(module, "PARAMS", {})))
+                     dim_names=tuple(module.DIMS), params=dict(getattr(module, "PARAMS", {})),
+                     grow=getattr(module, "grow", None))
+
+
+SOURCE_SUFFIXES = (".cu", ".cuh", ".h", ".py", ".ptx")
+
+
+def sources(name: str, root: str | Path = ROOT) -> list[str]:
+    """The files of operation `name` whose edit changes what is built or measured, relative to
+    `root`: its host code (harness/ops/<op>/) and its kernels (kernels/<op>/, not its notebook or
+    data)."""
+    root = Path(root)
+    found = [p for folder in (root / "harness" / "ops" / name, root / "kernels" / name) if folder.is_dir()
+             for p in folder.iterdir() if p.is_file() and p.suffix in SOURCE_SUFFIXES]
+    return sorted(str(p.relative_to(root)) for p in found)
+
+
+def source_digest(name: str, root: str | Path = ROOT) -> dict[str, str]:
+    """SHA-256 of each of `sources(name, root)`: the build and measure rules take it as a param,
+    so an edit of the operation's code reruns that operation's jobs only (a param, not an input
+    file, so that it holds whatever the working directory or storage of the run)."""
+    root = Path(root)
+    return {rel: hashlib.sha256((root / rel).read_bytes()).hexdigest() for rel in sources(name, root)}
 
 
 def known() -> tuple[str, ...]:
@@ -150,13 +177,27 @@ def launcher(op: Operation, impl: str, params: Params | None = None, shape: str 
     base, name = variants.split(impl)
     if name is not None:
         options = variants.compiler_options(params, impl)
+        fraction = variants.grow(params, impl)
         base_bind = launcher(op, base, params, shape)
+        if fraction is not None and op.grow is None:
+            raise EvidenceError(f"variant {impl!r} plants a slowdown (grow), but operation {op.name!r} defines no grow.")
 
         def bind_variant(inputs: Tensors, out: Any, p: Params) -> Call:
             with cuda_launch.variant_options(options):
-                return base_bind(inputs, out, p)
+                if fraction is None:
+                    return base_bind(inputs, out, p)
+                grown, bigger, view = op.grow(inputs, out, fraction)  # type: ignore[misc]
+                call = base_bind(grown, bigger, p)
 
-        bind_variant.__name__ = f"{impl} ({' '.join(options)})"
+            def planted() -> Any:
+                call()
+                return view
+
+            planted.grown = (grown, bigger)  # type: ignore[attr-defined]  # kept alive with the call
+            planted.launch_path = getattr(call, "launch_path", "direct")  # type: ignore[attr-defined]
+            return planted
+
+        bind_variant.__name__ = f"{impl} ({' '.join(options) or 'no defines'})"
         return bind_variant
     try:
         return op.implementations[impl]

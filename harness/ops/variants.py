@@ -4,7 +4,9 @@ built, censused, checked, captured and timed like any implementation; harness.ta
 compares it with its base.
 
 Defines are validated by the config schema (NAME: integer), and become compiler options
-'-DNAME=value' in an argument list; no shell ever sees them.
+'-DNAME=value' in an argument list; no shell ever sees them. A variant with `grow` plants a known
+slowdown: the base kernel on a problem that fraction larger, whose extra part leaves the output as
+it is (the operation's `grow`), for the resolution check of the verdicts.
 """
 
 from __future__ import annotations
@@ -43,3 +45,12 @@ def compiler_options(params: Mapping[str, Any] | None, impl: str) -> tuple[str, 
         return ()
     defines = spec(params, impl)["defines"]
     return tuple(f"-D{name}={int(value)}" for name, value in sorted(defines.items()))
+
+
+def grow(params: Mapping[str, Any] | None, impl: str) -> float | None:
+    """The planted slowdown of variant `impl` (the fraction its problem grows), or None: a base
+    implementation, or a variant without `grow`."""
+    if split(impl)[1] is None:
+        return None
+    value = spec(params, impl).get("grow")
+    return None if value is None else float(value)

@@ -1,13 +1,23 @@
-"""Figures of the report: one SVG per operation's shape sweep.
+"""Figures of the report, drawn from the sweep table only.
 
-`sweep_figure` draws, side by side, each implementation's kernel time per shape (grouped bars, log
-axis) and each implementation's time relative to a control implementation (a line at 1.0). The
-SVG is reproducible byte for byte for the same table: fixed hash salt, no date, text as text.
+* `sweep_figure`: one SVG per operation. Left, each implementation's kernel time per shape
+  (grouped bars, log axis). Right, each implementation's kernel time over the control's per shape,
+  with the ratio's interval as error bars where the table has one (`<a>_over_<b>_lo/_hi`) and a
+  shaded band for the verdict "same" (1 +/- the table's `margin`).
+* `overview_figure`: one SVG for the namespace: every operation's ratio of ours over the control
+  at its default shape, with its interval and the same band.
+
+An interval is the table's: a 95% bootstrap interval over the interleaved rounds where the table
+has a `margin` column, else (tables written before the rounds) the min-max envelope of the
+launches, or none for tables older still; the legend says which. Nothing is estimated here. Each SVG is reproducible byte for byte
+for the same table: fixed hash salt, no date, text as text.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,42 +27,114 @@ IMPLS = ("cuda", "triton", "torch", "external")
 """Implementations in drawing order; each is a column '<impl>_us' of the sweep table."""
 
 COLORS = {"cuda": "#1f77b4", "triton": "#ff7f0e", "torch": "#2ca02c", "external": "#9467bd"}
+VERDICT_COLORS = {"faster": "#1a7f37", "slower": "#cf222e", "same": "#0969da", "can't tell": "#6e7781"}
 
 HASH_SALT = "kernel-evidence"
 """Fixed salt for the SVG element ids, so that the same figure gives the same bytes."""
 
+BOOTSTRAP_LABEL = "95% bootstrap interval over interleaved rounds"
+ENVELOPE_LABEL = "min-max envelope of the launches"
+NO_INTERVAL_LABEL = "none (the table records no interval)"
+
+
+def _number(value: Any) -> float:
+    """A float, NaN for anything that is not a finite number."""
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return math.nan
+    return out if math.isfinite(out) else math.nan
+
 
 def implementations(table: Any) -> list[str]:
     """Implementations with at least one finite time in the table, in IMPLS order."""
-    import pandas as pd
-
-    found = []
-    for impl in IMPLS:
-        column = f"{impl}_us"
-        if column in table and pd.to_numeric(table[column], errors="coerce").notna().any():
-            found.append(impl)
-    return found
+    return [impl for impl in IMPLS if any(math.isfinite(t) for t in _times(table, impl))]
 
 
 def _times(table: Any, impl: str) -> list[float]:
     """An implementation's kernel times (µs) per row, NaN where absent."""
-    import pandas as pd
-
     if f"{impl}_us" not in table:
         return [math.nan] * len(table)
-    return [float(v) for v in pd.to_numeric(table[f"{impl}_us"], errors="coerce")]
+    return [_number(v) for v in table[f"{impl}_us"]]
 
 
-def sweep_figure(sweep: Any, op: str, out_svg: Path | str, control: str = "triton",
-                 cache_mode: str = "hot") -> None:
-    """One SVG for one operation: left, kernel time per implementation per shape (log µs);
-    right, each implementation's kernel time over the control's, per shape, with a line at 1.0.
-    Shapes are in table order; implementations without any time are left out."""
+def _column(table: Any, name: str) -> list[float]:
+    if name not in table:
+        return [math.nan] * len(table)
+    return [_number(v) for v in table[name]]
+
+
+def table_margin(table: Any) -> float | None:
+    """The verdict margin the table records (its `margin` column), None for tables without one,
+    whose intervals are the min-max envelope of the launches."""
+    values = [m for m in _column(table, "margin") if math.isfinite(m)]
+    return values[0] if values else None
+
+
+def interval_label(table: Any) -> str:
+    """What the table's intervals are, in the words of a legend."""
+    if table_margin(table) is not None:
+        return BOOTSTRAP_LABEL
+    return ENVELOPE_LABEL if any(str(c).endswith("_lo") for c in table.columns) else NO_INTERVAL_LABEL
+
+
+def ratio_series(table: Any, impl: str, control: str) -> tuple[list[float], list[float], list[float]]:
+    """(ratio, lo, hi) of impl over control per row: the table's `<impl>_over_<control>` columns
+    with their interval where it has them; else the ratio of the two kernel times, without an
+    interval (lo and hi NaN)."""
+    name = f"{impl}_over_{control}"
+    if name in table:
+        return _column(table, name), _column(table, f"{name}_lo"), _column(table, f"{name}_hi")
+    ratios = [t / b if math.isfinite(t) and math.isfinite(b) and b > 0 else math.nan
+              for t, b in zip(_times(table, impl), _times(table, control), strict=True)]
+    return ratios, [math.nan] * len(ratios), [math.nan] * len(ratios)
+
+
+def _save(fig: Any, out_svg: Path | str) -> None:
+    out = Path(out_svg)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, format="svg", metadata={"Date": None})
+
+
+def _pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+@dataclass(frozen=True)
+class _Point:
+    """One operation of the overview: its label, ratio, interval (NaN where none) and verdict."""
+
+    label: str
+    ratio: float
+    lo: float
+    hi: float
+    verdict: str
+    ranked: bool
+
+
+STYLE = {"svg.hashsalt": HASH_SALT, "svg.fonttype": "none", "font.family": "DejaVu Sans"}
+
+
+OURS = "cuda"
+RATIOS = (("cuda", "triton"), ("cuda", "torch"), ("external", "triton"))
+"""The ratios a sweep table holds (`<a>_over_<b>`, with `_lo`/`_hi` where it has an interval)."""
+
+
+def sweep_figure(sweep: Any, op: str, out_svg: Path | str, control: str = "triton",
+                 cache_mode: str = "hot") -> None:
+    """One SVG for one operation, three panels over the shapes (in table order): kernel time per
+    implementation (log µs); ours over the control, its axis zoomed to the intervals so that the
+    band of 'same' (1 +/- the table's margin) shows; and every other ratio of the table (ours over
+    the library, an external kernel over the control) on a log axis. Each ratio carries its
+    interval as error bars where the table has one, and is drawn hollow, '(no interval)', where it
+    has none. Implementations without any time are left out. EvidenceError (one sentence) where
+    the table has no rows or no times for `op`."""
+    plt = _pyplot()
     table = sweep[sweep["op"] == op].reset_index(drop=True)
     if table.empty:
         raise EvidenceError(f"The sweep table has no rows for operation {op!r}.")
@@ -60,16 +142,14 @@ def sweep_figure(sweep: Any, op: str, out_svg: Path | str, control: str = "trito
     if not impls:
         raise EvidenceError(f"The sweep table has no kernel times for operation {op!r}.")
     shapes = [str(s) for s in table["shape"]]
-    with plt.rc_context({"svg.hashsalt": HASH_SALT, "svg.fonttype": "none",
-                         "font.family": "DejaVu Sans"}):
-        fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    with plt.rc_context(STYLE):
+        fig, (left, middle, right) = plt.subplots(1, 3, figsize=(17, 4.8))
         try:
             _time_panel(left, table, shapes, impls, op, cache_mode)
-            _ratio_panel(right, table, shapes, impls, control, op, cache_mode)
+            _control_panel(middle, table, shapes, impls, control, op, cache_mode)
+            _other_panel(right, table, shapes, impls, control, op, cache_mode)
             fig.tight_layout()
-            out = Path(out_svg)
-            out.parent.mkdir(parents=True, exist_ok=True)
-            fig.savefig(out, format="svg", metadata={"Date": None})
+            _save(fig, out_svg)
         finally:
             plt.close(fig)
 
@@ -90,31 +170,142 @@ def _time_panel(ax: Any, table: Any, shapes: list[str], impls: list[str], op: st
     ax.set_xticks(range(len(shapes)), shapes, rotation=30, ha="right")
     ax.set_ylabel("kernel time (µs, log scale)")
     ax.set_xlabel("shape")
-    ax.set_title(f"{op}: kernel time (Nsight Systems), {cache_mode} cache")
-    ax.legend(title="implementation")
+    ax.set_title(f"{op}: kernel time (Nsight Systems), {cache_mode} cache", fontsize=10)
+    ax.legend(title="implementation", fontsize=8)
     ax.grid(axis="y", which="both", alpha=0.3)
 
 
-def _ratio_panel(ax: Any, table: Any, shapes: list[str], impls: list[str], control: str, op: str,
-                 cache_mode: str) -> None:
-    base = _times(table, control)
+def _band(ax: Any, margin: float | None, vertical: bool = False) -> None:
+    if margin is None:
+        return
+    label = f"same: 1 ± {margin * 100:g}%"
+    if vertical:
+        ax.axvspan(1 - margin, 1 + margin, color="#0969da", alpha=0.15, linewidth=0, label=label)
+    else:
+        ax.axhspan(1 - margin, 1 + margin, color="#0969da", alpha=0.15, linewidth=0, label=label)
+
+
+def _series(ax: Any, table: Any, a: str, b: str, offset: float, color: str, kind: str) -> list[float]:
+    """Draw a/b per shape at x + offset, with its interval where the table has one; returns every
+    finite value drawn (ratios and interval ends)."""
+    ratio, lo, hi = ratio_series(table, a, b)
+    points = [(i + offset, r, lo[i], hi[i]) for i, r in enumerate(ratio) if math.isfinite(r)]
+    with_interval = [p for p in points if math.isfinite(p[2]) and math.isfinite(p[3])]
+    without = [p for p in points if p not in with_interval]
+    if with_interval:
+        ax.errorbar([p[0] for p in with_interval], [p[1] for p in with_interval],
+                    yerr=[[max(p[1] - p[2], 0.0) for p in with_interval], [max(p[3] - p[1], 0.0) for p in with_interval]],
+                    fmt="o", color=color, capsize=4, markersize=5, label=f"{a}/{b} ({kind})")
+    if without:
+        ax.plot([p[0] for p in without], [p[1] for p in without], "D", color=color, markersize=5,
+                fillstyle="none", linestyle="none", label=f"{a}/{b} (no interval)")
+    return [v for p in points for v in (p[1], p[2], p[3]) if math.isfinite(v)]
+
+
+def _control_panel(ax: Any, table: Any, shapes: list[str], impls: list[str], control: str, op: str,
+                   cache_mode: str) -> None:
+    margin = table_margin(table)
+    kind = "interval" if margin is not None else "envelope"
+    _band(ax, margin)
     ax.axhline(1.0, color="black", linewidth=1, linestyle="--", label=f"{control} (= 1.0)")
-    others = [i for i in impls if i != control]
-    width = 0.8 / max(len(others), 1)
-    for impl, offset in zip(others, _bar_offsets(len(others), width), strict=True):
-        ratios = [t / b if math.isfinite(t) and math.isfinite(b) and b > 0 else math.nan
-                  for t, b in zip(_times(table, impl), base, strict=True)]
-        xs = [i + offset for i, r in enumerate(ratios) if math.isfinite(r)]
-        ax.bar(xs, [r for r in ratios if math.isfinite(r)], width=width, label=impl,
-               color=COLORS[impl])
-    if not any(math.isfinite(b) and b > 0 for b in base):
-        ax.text(0.5, 0.5, f"no {control} times to compare against", transform=ax.transAxes,
-                ha="center", va="center")
+    drawn: list[float] = []
+    if OURS in impls and control in impls and OURS != control:
+        drawn = _series(ax, table, OURS, control, 0.0, COLORS.get(OURS, "#1f77b4"), kind)
+    if not any(math.isfinite(b) and b > 0 for b in _times(table, control)):
+        ax.text(0.5, 0.5, f"no {control} times to compare against", transform=ax.transAxes, ha="center", va="center")
+    low = min([*drawn, 1.0 - (margin or 0.0)])
+    high = max([*drawn, 1.0 + (margin or 0.0)])
+    pad = max((high - low) * 0.12, 0.005)
+    ax.set_ylim(low - pad, high + pad)
     ax.set_xticks(range(len(shapes)), shapes, rotation=30, ha="right")
     ax.set_xlim(-0.6, len(shapes) - 0.4)
-    ax.set_ylim(bottom=0)
-    ax.set_ylabel(f"kernel time / {control} kernel time (< 1: faster)")
+    ax.set_ylabel(f"{OURS} kernel time / {control} kernel time (< 1: faster)")
     ax.set_xlabel("shape")
-    ax.set_title(f"{op}: time / {control} time (Nsight Systems), {cache_mode} cache")
-    ax.legend(title="implementation")
+    ax.set_title(f"{op}: ours over the control, {cache_mode} cache\nerror bars: {interval_label(table)}", fontsize=10)
+    ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
+
+
+def _other_panel(ax: Any, table: Any, shapes: list[str], impls: list[str], control: str, op: str,
+                 cache_mode: str) -> None:
+    margin = table_margin(table)
+    kind = "interval" if margin is not None else "envelope"
+    pairs = [(a, b) for a, b in RATIOS if (a, b) != (OURS, control) and a in impls and b in impls]
+    _band(ax, margin)
+    ax.axhline(1.0, color="black", linewidth=1, linestyle="--")
+    width = 0.5 / max(len(pairs), 1)
+    drawn = []
+    for (a, b), offset in zip(pairs, _bar_offsets(len(pairs), width), strict=True):
+        drawn += _series(ax, table, a, b, offset, COLORS.get(a if b == "triton" else b, "#6e7781"), kind)
+    if not drawn:
+        ax.text(0.5, 0.5, "no other ratio in the table", transform=ax.transAxes, ha="center", va="center")
+    else:
+        ax.set_yscale("log")
+        ax.legend(fontsize=8)
+    ax.set_xticks(range(len(shapes)), shapes, rotation=30, ha="right")
+    ax.set_xlim(-0.6, len(shapes) - 0.4)
+    ax.set_ylabel("kernel time ratio (log scale; < 1: the first is faster)")
+    ax.set_xlabel("shape")
+    ax.set_title(f"{op}: other ratios, {cache_mode} cache\nerror bars: {interval_label(table)}", fontsize=10)
+    ax.grid(axis="y", which="both", alpha=0.3)
+
+
+def overview_figure(sweep: Any, defaults: Mapping[str, str], out_svg: Path | str, control: str = "triton",
+                    ours: str = "cuda", cache_mode: str = "hot",
+                    not_ranked: Collection[tuple[str, str]] = ()) -> None:
+    """One SVG of every operation in `defaults` (op -> its default shape), top to bottom in that
+    order: ours over the control at the default shape with its interval, a line at 1 and the band
+    of 'same' where the table records a margin. An (op, shape) in `not_ranked` (its control was not
+    rankable there) is drawn hollow and grey and labelled 'not ranked'; one without a ratio is
+    named 'no ratio'. EvidenceError (one sentence) for no operation."""
+    if not defaults:
+        raise EvidenceError("The overview figure needs at least one operation.")
+    plt = _pyplot()
+    rows: list[_Point] = []
+    for op, shape in defaults.items():
+        here = sweep[(sweep["op"] == op) & (sweep["shape"].astype(str) == str(shape))].reset_index(drop=True)
+        r, lo, hi = ratio_series(here, ours, control) if not here.empty else ([math.nan], [math.nan], [math.nan])
+        column = f"{ours}_vs_{control}"
+        recorded = here[column].iloc[0] if not here.empty and column in here else None
+        verdict = recorded if isinstance(recorded, str) else ""
+        rows.append(_Point(label=f"{op}\n{shape}", ratio=r[0], lo=lo[0], hi=hi[0],
+                           verdict="can't tell" if verdict == "no difference" else verdict,
+                           ranked=(op, str(shape)) not in not_ranked))
+    margin = table_margin(sweep)
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=(9, 1.1 + 0.75 * len(rows)))
+        try:
+            _band(ax, margin, vertical=True)
+            ax.axvline(1.0, color="black", linewidth=1, linestyle="--")
+            finite = [v for row in rows for v in (row.ratio, row.lo, row.hi) if math.isfinite(v)]
+            lo_x = min([*finite, 1.0 - (margin or 0.0)]) if finite else 0.9
+            hi_x = max([*finite, 1.0 + (margin or 0.0)]) if finite else 1.1
+            pad = max((hi_x - lo_x) * 0.15, 0.02)
+            for y, row in enumerate(rows):
+                value = row.ratio
+                color = VERDICT_COLORS.get(row.verdict, "#6e7781") if row.ranked else "#8c959f"
+                if math.isfinite(value):
+                    has = math.isfinite(row.lo) and math.isfinite(row.hi)
+                    err = [[max(value - row.lo, 0.0)], [max(row.hi - value, 0.0)]] if has else None
+                    ax.errorbar([value], [y], xerr=err, fmt="o", color=color, capsize=4, markersize=7,
+                                fillstyle="full" if row.ranked else "none")
+                    text = f"{value:.3f}" + (f" [{row.lo:.3f}, {row.hi:.3f}]" if has else "")
+                    text += f" {row.verdict}" if row.ranked and row.verdict else ""
+                    text += "" if row.ranked else " not ranked"
+                else:
+                    text = "no ratio"
+                ax.annotate(text, xy=(1.03, y), xycoords=("axes fraction", "data"), va="center", fontsize=9,
+                            color=color, annotation_clip=False)
+            ax.set_yticks(range(len(rows)), [row.label for row in rows])
+            ax.set_ylim(len(rows) - 0.5, -0.5)
+            ax.set_xlim(lo_x - pad, hi_x + pad)
+            ax.set_xlabel(f"{ours} kernel time / {control} kernel time (< 1: faster)")
+            ax.set_title(f"Ours over the control at each default shape, {cache_mode} cache\n"
+                         f"error bars: {interval_label(sweep)}"
+                         + (f"; band: same within 1 ± {margin * 100:g}%" if margin is not None else ""), fontsize=10)
+            ax.grid(axis="x", alpha=0.3)
+            fig.tight_layout()
+            fig.subplots_adjust(right=0.68)
+            _save(fig, out_svg)
+        finally:
+            plt.close(fig)

@@ -7,12 +7,15 @@ import hashlib
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 from harness import ROOT, ops
+from harness.errors import EvidenceError
+from harness.runlog import commands
 from harness.tools import versions
 
 
@@ -24,27 +27,36 @@ def config_hash(cfg: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(cfg, sort_keys=True).encode()).hexdigest()
 
 
+COMMIT = re.compile(r"[0-9a-f]{40}")
+
+
 def git_state() -> dict[str, Any]:
-    """The commit the run used and whether tracked files differed from it. EVIDENCE_GIT_COMMIT /
-    EVIDENCE_GIT_DIRTY first, when set: whoever copied the tree to another machine knows its commit,
-    and a copied .git may be stale (the H200 copy once carried a .git at an older commit, so a run of
-    4a8d6f8 recorded 324809d); else from git; else unknown."""
+    """The commit the run used and whether tracked files differed from it: from git where this is a
+    checkout; else from EVIDENCE_GIT_COMMIT (and EVIDENCE_GIT_DIRTY), which whoever copied the
+    tree to a machine without .git sets; else unknown. EVIDENCE_GIT_COMMIT must be a full commit
+    hash, and in a checkout it must be its HEAD: anything else is refused in one sentence."""
 
     def git(*args: str) -> str | None:
         try:
             out = subprocess.run(["git", *args], capture_output=True, text=True, cwd=ROOT, timeout=30)
-        except OSError:
+        except (OSError, subprocess.TimeoutExpired):
             return None
         return out.stdout.strip() if out.returncode == 0 else None
 
     env_commit = os.environ.get("EVIDENCE_GIT_COMMIT")
+    if env_commit is not None and not COMMIT.fullmatch(env_commit):
+        raise EvidenceError(f"EVIDENCE_GIT_COMMIT is {env_commit[:60]!r}, not a full commit hash (40 lower-case hex "
+                            "digits, as `git rev-parse HEAD` prints it).")
+    commit = git("rev-parse", "HEAD")
+    if commit:
+        if env_commit is not None and env_commit != commit:
+            raise EvidenceError(f"EVIDENCE_GIT_COMMIT names {env_commit}, but this checkout is at {commit}: unset it "
+                                "(git says which commit ran) or check out the commit it names.")
+        return {"commit": commit, "dirty": bool(git("status", "--porcelain", "--untracked-files=no")), "source": "git"}
     if env_commit:
         dirty = os.environ.get("EVIDENCE_GIT_DIRTY")
         return {"commit": env_commit, "dirty": None if dirty is None else dirty not in ("0", "false", ""),
                 "source": "EVIDENCE_GIT_COMMIT"}
-    commit = git("rev-parse", "HEAD")
-    if commit:
-        return {"commit": commit, "dirty": bool(git("status", "--porcelain", "--untracked-files=no")), "source": "git"}
     return {"commit": "unknown", "dirty": None, "source": "none (no git checkout, EVIDENCE_GIT_COMMIT unset)"}
 
 
@@ -73,9 +85,9 @@ def measured_with(capture_metas: list[dict[str, Any]]) -> tuple[dict[str, str], 
 
 
 def collect(cfg: dict[str, Any], capture_metas: list[dict[str, Any]], commands_file: str | Path) -> dict[str, Any]:
+    """The namespace's provenance from its group records (each records its GPU, tools and host)."""
     gpus = sorted({(g.get("name", ""), g.get("uuid", "")) for m in capture_metas for g in m.get("export", {}).get("gpus", [])})
-    nsys_versions = sorted({m.get("nsys_version", "") for m in capture_metas})
-    commands = Path(commands_file).read_text().splitlines() if Path(commands_file).exists() else []
+    nsys_versions = sorted({str(m.get("nsys_version") or "") for m in capture_metas})
     measured_versions, hosts = measured_with(capture_metas)
     return {
         "namespace": cfg["namespace"],
@@ -89,6 +101,6 @@ def collect(cfg: dict[str, Any], capture_metas: list[dict[str, Any]], commands_f
         "versions": {**measured_versions, "nsys": "; ".join(nsys_versions)},
         "gpus": [{"name": n, "uuid": u} for n, u in gpus],
         "gpu_state_before_captures": [m.get("gpu") for m in capture_metas if m.get("gpu")][:1],
-        "commands": commands,
+        "commands": commands(commands_file),
         "python_executable": sys.executable,
     }

@@ -1,68 +1,166 @@
-"""Render the field note and the issue comment from the namespace's tables.
+"""Render a namespace's reports from its tables: the field note and the issue comment (markdown),
+the page (one self-contained HTML file), the figures and the machine-readable summary.
 
-Every figure in a report comes from a table the pipeline wrote; this module only selects and
-formats them, and the templates in report/templates/ only lay them out. Nothing is typed in.
+Every figure in a report comes from a table the pipeline wrote; `build_context` only selects and
+formats them (numbers become text here, nothing is estimated), and the templates in
+report/templates/ only lay the context out. The markdown and the HTML are rendered from the same
+context. Every string that came from a table or a config is escaped where it is printed, by
+harness.report.safe: the markdown environment escapes each value a template prints unless the
+report composed it (`safe.Trusted`), and the HTML environment autoescapes.
+
+Two generations of tables are read (harness.report.summary): intervals are 95% bootstrap
+intervals over interleaved rounds where the sweep table records a margin, else the min-max
+envelope of the launches, and an older table's verdict 'no difference' is counted as can't tell.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
-from collections.abc import Mapping
+import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import jinja2
-import pandas as pd
-
 from harness import ROOT
-from harness.config import implementations
+from harness.errors import EvidenceError
 from harness.io import write_text
-from harness.report.figures import sweep_figure
+from harness.report import figures as figs
+from harness.report import safe, summary
 from harness.tables import counters as ctr
-from harness.tables import history, trust, variants
+from harness.tables import history, stats, trust, variants
 
 TEMPLATES = ROOT / "report" / "templates"
 IMPL_ORDER = ["cuda", "triton", "torch", "external"]
 IMPL_LABEL = {"cuda": "cuda (ours, CUDA C++)", "triton": "triton (ours, Triton)", "torch": "torch (library)",
               "external": "external (PTX/cubin from another toolchain)"}
+OURS = "cuda"
+LIBRARY = "torch"
+
+READING = "docs/reading-a-report.md"
+READING_LINK = "../../" + READING
+"""The guide to a report, linked from report/<ns>/ (where the field note and the page are)."""
+
+COMMENT_LIMIT = 65536
+"""GitHub's limit on the characters of one issue comment."""
+
+NOT_RANKED = "not ranked"
+NO_VERDICT = "no verdict"
+COUNT_KEYS = (*stats.VERDICTS, NOT_RANKED, NO_VERDICT)
 
 
-def md(value: Any) -> str:
-    """Text safe inside a markdown table cell: no pipe, backtick, HTML or line break survives."""
-    text = "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
-    text = text.replace("\\", "\\\\").replace("|", "\\|").replace("`", "\\`")
-    text = text.replace("<", "&lt;").replace(">", "&gt;").replace("\r", " ").replace("\n", " ")
-    return text
+# ------------------------------------------------------------------------------ formatting
 
 
 def num(value: Any, digits: int = 2) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "n/a"
-    return f"{float(value):,.{digits}f}"
+    """A number with thousands separators and `digits` decimals; 'n/a' for none."""
+    v = summary.number(value)
+    return "n/a" if v is None else f"{v:,.{digits}f}"
 
 
-def _env() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
-                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
-    env.filters["md"] = md
-    env.filters["num"] = num
-    return env
+def md(value: Any) -> str:
+    """Text safe inside a markdown table cell (safe.md_cell)."""
+    return safe.md_cell(value)
 
 
-def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    return [{k: (None if (isinstance(v, float) and math.isnan(v)) else v) for k, v in r.items()}
-            for r in frame.to_dict("records")]
+def scaled(value: Any, divisor: float) -> float | None:
+    """A table's number over `divisor` (ns to µs, bytes to MB), None where there is none."""
+    v = summary.number(value)
+    return None if v is None else v / divisor
 
 
-def _impl_sorted(frame: pd.DataFrame) -> pd.DataFrame:
-    order = {impl: i for i, impl in enumerate(IMPL_ORDER)}
-    return frame.assign(_o=frame["impl"].map(order)).sort_values(["_o"], kind="stable").drop(columns="_o")
+def pct(fraction: Any, digits: int = 1) -> str:
+    v = summary.number(fraction)
+    return "n/a" if v is None else f"{v * 100:.{digits}f}%"
 
 
-def gpu_label(gpus: list[Mapping[str, Any]]) -> str:
+def sci(value: Any) -> str:
+    v = summary.number(value)
+    return "n/a" if v is None else f"{v:.2e}"
+
+
+def interval(lo: Any, hi: Any, digits: int = 3) -> safe.Trusted:
+    """'[lo, hi]', or '' where either end is missing (composed of numbers only, so printed as it is)."""
+    a, b = summary.number(lo), summary.number(hi)
+    return safe.Trusted("" if a is None or b is None else f"[{a:,.{digits}f}, {b:,.{digits}f}]")
+
+
+def ratio_text(value: Any, lo: Any = None, hi: Any = None, digits: int = 3) -> safe.Trusted:
+    """'0.993 [0.989, 0.997]', '0.993' without an interval, 'n/a' without a ratio."""
+    if summary.number(value) is None:
+        return safe.Trusted("n/a")
+    span = interval(lo, hi, digits)
+    return safe.Trusted(f"{num(value, digits)} {span}" if span else num(value, digits))
+
+
+def us_text(value: Any, lo: Any = None, hi: Any = None) -> safe.Trusted:
+    """Microseconds with their interval where the table has one."""
+    span = interval(lo, hi, 2)
+    return safe.Trusted(f"{num(value)} {span}" if span else num(value))
+
+
+def sentence(text: Any) -> str:
+    """One line ending with exactly one period (a reason a table gives may end with its own)."""
+    out = re.sub(r"\s+", " ", safe.plain(text)).strip().rstrip(". ").strip()
+    return out + "." if out else ""
+
+
+def arrows(text: Any) -> str:
+    return safe.plain(text).replace("->", "→")
+
+
+def anchor(title: str, taken: set[str] | None = None) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens; with
+    `taken`, a repeat gets '-1', '-2' as GitHub numbers them."""
+    slug = re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-") or "section"
+    if taken is None:
+        return slug
+    out, n = slug, 0
+    while out in taken:
+        n += 1
+        out = f"{slug}-{n}"
+    taken.add(out)
+    return out
+
+
+def table(columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]]) -> dict[str, Any]:
+    """A table for the templates: column titles (the report's own words), alignment ('l' or 'r')
+    and rows of text cells, escaped where they are printed unless the report composed them from
+    numbers (`safe.Trusted`)."""
+    return {"columns": [safe.Trusted(c) for c, _ in columns], "align": [a for _, a in columns],
+            "rows": [[cell if isinstance(cell, safe.Trusted) else safe.plain(cell) for cell in row] for row in rows]}
+
+
+def _records(frame: Any) -> list[dict[str, Any]]:
+    if frame is None or len(frame) == 0:
+        return []
+    return [{k: (None if summary.missing(v) else v) for k, v in r.items()} for r in frame.to_dict("records")]
+
+
+def _rows(frame: Any, **match: str) -> list[dict[str, Any]]:
+    """Records of a frame whose columns equal the given values (as text)."""
+    out = []
+    for r in _records(frame):
+        if all(str(r.get(k)) == v for k, v in match.items()):
+            out.append(r)
+    return out
+
+
+def _order(rows: list[dict[str, Any]], shapes: Sequence[str]) -> list[dict[str, Any]]:
+    """Rows by shape (in `shapes` order), then implementation (IMPL_ORDER, variants after)."""
+    s_index = {s: i for i, s in enumerate(shapes)}
+
+    def key(r: dict[str, Any]) -> tuple[int, int, str]:
+        impl = str(r.get("impl"))
+        base = impl.partition(".")[0]
+        i = IMPL_ORDER.index(base) if base in IMPL_ORDER else len(IMPL_ORDER)
+        return s_index.get(str(r.get("shape")), len(s_index)), i + (0 if "." not in impl else 1), impl
+
+    return sorted(rows, key=key)
+
+
+def gpu_label(gpus: Sequence[Mapping[str, Any]]) -> str:
     """'NVIDIA H200', or 'NVIDIA H200 (2 GPUs)' for a namespace whose jobs ran on two of them."""
     model = history.gpu_model(gpus)
     if model is None:
@@ -71,133 +169,310 @@ def gpu_label(gpus: list[Mapping[str, Any]]) -> str:
     return f"{model} ({len(uuids)} GPUs)" if len(uuids) > 1 else model
 
 
-def build_context(cfg: Mapping[str, Any], tables: Mapping[str, pd.DataFrame], provenance: Mapping[str, Any],
-                  figures: Mapping[str, str] | None = None) -> dict[str, Any]:
+def _yes(value: Any) -> str:
+    t = summary.truth(value)
+    return "n/a" if t is None else ("yes" if t else "no")
 
-    kt, span, check, sweep, census, detail = (tables[k] for k in ("kernel_time", "span", "check", "sweep", "census", "kernel_time_detail"))
-    ceilings = tables.get("ceilings", pd.DataFrame())
-    operations = []
-    for op, spec in cfg["operations"].items():
-        impls = [i for i in IMPL_ORDER if i in implementations(cfg, op)]
-        shapes = [s for s in [spec["default"], *spec["sweep"]]]
-        shapes = list(dict.fromkeys(shapes))
-        op_kt = kt[kt["op"] == op]
-        op_sweep = sweep[sweep["op"] == op].set_index("shape").reindex(shapes).reset_index()
-        default = spec["default"]
-        d_kt = op_kt[op_kt["shape"] == default].set_index("impl")
-        d_span = span[(span["op"] == op) & (span["shape"] == default)].set_index("impl")
-        headline = []
-        for impl in [i for i in IMPL_ORDER if i in d_kt.index]:
-            headline.append({"impl": impl, "label": IMPL_LABEL[impl],
-                             "kernel_us": d_kt.loc[impl, "kernel_time_us"],
-                             "span_median_us": d_span.loc[impl, "span_median_us"] if impl in d_span.index else None,
-                             "span_std_us": d_span.loc[impl, "span_std_us"] if impl in d_span.index else None,
-                             "samples": d_span.loc[impl, "samples"] if impl in d_span.index else None})
-        ratios = op_sweep.dropna(subset=["cuda_over_triton"]) if "cuda_over_triton" in op_sweep else op_sweep.iloc[0:0]
-        claim = None
-        if not ratios.empty:
-            d = ratios[ratios["shape"] == default]
-            best = ratios.loc[ratios["cuda_over_triton"].idxmin()]
-            worst = ratios.loc[ratios["cuda_over_triton"].idxmax()]
-            claim = {
-                "default": d.iloc[0].to_dict() if not d.empty else None,
-                "best": best.to_dict(), "worst": worst.to_dict(),
-                "faster_everywhere": bool((ratios["cuda_over_triton"] < 1).all()),
-                "slower_everywhere": bool((ratios["cuda_over_triton"] > 1).all()),
-                "shapes": len(ratios),
-                "verdicts": ({v: int((ratios["cuda_vs_triton"] == v).sum()) for v in ("faster", "slower", "no difference")}
-                             if "cuda_vs_triton" in ratios else None),
-            }
-        op_detail = _impl_sorted(detail[detail["op"] == op])
-        op_detail = op_detail.assign(_s=op_detail["shape"].map({s: i for i, s in enumerate(shapes)})).sort_values(["_s"], kind="stable")
-        op_span = _impl_sorted(span[span["op"] == op])
-        op_span = op_span.assign(_s=op_span["shape"].map({s: i for i, s in enumerate(shapes)})).sort_values(["_s"], kind="stable")
-        op_check = _impl_sorted(check[check["op"] == op])
-        op_check = op_check.assign(_s=op_check["shape"].map({s: i for i, s in enumerate(shapes)})).sort_values(["_s"], kind="stable")
-        op_kt = _impl_sorted(op_kt)
-        op_kt = op_kt.assign(_s=op_kt["shape"].map({s: i for i, s in enumerate(shapes)})).sort_values(["_s"], kind="stable")
-        operations.append({
-            "name": op, "default": default, "shapes": shapes, "headline": headline, "claim": claim,
-            "impls": impls, "rates": _records(op_kt), "figure": (figures or {}).get(op),
-            "memory_bound": bool((op_sweep["flops"].fillna(0) == 0).all()) if "flops" in op_sweep else False,
-            "sweep": _records(op_sweep), "kernel_detail": _records(op_detail), "span": _records(op_span),
-            "check": _records(op_check), "census": _records(census[census["op"] == op]) if "op" in census else [],
-            "all_checks_passed": bool(op_check["passed"].all()) if len(op_check) else False,
-            "counters": counters_context(tables.get("counters"), op, default,
-                                         impls + [i for i in implementations(cfg, op) if i not in impls],
-                                         cfg.get("trust", {}).get("control", "triton"), cfg.get("counters", {})),
-        })
-        operations[-1]["load"] = load_flags(tables.get("gpu_state"), tables.get("controls"), op)
-        _attach_measured(operations[-1])
-        d_gpus = d_kt["gpu_uuid"].dropna().unique() if "gpu_uuid" in d_kt else []
-        operations[-1]["default_split"] = len(d_gpus) > 1  # its figures are not put side by side
-        operations[-1]["default_gpus"] = sorted(str(u) for u in d_gpus)
-    gpus = provenance.get("gpus", [])
-    return {
-        "namespace": cfg["namespace"], "cache_mode": cfg["cache_mode"], "capture": cfg["capture"],
-        "span_cfg": cfg["span"], "operations": operations, "provenance": provenance,
-        "gpu_name": gpu_label(gpus),
-        "impl_label": IMPL_LABEL, "ceilings": _records(ceilings),
-        "gpu_quiet": gpu_quiet(tables.get("gpu_state")),
-        "cross_check": cross_check_context(tables.get("cross_check"), cfg.get("cross_check", {})),
-        "variants": variants_context(tables.get("variants")),
-        "gpu_groups": gpu_groups(kt),
-        "trust": trust.report_context(tables.get("controls"), tables.get("drift")),
-        "spans_shared": spans_shared_cpu(cfg, provenance),
+
+# ------------------------------------------------------------------------------ claims and counts
+
+
+def _control_of(cfg: Mapping[str, Any]) -> str:
+    return str((cfg.get("trust") or {}).get("control") or "triton")
+
+
+def _shape_claim(op: str, shape: str, row: Mapping[str, Any] | None, tctx: Mapping[str, Any], judged: bool,
+                 control: str, checks: list[dict[str, Any]], disturbed: bool) -> dict[str, Any]:
+    """What a report says of ours against the control at one shape. `kind` 'ratio': the ratio
+    with its interval and verdict (`disturbed` where NVML flagged captures there though the
+    control's row ranks it, as tables from before NVML entered the ranking do); 'note': the
+    control is not rankable there, and `note` is the trust module's claim note; 'none': no verdict,
+    and `note` says why (no ratio, or a table that records none)."""
+    key = f"{op} {shape}"
+    r = row or {}
+    name = f"{OURS}_over_{control}"
+    claim: dict[str, Any] = {
+        "op": op, "shape": shape, "ours": num(r.get(f"{OURS}_us")), "control": num(r.get(f"{control}_us")),
+        "library": num(r.get(f"{LIBRARY}_us")), "ratio_name": f"{OURS}/{control}",
+        "ratio": ratio_text(r.get(name), r.get(f"{name}_lo"), r.get(f"{name}_hi")),
+        "ratio_value": summary.number(r.get(name)), "lo": summary.number(r.get(f"{name}_lo")),
+        "hi": summary.number(r.get(f"{name}_hi")),
+        "verdict": summary.verdict(r.get(f"{OURS}_vs_{control}")),
+        "recorded": summary.text(r.get(f"{OURS}_vs_{control}")),
+        "rankable": tctx["rankable"].get(key, False) if judged else None, "note": "", "kind": "ratio",
+        "disturbed": disturbed,
     }
+    failed = [c for c in checks if summary.truth(c.get("passed")) is False and c.get("impl") in (OURS, control)]
+    if claim["rankable"] is False:
+        controls_row = tctx["by_key"].get(key)
+        note = safe.plain((controls_row or {}).get("claim_note"))
+        if not note and controls_row is not None:
+            lo, hi = controls_row.get("band_lo_us"), controls_row.get("band_hi_us")
+            band = f"the control's band of {num(lo)}–{num(hi)} µs" if summary.number(lo) is not None else "no band yet"
+            note = (f"Ours ({OURS}) at {claim['ours']} µs against {band}; no ranking follows from this pairing, "
+                    f"because the control's capture is {controls_row.get('status') or 'not judged'} there.")
+        elif not note:
+            note = f"No control judged the captures at {key}, so no ranking follows there."
+        claim.update(kind="note", note=arrows(note))
+    elif claim["ratio_value"] is None or claim["verdict"] is None:
+        if failed:
+            why = "; ".join(f"{c['impl']}'s check failed" for c in failed)
+            note = f"No ratio: {why} at this shape, so it was neither captured nor timed."
+        elif summary.text(r.get(f"{OURS}_vs_{control}")) == "different GPUs" or (summary.number(r.get("gpus")) or 1) > 1:
+            note = "No ratio: ours and the control were captured on different GPUs, and kernel times compare only within one GPU."
+        elif claim["ratio_value"] is not None:
+            note = (f"ours {claim['ours']} µs against the control's {claim['control']} µs, {claim['ratio_name']} "
+                    f"{claim['ratio']}; no verdict, as this table records no interval of the ratio.")
+        else:
+            note = f"No ratio: the comparison lacks a {OURS} or {control} kernel time at this shape."
+        claim.update(kind="none", note=note)
+    return claim
 
 
-def counters_context(frame: pd.DataFrame | None, op: str, shape: str, impls: list[str], control: str,
+def _count(claims: list[dict[str, Any]]) -> dict[str, int]:
+    out = {k: 0 for k in COUNT_KEYS}
+    for c in claims:
+        if c["rankable"] is False:
+            out[NOT_RANKED] += 1
+        elif c["kind"] == "none":
+            out[NO_VERDICT] += 1
+        else:
+            out[c["verdict"]] += 1
+    out["shapes"] = len(claims)
+    return out
+
+
+def _counts_text(counts: Mapping[str, int]) -> str:
+    parts = [f"{counts[v]} {v}" for v in stats.VERDICTS]
+    parts += [f"{counts[k]} {k}" for k in (NOT_RANKED, NO_VERDICT) if counts[k]]
+    return ", ".join(parts)
+
+
+# ------------------------------------------------------------------------------ one operation
+
+
+def counters_context(frame: Any, op: str, shape: str, impls: list[str], control: str,
                      counters_cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """The counters of one operation at its default shape for the report: one summary per
-    implementation (harness.counters.summarise), and ours (cuda) compared with the control on each
-    counter. `state` says why there are none: 'off' (config), 'unavailable' (with the reason),
-    'missing' (no table)."""
-
+    """The counters of one operation at its default shape: one summary per implementation
+    (harness.tables.counters.summarise), and ours compared with the control on each counter.
+    `state` says why there are none: 'off' (config), 'unavailable' (with the reason, one sentence),
+    'missing' (no table or no rows)."""
     if not counters_cfg.get("enabled"):
         return {"state": "off"}
-    if frame is None or frame.empty:
+    if frame is None or len(frame) == 0:
         return {"state": "missing"}
-    here = frame[(frame["op"] == op) & (frame["shape"] == shape)]
+    here = frame[(frame["op"].astype(str) == op) & (frame["shape"].astype(str) == shape)]
     if here.empty:
         return {"state": "missing"}
     calls = int(counters_cfg.get("iterations", 1))
     summaries = []
     for impl in impls:
-        rows = here[here["impl"] == impl].to_dict("records")
+        rows = here[here["impl"].astype(str) == impl].to_dict("records")
         if rows:
             summaries.append({"impl": impl, **ctr.summarise(rows, calls)})
     by_impl = {r["impl"]: r for r in summaries}
-    unavailable = [r for r in summaries if r["status"] == "unavailable"]
-    if unavailable and len(unavailable) == len(summaries):
-        return {"state": "unavailable", "reason": unavailable[0]["reason"]}
-    against = control if control != "cuda" else "triton"
-    comparison = None
-    if by_impl.get("cuda", {}).get("status") == "ok" and by_impl.get(against, {}).get("status") == "ok":
-        rows = ctr.compare(by_impl["cuda"], by_impl[against])
-        comparison = {"against": against, "rows": rows, "differ": [r for r in rows if r["differs"]],
-                      "same": [r for r in rows if not r["differs"]]}
+    not_ok = [r for r in summaries if r["status"] != "ok"]
+    if not_ok and len(not_ok) == len(summaries):
+        return {"state": "unavailable", "status": safe.plain(not_ok[0]["status"]),
+                "reason": sentence(not_ok[0].get("reason") or "no reason recorded")}
+    against = control if control != OURS else "triton"
+    comparison: dict[str, Any] | None = None
+    if by_impl.get(OURS, {}).get("status") == "ok" and by_impl.get(against, {}).get("status") == "ok":
+        compared = ctr.compare(by_impl[OURS], by_impl[against])
+        comparison = {"against": against, "rows": compared, "differ": [c for c in compared if c["differs"]],
+                      "same": [c for c in compared if not c["differs"]]}
+    table_rows = []
+    for r in summaries:
+        if r["status"] == "ok":
+            stalls = ", ".join(f"{name} {num(v, 1)}" for name, v in r.get("top_stalls", []))
+            table_rows.append([r["impl"], num(r.get("kernels"), 0), num(scaled(r.get("duration_ns"), 1e3)),
+                               pct_points(r.get("achieved_occupancy_pct")), pct_points(r.get("theoretical_occupancy_pct")),
+                               r.get("limiter") or "", num(r.get("registers_per_thread"), 0),
+                               num(scaled(r.get("dram_bytes_per_s"), 1e9), 0),
+                               pct_points(r.get("dram_pct_of_peak")), pct_points(r.get("l1_hit_rate_pct")),
+                               pct_points(r.get("l2_hit_rate_pct")),
+                               num(scaled(r.get("instructions"), 1e6)), stalls])
+        else:
+            table_rows.append([r["impl"], f"counters {r['status']}: {sentence(r.get('reason'))}"] + [""] * 11)
+    cols = [("impl", "l"), ("kernels", "r"), ("duration µs (ncu)", "r"), ("achieved occupancy", "r"),
+            ("theoretical occupancy", "r"), ("limited by", "l"), ("registers", "r"), ("DRAM GB/s", "r"),
+            ("DRAM % of peak", "r"), ("L1 hit", "r"), ("L2 hit", "r"), ("instructions (M)", "r"),
+            ("top stalls (warps per issue)", "l")]
+    comparison_text = ""
+    if comparison:
+        differ: list[dict[str, Any]] = comparison["differ"]
+        same: list[dict[str, Any]] = comparison["same"]
+        if differ:
+            parts = []
+            for c in differ:
+                delta = f"{c['delta']:+.1f} points" if c["kind"] == "points" else f"×{num(c['delta'])}"
+                parts.append(f"{c['label']} ({c['ours_text']} vs {c['control_text']}, {delta})")
+            comparison_text = f"Ours ({OURS}) against {against}: they differ in " + "; ".join(parts)
+        else:
+            comparison_text = f"Ours ({OURS}) against {against}: no counter differs"
+        if same:
+            comparison_text += (f"; within {num(ctr.DIFFER_POINTS, 0)} points or {num(ctr.DIFFER_RATIO * 100, 0)}% in "
+                                + ", ".join(c["label"] for c in same))
+        comparison_text += "."
     return {"state": "ok", "shape": shape, "impls": summaries, "comparison": comparison,
-            "differ_points": ctr.DIFFER_POINTS, "differ_ratio": ctr.DIFFER_RATIO}
+            "comparison_text": comparison_text, "table": table(cols, table_rows)}
 
 
-def _attach_measured(op: dict[str, Any]) -> None:
-    """Give each census row serving the default shape the counters measured there (achieved
-    occupancy, DRAM throughput, L2 hit rate), so compiler and measured columns sit side by side."""
-    counters = op.get("counters", {})
+def pct_points(value: Any) -> str:
+    v = summary.number(value)
+    return "n/a" if v is None else f"{v:.1f}%"
+
+
+def _span_facts(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the measuring step recorded of the spans' CPU: `state` 'exclusive' (every span ran
+    with the CPU to itself), 'shared' (some did not: `where`), or 'unknown' (not recorded)."""
+    recorded = [r for r in rows if summary.truth(r.get("exclusive")) is not None]
+    if not recorded:
+        return {"state": "unknown"}
+    shared = [r for r in recorded if summary.truth(r.get("exclusive")) is False]
+    threads = sorted({int(t) for t in (summary.number(r.get("threads")) for r in recorded) if t is not None})
+    if shared:
+        where = list(dict.fromkeys(f"{r['shape']} {r['impl']}" for r in shared))
+        return {"state": "shared", "where": ", ".join(where[:8]) + (f" and {len(where) - 8} more" if len(where) > 8 else ""),
+                "threads": threads}
+    return {"state": "exclusive", "threads": threads}
+
+
+def _op_context(cfg: Mapping[str, Any], op: str, spec: Mapping[str, Any], tables: Mapping[str, Any],
+                tctx: Mapping[str, Any], judged: bool, control: str, figure: str | None) -> dict[str, Any]:
+    sweep, kt, detail, span, check, census = (tables.get(k) for k in
+                                              ("sweep", "kernel_time", "kernel_time_detail", "span", "check", "census"))
+    shapes = list(dict.fromkeys([str(spec["default"]), *(str(s) for s in spec.get("sweep", []))]))
+    default = shapes[0]
+    sweep_rows = {str(r["shape"]): r for r in _rows(sweep, op=op)}
+    op_checks = _order(_rows(check, op=op), shapes)
+    flagged = {str(r.get("shape")) for r in _rows(tables.get("gpu_state"), op=op) if summary.truth(r.get("disturbed"))}
+    claims = [_shape_claim(op, s, sweep_rows.get(s), tctx, judged, control,
+                           [c for c in op_checks if str(c.get("shape")) == s], s in flagged) for s in shapes]
+    counts = _count(claims)
+    op_kt = _order(_rows(kt, op=op), shapes)
+    base_impls = [i for i in IMPL_ORDER if any(summary.number(r.get(f"{i}_us")) is not None for r in sweep_rows.values())
+                  or any(str(r.get("impl")) == i for r in op_kt)]
+    ratios = [(a, b) for a, b in summary.RATIOS if a in base_impls and b in base_impls]
+
+    # shape sweep
+    cols = [("shape", "l")] + [(f"{i} µs", "r") for i in base_impls]
+    for a, b in ratios:
+        cols.append((f"{a}/{b}", "r"))
+        if (a, b) == (OURS, control):
+            cols.append(("verdict", "l"))
+    rows = []
+    for c in claims:
+        r = sweep_rows.get(c["shape"], {})
+        row = [c["shape"]] + [num(r.get(f"{i}_us")) for i in base_impls]
+        for a, b in ratios:
+            name = f"{a}_over_{b}"
+            row.append(ratio_text(r.get(name), r.get(f"{name}_lo"), r.get(f"{name}_hi")))
+            if (a, b) == (OURS, control):
+                if c["rankable"] is False:
+                    status = (tctx["by_key"].get(f"{op} {c['shape']}") or {}).get("status")
+                    row.append(f"not ranked (control {status})" if status else "not ranked (no control row)")
+                elif c["verdict"] is None:
+                    row.append(c["recorded"] or "n/a")
+                else:
+                    row.append(c["verdict"] + (f" (recorded: {c['recorded']})" if c["recorded"] != c["verdict"] else ""))
+        rows.append(row)
+    sweep_table = table(cols, rows)
+
+    # distance from the ceilings
+    rate_rows = []
+    for r in op_kt:
+        rate_rows.append([r.get("shape"), r.get("impl"), num(scaled(r.get("bytes_moved"), 1e6), 1),
+                          num(scaled(r.get("flops"), 1e9), 2),
+                          us_text(r.get("kernel_time_us"), r.get("kernel_time_lo_us"), r.get("kernel_time_hi_us")),
+                          num(r.get("achieved_gbps"), 0), pct(r.get("copy_bw_fraction")),
+                          pct(r.get("same_size_copy_fraction")), num(r.get("achieved_tflops"), 2),
+                          pct(r.get("fp32_peak_fraction")), r.get("launch_path") or "n/a"])
+    rates = table([("shape", "l"), ("impl", "l"), ("MB moved", "r"), ("GFLOP", "r"), ("kernel µs [95% interval]", "r"),
+                   ("GB/s", "r"), ("of copy bw", "r"), ("of same-size copy", "r"), ("TFLOP/s", "r"),
+                   ("of FP32 peak", "r"), ("launch path", "l")], rate_rows)
+
+    # per kernel
+    det_rows = [[r.get("shape"), r.get("impl"), r.get("short_name"), num(r.get("per_iteration"), 2),
+                 num(scaled(r.get("median_ns"), 1e3)), num(scaled(r.get("min_ns"), 1e3)),
+                 num(scaled(r.get("max_ns"), 1e3)), r.get("grid"), r.get("block"),
+                 num(r.get("registers"), 0)] for r in _order(_rows(detail, op=op), shapes)]
+    kernel_detail = table([("shape", "l"), ("impl", "l"), ("kernel", "l"), ("launches/call", "r"), ("median µs", "r"),
+                           ("min µs", "r"), ("max µs", "r"), ("grid", "l"), ("block", "l"), ("registers", "r")], det_rows)
+
+    # spans
+    op_span = _order(_rows(span, op=op), shapes)
+    span_table = table([("shape", "l"), ("impl", "l"), ("median", "r"), ("mean", "r"), ("std", "r"), ("min", "r"),
+                        ("max", "r"), ("samples", "r"), ("launch path", "l"), ("CPU to itself", "l"), ("threads", "r")],
+                       [[r.get("shape"), r.get("impl"), num(r.get("span_median_us")), num(r.get("span_mean_us")),
+                         num(r.get("span_std_us")), num(r.get("span_min_us")), num(r.get("span_max_us")),
+                         num(r.get("samples"), 0), r.get("launch_path") or "n/a", _yes(r.get("exclusive")),
+                         num(r.get("threads"), 0)] for r in op_span])
+
+    # checks
+    check_rows = []
+    failed = []
+    for r in op_checks:
+        passed = summary.truth(r.get("passed"))
+        check_rows.append([r.get("shape"), r.get("impl"), "yes" if passed else "NO", sci(r.get("max_abs_err")),
+                           sci(r.get("max_rel_err")), sci(r.get("rel_l2_err")), f"{safe.plain(r.get('atol'))} / {safe.plain(r.get('rtol'))}"])
+        if passed is False:
+            failed.append({"impl": r.get("impl"), "shape": r.get("shape"),
+                           "error": sentence(r.get("error") or "its output disagreed with the reference")})
+    checks = table([("shape", "l"), ("impl", "l"), ("passed", "l"), ("max abs error", "r"), ("max rel error", "r"),
+                    ("rel L2 error", "r"), ("atol / rtol", "l")], check_rows)
+
+    # counters and census
+    impls_here = list(dict.fromkeys(str(r.get("impl")) for r in op_kt)) or base_impls
+    counters = counters_context(tables.get("counters"), op, default, impls_here, control, cfg.get("counters") or {})
     measured = {r["impl"]: r for r in counters.get("impls", []) if r.get("status") == "ok"}
-    for row in op["census"]:
-        served = [s.strip() for s in str(row.get("shapes", "")).replace(",", ";").split(";")]
-        m = measured.get(row.get("impl")) if op["default"] in served else None
-        row["measured"] = ({"achieved_occupancy_pct": m.get("achieved_occupancy_pct"),
-                            "dram_gbps": (m["dram_bytes_per_s"] / 1e9) if m.get("dram_bytes_per_s") is not None else None,
-                            "l2_hit_rate_pct": m.get("l2_hit_rate_pct")} if m else None)
+    census_rows = []
+    for r in _rows(census, op=op):
+        served = [s.strip() for s in str(r.get("shapes") or "").replace(",", ";").split(";")]
+        m = measured.get(str(r.get("impl"))) if (default in served or default.split("-", 1)[0] in served) else None
+        census_rows.append([r.get("impl"), r.get("kernel"), r.get("specialization"), r.get("shapes"), num(r.get("block"), 0),
+                            num(r.get("registers"), 0), f"{num(r.get('spill_stores'), 0)}/{num(r.get('spill_loads'), 0)}",
+                            num(r.get("stack_bytes"), 0), num(r.get("static_smem"), 0),
+                            "/".join(num(r.get(f"ld_global_{w}"), 0) for w in (128, 64, 32)),
+                            "/".join(num(r.get(f"st_global_{w}"), 0) for w in (128, 64, 32)), num(r.get("barriers"), 0),
+                            pct_points(m.get("achieved_occupancy_pct")) if m else "–",
+                            num(scaled(m.get("dram_bytes_per_s"), 1e9), 0) if m else "–",
+                            pct_points(m.get("l2_hit_rate_pct")) if m else "–",
+                            (safe.plain(r.get("source_sha256"))[:12] or "n/a"), r.get("compiler") or "n/a"])
+    census_table = table([("impl", "l"), ("kernel", "l"), ("specialization", "l"), ("serves shapes", "l"), ("block", "r"),
+                          ("registers", "r"), ("spills (st/ld B)", "l"), ("stack B", "r"), ("smem B", "r"),
+                          ("global ld 128/64/32", "l"), ("global st 128/64/32", "l"), ("barriers", "r"),
+                          ("achieved occupancy", "r"), ("DRAM GB/s", "r"), ("L2 hit", "r"), ("source sha256", "l"),
+                          ("compiler", "l")], census_rows)
+
+    default_spans = {str(r.get("impl")): num(r.get("span_median_us")) + (f" ({r['launch_path']})" if r.get("launch_path") else "")
+                     for r in op_span if str(r.get("shape")) == default}
+    disturbed = [r for r in _rows(tables.get("gpu_state"), op=op) if summary.truth(r.get("disturbed"))]
+    above = [r for r in tctx["above"] if str(r.get("op")) == op]
+    bits = [f"{len(shapes)} shape{'s' if len(shapes) != 1 else ''}: {_counts_text(counts)}"]
+    bits.append("every check passed" if not failed else f"{len(failed)} check{'s' if len(failed) > 1 else ''} failed")
+    if above:
+        bits.append(f"control above its band at {len(above)}")
+    if disturbed:
+        bits.append(f"{len({(str(r['shape'])) for r in disturbed})} disturbed group(s)")
+    return {
+        "name": op, "default": default, "shapes": shapes, "claims": claims, "claim": claims[0], "counts": counts,
+        "summary_line": f"{op}: " + "; ".join(bits), "figure": figure, "sweep": sweep_table, "rates": rates,
+        "kernel_detail": kernel_detail, "span": span_table, "span_facts": _span_facts(op_span), "checks": checks,
+        "default_spans": default_spans,
+        "failed": failed, "all_checks_passed": not failed and bool(op_checks), "census": census_table,
+        "counters": counters, "memory_bound": all((summary.number(r.get("flops")) or 0) == 0 for r in sweep_rows.values()),
+        "impls": base_impls, "external": "external" in base_impls,
+    }
 
 
-def gpu_groups(kt: pd.DataFrame) -> dict[str, Any] | None:
+# ------------------------------------------------------------------------------ the namespace
+
+
+def gpu_groups(kt: Any) -> dict[str, Any] | None:
     """Which GPUs measured the namespace, and every (op, shape) group whose captures came from more
     than one (their ratios are left out of every table); None where the table records no GPU."""
-    if "gpu_uuid" not in kt or kt["gpu_uuid"].dropna().empty:
+    if kt is None or "gpu_uuid" not in kt or kt["gpu_uuid"].dropna().empty:
         return None
     known = kt.dropna(subset=["gpu_uuid"])
     split = [{"op": op, "shape": shape, "gpus": sorted(str(u) for u in grp["gpu_uuid"].unique())}
@@ -205,90 +480,191 @@ def gpu_groups(kt: pd.DataFrame) -> dict[str, Any] | None:
     return {"uuids": sorted(str(u) for u in known["gpu_uuid"].unique()), "split": split}
 
 
-def variants_context(frame: pd.DataFrame | None) -> dict[str, Any] | None:
+def variants_context(frame: Any) -> dict[str, Any] | None:
     """The variants measured in this run against their bases (tables/variants.csv), and which were
-    not kept (harness.variants.outcomes)."""
-
-    if frame is None or frame.empty:
-        return None
+    not kept; None where the table is absent or empty."""
     rows = _records(frame)
+    if not rows:
+        return None
     outcomes = variants.outcomes(rows)
-    return {"rows": rows, "outcomes": outcomes, "not_kept": [o for o in outcomes if o["outcome"] == "not kept"],
-            "candidates": [o for o in outcomes if o["outcome"] == "candidate"]}
+    measured = table([("op", "l"), ("variant", "l"), ("shape", "l"), ("base µs", "r"), ("variant µs", "r"),
+                      ("variant/base", "r"), ("verdict", "l")],
+                     [[r.get("op"), r.get("variant"), r.get("shape"), num(r.get("base_us")), num(r.get("variant_us")),
+                       ratio_text(r.get("ratio"), r.get("ratio_lo"), r.get("ratio_hi")),
+                       summary.verdict(r.get("verdict")) or safe.plain(r.get("verdict")) or "n/a"] for r in rows])
+
+    def span_of(o: Mapping[str, Any]) -> str:
+        return f"{num(o['ratio_min'], 3)}–{num(o['ratio_max'], 3)}"
+
+    not_kept = [o for o in outcomes if o["outcome"] == "not kept"]
+    tried = table([("op", "l"), ("variant", "l"), ("what it changes", "l"), ("shapes", "r"),
+                   ("faster / slower / same / can't tell", "l"), ("variant/base", "l")],
+                  [[o["op"], o["variant"], o["description"], o["shapes"],
+                    " / ".join(str(o["counts"][v]) for v in stats.VERDICTS), span_of(o)] for o in not_kept])
+    candidates = [{"variant": o["variant"], "base": o["base"], "span": span_of(o)} for o in outcomes if o["outcome"] == "candidate"]
+    return {"rows": rows, "outcomes": outcomes, "measured": measured, "not_kept": not_kept, "tried": tried,
+            "candidates": candidates}
 
 
-def cross_check_context(frame: pd.DataFrame | None, cc: Mapping[str, Any]) -> dict[str, Any] | None:
+def cross_check_context(frame: Any, cc: Mapping[str, Any]) -> dict[str, Any] | None:
     """The cross-check rows, those that disagree and those not compared (with the reason)."""
     if frame is None:
         return None
     rows = _records(frame)
     compared = [r for r in rows if r.get("status") == "ok"]
-    return {"rows": rows if cc.get("enabled", True) else [], "compared": len(compared),
-            "disagree": [r for r in compared if str(r.get("agree")).lower() != "true"],
-            "skipped": [r for r in rows if r.get("status") != "ok"],
-            "replays": cc.get("replays"), "max_seconds": cc.get("max_seconds", 1.0), "rtol": cc.get("rtol", 0.1), "atol_us_per_kernel": cc.get("atol_us_per_kernel", 0)}
+    disagree = [r for r in compared if summary.truth(r.get("agree")) is not True]
+    shown = rows if cc.get("enabled", True) else []
+    tab = table([("op", "l"), ("shape", "l"), ("impl", "l"), ("kernels per call", "r"), ("nsys kernel µs", "r"),
+                 ("graph replay µs (median, min–max)", "l"), ("difference µs", "r"), ("allowed µs", "r"), ("agree", "l")],
+                [[r.get("op"), r.get("shape"), r.get("impl"), num(r.get("kernels_per_call"), 0), num(r.get("kernel_time_us")),
+                  (f"{num(r.get('graph_median_us'))} ({num(r.get('graph_min_us'))}–{num(r.get('graph_max_us'))})"
+                   if r.get("status") == "ok" else safe.plain(r.get("status"))),
+                  f"{summary.number(r.get('difference_us')):+.2f}" if summary.number(r.get("difference_us")) is not None else "",
+                  num(r.get("allowed_us")),
+                  ("yes" if summary.truth(r.get("agree")) else "NO") if r.get("status") == "ok" else "n/a"] for r in shown])
+    return {"rows": shown, "compared": len(compared), "disagree": disagree,
+            "skipped": [r for r in rows if r.get("status") != "ok"], "table": tab,
+            "replays": cc.get("replays"), "max_seconds": cc.get("max_seconds", 1.0), "rtol": cc.get("rtol", 0.1),
+            "atol_us_per_kernel": cc.get("atol_us_per_kernel", 0)}
 
 
-def _flagged(frame: pd.DataFrame, column: str) -> pd.Series:
-    """Rows whose boolean column is true (the CSVs hold it as True/False or true/false)."""
-    return frame[column].astype(str).str.lower() == "true"
-
-
-def gpu_quiet(state: pd.DataFrame | None) -> dict[str, Any] | None:
-    """The GPU's state before the captures, in ranges ('quiet GPU at 0% / 76-110 W'), and the
-    captures marked as disturbed, from gpu_state.csv; None where the table is absent or empty."""
-    if state is None or state.empty:
+def gpu_quiet(state: Any) -> dict[str, Any] | None:
+    """The GPU's state before the captures, in ranges ('0' / '76-110' W), the captures marked
+    disturbed, and a table with one row per (op, shape) group, from gpu_state.csv; None where the
+    table is absent or empty."""
+    if state is None or len(state) == 0:
         return None
-    def span_of(col: str) -> str:
-        vals = pd.to_numeric(state[col], errors="coerce").dropna()
-        if vals.empty:
+
+    def span_of(values: Sequence[Any]) -> str:
+        vals = [v for v in (summary.number(x) for x in values) if v is not None]
+        if not vals:
             return "n/a"
-        lo, hi = vals.min(), vals.max()
+        lo, hi = min(vals), max(vals)
         return f"{lo:g}" if lo == hi else f"{lo:g}-{hi:g}"
-    disturbed = state[_flagged(state, "disturbed")]
+
+    rows = _records(state)
+    disturbed = [{"op": r.get("op"), "shape": r.get("shape"), "impl": r.get("impl"), "flags": r.get("flags")}
+                 for r in rows if summary.truth(r.get("disturbed"))]
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((str(r.get("op")), str(r.get("shape"))), []).append(r)
+    tab = table([("op", "l"), ("shape", "l"), ("captures", "r"), ("utilisation before %", "r"), ("power before W", "r"),
+                 ("SM clock MHz", "r"), ("other processes", "r"), ("waited s", "r"), ("disturbed", "l")],
+                [[op, shape, len(g), span_of([r.get("before_utilization_pct") for r in g]),
+                  span_of([r.get("before_power_w") for r in g]), span_of([r.get("before_sm_clock_mhz") for r in g]),
+                  span_of([r.get("before_compute_processes") for r in g]),
+                  num(max((summary.number(r.get("waited_s")) or 0.0) for r in g), 1),
+                  "; ".join(dict.fromkeys(safe.plain(r.get("flags")) for r in g if summary.truth(r.get("disturbed"))))
+                  or "no"] for (op, shape), g in groups.items()])
     return {
-        "captures": len(state), "utilization": span_of("before_utilization_pct"), "power": span_of("before_power_w"),
-        "sm_clock": span_of("before_sm_clock_mhz"), "processes": span_of("before_compute_processes"),
-        "waited_max_s": float(pd.to_numeric(state["waited_s"], errors="coerce").fillna(0).max()),
-        "disturbed": _records(disturbed[["op", "shape", "impl", "flags"]]),
+        "captures": len(rows), "utilization": span_of([r.get("before_utilization_pct") for r in rows]),
+        "power": span_of([r.get("before_power_w") for r in rows]),
+        "sm_clock": span_of([r.get("before_sm_clock_mhz") for r in rows]),
+        "processes": span_of([r.get("before_compute_processes") for r in rows]),
+        "waited_max_s": max((summary.number(r.get("waited_s")) or 0.0) for r in rows),
+        "disturbed": disturbed, "table": tab,
     }
 
 
-def load_flags(state: pd.DataFrame | None, controls: pd.DataFrame | None, op: str) -> dict[str, Any]:
-    """What says an operation's captures were not taken on a quiet GPU: its captures that NVML saw
-    disturbed (gpu_state.csv: another compute process or a slowing throttle reason during the
-    capture) and the shapes whose control came back above its band (controls.csv). Both are put at
-    the operation's claim and in the issue comment, not only in the method section."""
-    disturbed: list[dict[str, Any]] = []
-    if state is not None and not state.empty and "disturbed" in state:
-        rows = state[(state["op"] == op) & _flagged(state, "disturbed")]
-        disturbed = _records(rows[["shape", "impl", "flags"]])
-    under_load: list[dict[str, Any]] = []
-    if controls is not None and not controls.empty and "under_load" in controls:
-        rows = controls[(controls["op"] == op) & _flagged(controls, "under_load")]
-        under_load = _records(rows[["shape", "control", "kernel_time_us", "band_lo_us", "band_hi_us"]])
-    captures = int((state["op"] == op).sum()) if state is not None and not state.empty else 0
-    return {"disturbed": disturbed, "under_load": under_load, "captures": captures,
-            "any": bool(disturbed or under_load)}
+def _drift_rows(rows: list[dict[str, Any]]) -> list[list[Any]]:
+    out = []
+    for r in rows:
+        role = safe.plain(r.get("role"))
+        if not role:  # a drift.csv written before roles: its unchanged rows of ours bounded it
+            impl = str(r.get("impl"))
+            role = ("library" if impl in trust.LIBRARY_IMPLS else
+                    "bound" if summary.truth(r.get("unchanged_kernel")) else "excluded")
+        reason = safe.plain(r.get("reason"))
+        bounds = "yes" if role == "bound" else (f"no, {role}: {reason}" if reason else f"no, {role}")
+        change = summary.number(r.get("change_pct"))
+        out.append([r.get("op"), r.get("shape"), r.get("impl"), num(r.get("before_us")), num(r.get("after_us")),
+                    f"{change:+.1f}%" if change is not None else "n/a", _yes(r.get("unchanged_kernel")), bounds])
+    return out
 
 
-def spans_shared_cpu(cfg: Mapping[str, Any], provenance: Mapping[str, Any]) -> dict[str, int] | None:
-    """Whether the run's event spans may have shared the CPU with other jobs: the spans were not
-    exclusive (`span.exclusive` false, or a configuration from before the key existed) and a
-    command of the run allowed more than one job at once (`--cores N`, `--resources gpu=K`).
-    Returns the largest N and K seen, or None. A span times the launch path on the CPU: on the
-    H200 such spans came out up to 1.56x longer (h200-ops-1 against h200-ops-solo-1)."""
+def _trust_section(tctx: Mapping[str, Any]) -> dict[str, Any]:
+    controls = table([("op", "l"), ("shape", "l"), ("control µs", "r"), ("band µs", "l"), ("observed µs", "l"),
+                      ("earlier namespaces", "r"), ("status", "l"), ("rankable", "l")],
+                     [[r.get("op"), r.get("shape"), num(r.get("kernel_time_us")),
+                       f"{num(r.get('band_lo_us'))}–{num(r.get('band_hi_us'))}" if summary.number(r.get("band_lo_us")) is not None else "n/a",
+                       ("n/a" if summary.number(r.get("observed_min_us")) is None else
+                        num(r.get("observed_min_us")) if r.get("observed_min_us") == r.get("observed_max_us") else
+                        f"{num(r.get('observed_min_us'))}–{num(r.get('observed_max_us'))}"),
+                       num(r.get("n_namespaces"), 0), r.get("status") or "n/a", "yes" if r.get("rankable") else "no"]
+                      for r in tctx["controls"]])
+    notes = list(dict.fromkeys(arrows(r.get("note")) for r in [*tctx["outside"], *tctx["suspect"], *tctx["establishing"]]
+                               if r.get("note")))
+    bound = tctx.get("bound")
+    drift = table([("op", "l"), ("shape", "l"), ("impl", "l"), ("earlier µs", "r"), ("this run µs", "r"), ("change", "r"),
+                   ("same census", "l"), ("bounds drift", "l")], _drift_rows(tctx["drift"]))
+    return {"controls": controls, "notes": notes, "drift": drift,
+            "bound_sentence": arrows(bound.get("sentence") or bound.get("summary")) if bound else "",
+            "changed_summary": arrows(bound.get("changed_summary")) if bound else "",
+            "excluded_summary": arrows(bound.get("excluded_summary")) if bound else ""}
 
-    if (cfg.get("span") or {}).get("exclusive", False):
-        return None
-    cores = gpus = 1
-    for command in provenance.get("commands") or []:
-        text = str(command)
-        for m in re.finditer(r"(?:--cores|-c|-j|--jobs)[ =](\d+)", text):
-            cores = max(cores, int(m.group(1)))
-        for m in re.finditer(r"\bgpu=(\d+)", text):
-            gpus = max(gpus, int(m.group(1)))
-    return {"cores": cores, "gpu_jobs": gpus} if cores > 1 or gpus > 1 else None
+
+def build_context(cfg: Mapping[str, Any], tables: Mapping[str, Any], provenance: Mapping[str, Any],
+                  figures: Mapping[str, str] | None = None, overview: str | None = None) -> dict[str, Any]:
+    """Everything the templates print, from the loaded tables (name -> DataFrame), the provenance
+    and the config: `figures` maps an operation to its sweep figure's path relative to the field
+    note, `overview` is the overview figure's. Numbers are formatted here; strings from tables
+    and configs are left as they are, for the templates to escape."""
+    control = _control_of(cfg)
+    judged = tables.get("controls") is not None and len(tables["controls"]) > 0
+    tctx = trust.report_context(tables.get("controls"), tables.get("drift"), counters=tables.get("counters"),
+                                check=tables.get("check"), kernel_time=tables.get("kernel_time"),
+                                gpu_state=tables.get("gpu_state"))
+    kind = summary.interval_kind(tables.get("sweep"))
+    sweep = tables.get("sweep")
+    rounds = sorted({int(v) for v in (summary.number(x) for x in (sweep["rounds"] if sweep is not None and "rounds" in sweep
+                                                                  else [])) if v is not None})
+    operations = [_op_context(cfg, str(op), spec, tables, tctx, judged, control, (figures or {}).get(str(op)))
+                  for op, spec in cfg["operations"].items()]
+    total = {k: sum(o["counts"][k] for o in operations) for k in (*COUNT_KEYS, "shapes")}
+    legacy = sorted({c["recorded"] for o in operations for c in o["claims"]
+                     if c["recorded"] in summary.LEGACY_VERDICTS})
+    taken: set[str] = set()
+    toc = [{"title": o["name"], "anchor": anchor(o["name"], taken)} for o in operations]
+    for o, t in zip(operations, toc, strict=True):
+        o["anchor"] = t["anchor"]
+    sections = {}
+    for key, title in (("trust", "Controls and drift"), ("variants", "What was tried and not kept"),
+                       ("cross_check", "Cross-check against graph replay"), ("gpu_state", "GPU state"),
+                       ("method", "Method and provenance"), ("limits", "What these numbers do not establish")):
+        sections[key] = {"title": title, "anchor": anchor(title, taken)}
+        toc.append(sections[key])
+    gpus = provenance.get("gpus") or []
+    git = provenance.get("git") or {}
+    cross = cross_check_context(tables.get("cross_check"), cfg.get("cross_check") or {})
+    commands = summary.commands(provenance)
+    counters_states = {o["counters"]["state"] for o in operations}
+    return {
+        "namespace": cfg["namespace"], "cache_mode": cfg.get("cache_mode", "hot"), "capture": cfg.get("capture") or {},
+        "span_cfg": cfg.get("span") or {}, "arch": cfg.get("arch") or (provenance.get("config") or {}).get("arch"),
+        "operations": operations, "provenance": provenance, "gpu_name": gpu_label(gpus),
+        "commit": safe.plain(git.get("commit")) or "unknown", "dirty": git.get("dirty"),
+        "date": safe.plain(provenance.get("date_utc")) or "unknown", "host": safe.plain(provenance.get("host")),
+        "versions": provenance.get("versions") or {}, "commands": commands,
+        "config_sha256": provenance.get("config_sha256") or "n/a",
+        "reading_link": safe.Trusted(READING_LINK), "reading": READING, "overview": overview,
+        "control": control, "ours": OURS, "library": LIBRARY, "impl_label": IMPL_LABEL,
+        "interval": kind, "legacy": legacy, "judged": judged, "rounds": "/".join(str(r) for r in rounds),
+        "margin": kind["margin"], "margin_pct": f"{kind['margin'] * 100:g}%" if kind["margin"] is not None else None,
+        "counts": total, "count_keys": COUNT_KEYS, "verdicts": stats.VERDICTS,
+        "flags": tctx["flags"], "trust": tctx, "trust_section": _trust_section(tctx), "toc": toc, "sections": sections,
+        "ceilings": _records(tables.get("ceilings")), "gpu_quiet": gpu_quiet(tables.get("gpu_state")),
+        "cross_check": cross, "variants": variants_context(tables.get("variants")),
+        "gpu_groups": gpu_groups(tables.get("kernel_time")),
+        "counters_read": "ok" in counters_states, "counters_states": sorted(counters_states),
+        "not_ranked": [c for o in operations for c in o["claims"] if c["kind"] != "ratio"],
+        "field_note_path": f"report/{cfg['namespace']}/field_note.md",
+        "bundle_path": f"bundles/{cfg['namespace']}.evidence.tar.gz",
+        "page_path": f"report/{cfg['namespace']}/index.html",
+        "summary_path": f"artifacts/{cfg['namespace']}/summary.json",
+    }
+
+
+# ------------------------------------------------------------------------------ loading and rendering
 
 
 TABLES = ("kernel_time", "kernel_time_detail", "span", "check", "sweep", "census", "ceilings", "controls", "drift",
@@ -304,28 +680,203 @@ def table_inputs(ns_dir: str | Path) -> dict[str, str]:
     return inputs
 
 
-def load_tables(inputs: Mapping[str, str]) -> dict[str, pd.DataFrame]:
-    return {n: pd.read_csv(inputs[n]) for n in TABLES if n in inputs}
+def load_tables(inputs: Mapping[str, str]) -> dict[str, Any]:
+    """The tables among `inputs` (name -> CSV path), identifying columns read as text."""
+    return {n: history.read_table(inputs[n]) for n in TABLES if n in inputs}
 
 
-def _write(text: str, path: str | Path) -> None:
+def _md_finalize(value: Any) -> str:
+    return str(value) if isinstance(value, safe.Trusted) else safe.md_text(value)
 
-    write_text(text, path)
+
+def _html_finalize(value: Any) -> Any:
+    return value if hasattr(value, "__html__") else safe.visible(value)
+
+
+def _md_html(value: Any) -> safe.Trusted:
+    return safe.Trusted(safe.md_html(value))
+
+
+_CODE = re.compile(r"[A-Za-z0-9 ._/=:,+-]+")
+"""What a code span of a report may hold: text from a table or config with anything else is printed
+as escaped plain text instead (a backtick would end the span, and nothing is escaped inside one)."""
+
+
+def _md_code(value: Any) -> safe.Trusted:
+    text = safe.plain(value)
+    return safe.Trusted(f"`{text}`" if _CODE.fullmatch(text) else safe.md_text(text))
+
+
+def _html_code(value: Any) -> Any:
+    import markupsafe
+
+    return markupsafe.Markup("<code>{}</code>").format(safe.visible(value))
+
+
+def md_table(t: Mapping[str, Any]) -> safe.Trusted:
+    """A table of the context as a GitHub markdown table, every cell escaped (safe.md_cell)."""
+    if not t["rows"]:
+        return safe.Trusted("(No rows.)")
+    def cell(value: Any) -> str:
+        return str(value) if isinstance(value, safe.Trusted) else safe.md_cell(value)
+
+    head = "|" + "".join(f" {cell(c)} |" for c in t["columns"])
+    rule = "|" + "".join("---:|" if a == "r" else "---|" for a in t["align"])
+    body = ["|" + "".join(f" {cell(c)} |" for c in row) for row in t["rows"]]
+    return safe.Trusted("\n".join([head, rule, *body]))
+
+
+def fold(line: Any) -> safe.Trusted:
+    """The opening of a section GitHub shows folded, `line` its one-line summary; the blank line
+    after it lets markdown inside render."""
+    return safe.Trusted(f"<details><summary>{_md_html(line)}</summary>\n")
+
+
+def unfold() -> safe.Trusted:
+    """The end of a folded section, after a blank line."""
+    return safe.Trusted("\n</details>")
+
+
+def _environment(kind: str) -> Any:
+    import jinja2
+
+    html = kind == "html"
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
+                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=html,
+                             finalize=_html_finalize if html else _md_finalize)
+    if html:
+        env.filters["code"] = _html_code
+    else:
+        env.filters["raw_html"] = _md_html
+        env.filters["code"] = _md_code
+        env.globals.update(md_table=md_table, fold=fold, unfold=unfold)
+    env.filters["num"] = num
+    return env
+
+
+def render_markdown(template: str, ctx: Mapping[str, Any]) -> str:
+    """One markdown template of report/templates/ rendered with the context."""
+    return str(_environment("md").get_template(template).render(**ctx))
+
+
+def inline_svg(svg: str, prefix: str) -> str:
+    """An SVG file's text made fit to sit inside an HTML page: no XML prolog, doctype, metadata,
+    comment or namespace declaration (nothing that names a remote address), and every id prefixed so that
+    several figures on one page never share one. EvidenceError (one sentence) for text that holds
+    a script, a foreign object or a reference to anything outside the figure."""
+    text = re.sub(r"<\?xml[^>]*\?>", "", svg)
+    text = re.sub(r"<!DOCTYPE[^>]*>", "", text)
+    text = re.sub(r"<metadata>.*?</metadata>", "", text, flags=re.DOTALL)
+    text = re.sub(r"<!--.*?-->", "", text, flags=re.DOTALL)
+    text = re.sub(r'\s+xmlns(:\w+)?="[^"]*"', "", text)
+    text = re.sub(r'\bid="([^"]+)"', lambda m: f'id="{prefix}-{m.group(1)}"', text)
+    text = re.sub(r'(href=")#([^"]+)"', lambda m: f'{m.group(1)}#{prefix}-{m.group(2)}"', text)
+    text = re.sub(r"url\(#([^)]+)\)", lambda m: f"url(#{prefix}-{m.group(1)})", text)
+    if re.search(r"<script|<foreignObject|href=\"(?!#)|url\((?!#)|@import|\son\w+=", text, flags=re.IGNORECASE):
+        raise EvidenceError(f"The figure {prefix} holds a script or a reference outside itself, so it is not inlined.")
+    return text.strip()
+
+
+def render_html(ctx: Mapping[str, Any], svgs: Mapping[str, Path | str]) -> str:
+    """The page: one self-contained HTML document from the same context as the markdown, every
+    figure in `svgs` (op name or 'overview' -> SVG path) inlined."""
+    import markupsafe
+
+    inlined = {}
+    for i, (name, path) in enumerate(svgs.items()):
+        inlined[name] = markupsafe.Markup(inline_svg(Path(path).read_text(), f"fig{i}"))
+    return str(_environment("html").get_template("page.html.j2").render(**ctx, svg=inlined))
+
+
+def _draw(cfg: Mapping[str, Any], loaded: Mapping[str, Any], paths: Mapping[str, Path], overview: Path | None,
+          not_ranked: set[tuple[str, str]]) -> None:
+    sweep = loaded.get("sweep")
+    if sweep is None:
+        raise EvidenceError("The namespace has no sweep table, so no figure can be drawn.")
+    control = _control_of(cfg)
+    for op, path in paths.items():
+        figs.sweep_figure(sweep, op, path, control=control, cache_mode=str(cfg.get("cache_mode", "hot")))
+    if overview is not None:
+        defaults = {str(op): str(spec["default"]) for op, spec in cfg["operations"].items()}
+        figs.overview_figure(sweep, defaults, overview, control=control, ours=OURS,
+                             cache_mode=str(cfg.get("cache_mode", "hot")), not_ranked=not_ranked)
+
+
+def output_paths(namespace: str, operations: Sequence[str], artifacts: str | Path = "artifacts",
+                 reports: str | Path = "report") -> dict[str, Any]:
+    """Where a namespace's render writes: both reports, the page and the figures under
+    report/<ns>/, the machine-readable summary beside its tables (artifacts/<ns>/summary.json)."""
+    rep, art = Path(reports) / namespace, Path(artifacts) / namespace
+    return {"field_note": rep / "field_note.md", "issue_comment": rep / "issue_comment.md", "html": rep / "index.html",
+            "overview": rep / "figures" / "overview.svg", "summary": art / "summary.json",
+            "figures": [rep / "figures" / f"{op}_sweep.svg" for op in operations]}
+
+
+def render_namespace(cfg: Mapping[str, Any], inputs: Mapping[str, str], outputs: Mapping[str, Any]) -> None:
+    """render_reports with every output of output_paths (or a dict of the same keys)."""
+    render_reports(cfg, inputs, outputs["field_note"], outputs["issue_comment"], [str(f) for f in outputs["figures"]],
+                   html=outputs["html"], summary=outputs["summary"], overview=outputs["overview"])
 
 
 def render_reports(cfg: Mapping[str, Any], inputs: Mapping[str, str], field_note: str | Path, issue_comment: str | Path,
-                   figures: list[str] | None = None) -> None:
-    """Render both reports; with `figures` (one SVG path per operation, named '<op>_sweep.svg'),
-    draw each operation's sweep figure from the sweep table and link it from the field note."""
+                   figures: list[str] | None = None, *, html: str | Path | None = None,
+                   summary: str | Path | None = None, overview: str | Path | None = None) -> None:
+    """Render the field note and the issue comment; with `figures` (one SVG path per operation,
+    named '<op>_sweep.svg'), draw each operation's sweep figure and link it from the field note;
+    with `overview`, draw the overview figure (every operation at its default shape) and link it;
+    with `html`, write the self-contained page (its figures inlined, drawn into a temporary folder
+    where they were not asked for); with `summary`, write the machine-readable summary there."""
     provenance = json.loads(Path(inputs["provenance"]).read_text())
     loaded = load_tables(inputs)
-    links: dict[str, str] = {}
-    for path in figures or []:
+    note_dir = Path(field_note).parent
+    paths = {Path(p).name.removesuffix("_sweep.svg"): Path(p) for p in figures or []}
+    base = build_context(cfg, loaded, provenance)  # what the figures need: which claims rank nothing
+    not_ranked = {(c["op"], c["shape"]) for c in base["not_ranked"] if c["rankable"] is False}
+    _draw(cfg, loaded, paths, Path(overview) if overview else None, not_ranked)
+    links = {op: os.path.relpath(p, note_dir) for op, p in paths.items()}
+    over = os.path.relpath(overview, note_dir) if overview else None
+    ctx = build_context(cfg, loaded, provenance, {op: safe.Trusted(_link(v)) for op, v in links.items()},
+                        safe.Trusted(_link(over)) if over else None)
+    write_text(render_markdown("field_note.md.j2", ctx), field_note)
+    comment = render_markdown("issue_comment.md.j2", ctx)
+    if len(comment) > COMMENT_LIMIT:
+        raise EvidenceError(f"The issue comment has {len(comment)} characters, over GitHub's limit of {COMMENT_LIMIT}.")
+    write_text(comment, issue_comment)
+    if html is not None:
+        ops = [str(op) for op in cfg["operations"]]
+        with tempfile.TemporaryDirectory(prefix="report-figures-") as tmp:
+            svgs: dict[str, Path] = {}
+            todo = {op: Path(tmp) / f"{op}_sweep.svg" for op in ops if op not in paths}
+            over_path = Path(overview) if overview else Path(tmp) / "overview.svg"
+            _draw(cfg, loaded, todo, None if overview else over_path, not_ranked)
+            svgs["overview"] = over_path
+            for op in ops:
+                svgs[op] = paths.get(op) or todo[op]
+            write_text(render_html(ctx, svgs), html)
+    if summary is not None:
+        _write_summary(cfg, loaded, provenance, summary)
 
-        op = Path(path).name.removesuffix("_sweep.svg")
-        sweep_figure(loaded["sweep"][loaded["sweep"]["op"] == op], op, Path(path), cache_mode=str(cfg["cache_mode"]))
-        links[op] = os.path.relpath(path, Path(field_note).parent)
-    ctx = build_context(cfg, loaded, provenance, links)
-    env = _env()
-    _write(env.get_template("field_note.md.j2").render(**ctx), field_note)
-    _write(env.get_template("issue_comment.md.j2").render(**ctx), issue_comment)
+
+def _write_summary(cfg: Mapping[str, Any], loaded: Mapping[str, Any], provenance: Mapping[str, Any],
+                   path: str | Path) -> None:
+    summary.write(summary.build(loaded, provenance, control=_control_of(cfg)), path)
+
+
+def _link(path: str) -> str:
+    """A figure's relative path as a markdown link target: forward slashes, and only the
+    characters a file name of ours has."""
+    out = path.replace(os.sep, "/")
+    if not re.fullmatch(r"[A-Za-z0-9_./-]+", out):
+        raise EvidenceError(f"The figure path {out!r} holds characters a link of the report does not carry.")
+    return out
+
+
+def comment_length(cfg: Mapping[str, Any], tables: Mapping[str, Any], provenance: Mapping[str, Any]) -> int:
+    """The characters of the issue comment these tables give (GitHub counts characters)."""
+    return len(render_markdown("issue_comment.md.j2", build_context(cfg, tables, provenance)))
+
+
+__all__ = ["COMMENT_LIMIT", "IMPL_LABEL", "IMPL_ORDER", "READING", "TABLES", "anchor", "build_context",
+           "comment_length", "counters_context", "cross_check_context", "gpu_groups", "gpu_label", "gpu_quiet",
+           "inline_svg", "load_tables", "md", "num", "render_html", "render_markdown", "render_reports",
+           "table_inputs", "variants_context"]

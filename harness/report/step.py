@@ -10,15 +10,13 @@ from typing import Any
 
 from harness.io import write_json
 from harness.report.provenance import collect
-from harness.report.render import render_reports
-from harness.tables import derive
+from harness.report.render import render_namespace
 
 
-def provenance(cfg: dict[str, Any], capture_metas: list[str], commands_file: str, out: str) -> None:
+def provenance(cfg: dict[str, Any], records: list[str], commands_file: str, out: str) -> None:
+    write_json(collect(cfg, [json.loads(Path(p).read_text()) for p in records], commands_file), out)
 
-    write_json(collect(cfg, [json.loads(Path(p).read_text()) for p in capture_metas if derive.measured_file(p)], commands_file), out)
 
-
-def render(cfg: dict[str, Any], inputs: dict[str, str], field_note: str, issue_comment: str, figures: list[str]) -> None:
-
-    render_reports(cfg, inputs, field_note, issue_comment, figures)
+def render(cfg: dict[str, Any], inputs: dict[str, str], outputs: dict[str, Any]) -> None:
+    """Both reports, the page, the figures and the summary (render.output_paths' keys)."""
+    render_namespace(cfg, inputs, outputs)

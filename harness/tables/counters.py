@@ -80,6 +80,30 @@ def read_raw_csv(path: str | Path) -> list[dict[str, Any]]:
     return kernels
 
 
+PUSH_POP_COLUMN = "thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg"
+"""The raw export's column holding the NVTX push/pop ranges open over each kernel's launch."""
+
+ROUND_RANGE = re.compile(r"capture/([^/:\"\s]+)/(\d+)")
+
+
+def by_implementation(kernels: list[dict[str, Any]], impls: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+    """The profiled kernels of one group process split by implementation: each kernel belongs to
+    the implementation whose range 'capture/<impl>/<round>' was open over its launch (the
+    innermost, the last named in the push/pop column). EvidenceError (one sentence) where a kernel
+    names no such range or an implementation that was not asked for."""
+    out: dict[str, list[dict[str, Any]]] = {impl: [] for impl in impls}
+    for kernel in kernels:
+        found = ROUND_RANGE.findall(str(kernel.get(PUSH_POP_COLUMN, "")))
+        if not found:
+            raise EvidenceError(f"ncu's export names no range capture/<impl>/<round> for kernel {kernel.get('ID')} "
+                                f"({str(kernel.get('Kernel Name', ''))[:60]}); it cannot be attributed to an implementation.")
+        impl = found[-1][0]
+        if impl not in out:
+            raise EvidenceError(f"ncu's export attributes kernel {kernel.get('ID')} to {impl!r}, which this group did not profile.")
+        out[impl].append(kernel)
+    return out
+
+
 def counter_rows(kernels: list[dict[str, Any]], metrics: Mapping[str, str], namespace: str, op: str, shape: str,
                  impl: str) -> list[dict[str, Any]]:
     """Rows of the counters table for one (op, shape, impl): one per profiled kernel, the metric

@@ -1,39 +1,51 @@
-"""The evidence tables: one CSV per kind, the columns documented in the README.
+"""The evidence tables of a namespace, derived from what its measurement groups wrote; the one
+derivation the tables step and `verify` both call (`namespace_tables`).
 
-Every figure a report prints comes from one of these tables; the tables come from the capture
-exports (through harness.nsys, the same reader as `python -m harness nsys`), the span samples,
-the check records and the build census.
+A measurement group (harness.measure.group) leaves under `artifacts/<ns>/measure/<op>/<shape>/`:
+`record.json` (checks, calls per round, GPU state, the facts of the run), `launches.csv` (every
+kernel launch the capture attributed to an implementation's round, read from the SQLite export by
+`launch_rows`), `spans.csv` (event-span samples) and `graph.csv` (graph-replay timings). Every figure
+a report prints comes from the tables below; docs/outputs.md documents their columns.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from harness import ops
-from harness.tables import nsys
+from harness.ops import variants as config_variants
+from harness.tables import nsys, stats
+from harness.tables.cross_check import CROSS_CHECK_COLUMNS, compare
 
+RANGE_PREFIX = "capture/"
+"""The captured calls of implementation I in round R run inside the NVTX range 'capture/I/R'."""
+
+LAUNCH_COLUMNS = ["op", "shape", "impl", "round", "kernel", "short_name", "duration_ns", "grid", "block",
+                  "registers", "static_smem", "dynamic_smem"]
 KERNEL_TIME_DETAIL_COLUMNS = [
     "op", "shape", "impl", "kernel", "short_name", "instances", "per_iteration", "total_ns",
     "mean_ns", "median_ns", "min_ns", "max_ns", "stddev_ns", "grid", "block", "registers",
     "static_smem", "dynamic_smem",
 ]
 KERNEL_TIME_COLUMNS = [
-    "namespace", "op", "shape", "impl", "cache_mode", "iterations", "launches_per_iteration",
-    "kernel_time_us", "main_kernel", "main_median_us", "main_min_us", "main_max_us", "kernels",
-    "bytes_moved", "flops", "achieved_gbps", "achieved_tflops", "copy_bw_fraction", "fp32_peak_fraction",
-    "gpu_uuid",
+    "namespace", "op", "shape", "impl", "cache_mode", "iterations", "rounds", "launches_per_iteration",
+    "kernel_time_us", "kernel_time_lo_us", "kernel_time_hi_us", "main_kernel", "main_median_us", "main_min_us",
+    "main_max_us", "kernels", "bytes_moved", "flops", "achieved_gbps", "achieved_tflops", "copy_bw_fraction",
+    "fp32_peak_fraction", "same_size_copy_fraction", "launch_path", "gpu_uuid",
 ]
-CEILING_COLUMNS = ["ceiling", "value", "unit", "median_ms", "min_ms", "max_ms", "repeats", "method"]
+CEILING_COLUMNS = ["ceiling", "value", "unit", "median_ms", "min_ms", "max_ms", "repeats", "method", "bytes"]
 SPAN_COLUMNS = [
     "namespace", "op", "shape", "impl", "cache_mode", "samples", "rounds", "span_mean_us",
-    "span_median_us", "span_std_us", "span_min_us", "span_max_us",
+    "span_median_us", "span_std_us", "span_min_us", "span_max_us", "launch_path", "exclusive", "threads",
 ]
+SPAN_SAMPLE_COLUMNS = ["op", "shape", "impl", "round", "sample", "span_us"]
 CHECK_COLUMNS = [
     "namespace", "op", "shape", "impl", "passed", "max_abs_err", "max_rel_err", "rel_l2_err",
     "atol", "rtol", "nonfinite_outputs", "unwritten_outputs", "elements", "error",
@@ -46,81 +58,316 @@ GPU_STATE_COLUMNS = [
 ]
 GRAPH_COLUMNS = ["op", "shape", "impl", "status", "reason", "calls_per_replay", "replays",
                  "graph_median_us", "graph_min_us", "graph_max_us"]
-"""graph.csv of a span job: the graph-replay timing of each implementation (harness.measure.graph_replay)."""
+"""graph.csv of a group: the graph-replay timing of each implementation (harness.measure.graph_replay)."""
 
+ROUND_COLUMNS = ["namespace", "op", "shape", "impl", "round", "calls", "kernel_time_us"]
+"""rounds.csv: each implementation's kernel time per call in each round of its capture (what the
+intervals resample; `python -m harness compare` reads it across namespaces)."""
+RATIO_COLUMNS = ["ratio", "ratio_lo", "ratio_hi", "half_width", "verdict"]
 SWEEP_IMPLS = ("cuda", "triton", "torch", "external")
 SWEEP_COLUMNS = [
     "namespace", "op", "shape", "cache_mode", "bytes_moved", "flops", "cuda_us", "triton_us", "torch_us",
-    "external_us", "cuda_over_triton", "cuda_over_torch", "external_over_triton",
-    "cuda_over_triton_lo", "cuda_over_triton_hi", "cuda_vs_triton", "gpus",
+    "external_us", "cuda_over_triton", "cuda_over_triton_lo", "cuda_over_triton_hi", "cuda_vs_triton",
+    "cuda_over_torch", "cuda_over_torch_lo", "cuda_over_torch_hi", "cuda_vs_torch",
+    "external_over_triton", "external_over_triton_lo", "external_over_triton_hi", "external_vs_triton",
+    "half_width", "margin", "rounds", "gpus",
 ]
+VARIANT_COLUMNS = ["namespace", "op", "shape", "variant", "base", "description", "cache_mode", "base_us",
+                   "variant_us", "ratio", "ratio_lo", "ratio_hi", "verdict", "half_width", "margin"]
 
 
-def kernel_time_detail(export: str | Path, range_name: str, iterations: int, op: str, shape: str, impl: str) -> list[dict[str, Any]]:
-    """Per kernel launched inside the capture range: instances and durations, from the export."""
+# ----------------------------------------------------------------------------------- one group
+
+
+def group_files(group_dir: str | Path) -> dict[str, Path]:
+    """The files a measurement group writes into its folder (raw capture files included)."""
+    d = Path(group_dir)
+    return {"record": d / "record.json", "launches": d / "launches.csv", "spans": d / "spans.csv",
+            "graph": d / "graph.csv", "report": d / "capture.nsys-rep", "export": d / "capture.sqlite"}
+
+
+def parse_range(name: str) -> tuple[str, int] | None:
+    """(impl, round) of a range named 'capture/<impl>/<round>', else None."""
+    if not name.startswith(RANGE_PREFIX):
+        return None
+    impl, sep, index = name[len(RANGE_PREFIX):].rpartition("/")
+    return (impl, int(index)) if sep and impl and index.isdigit() else None
+
+
+def launch_rows(export: str | Path, op: str, shape: str) -> list[dict[str, Any]]:
+    """Every kernel launch the export attributes to an implementation's round (the innermost range
+    named 'capture/<impl>/<round>' open over its launch call), in LAUNCH_COLUMNS."""
     rows = []
-    for k in nsys.range_kernels(export, range_name):
-        row = {"op": op, "shape": shape, "impl": impl, **k}
-        row["per_iteration"] = k["instances"] / iterations
-        rows.append(row)
+    for k in nsys.range_launches(export, RANGE_PREFIX):
+        parsed = parse_range(str(k["range"]).lstrip(":"))
+        if parsed is None:
+            continue
+        impl, index = parsed
+        rows.append({"op": op, "shape": shape, "impl": impl, "round": index, "kernel": k["kernel"],
+                     "short_name": k["short_name"], "duration_ns": int(k["duration_ns"]), "grid": k["grid"],
+                     "block": k["block"], "registers": k["registers"], "static_smem": k["static_smem"],
+                     "dynamic_smem": k["dynamic_smem"]})
+    return rows
+
+
+@dataclass
+class Group:
+    """What one measurement group left, read back."""
+
+    record: dict[str, Any]
+    launches: pd.DataFrame
+    spans: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=SPAN_SAMPLE_COLUMNS))
+    graph: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=GRAPH_COLUMNS))
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return str(self.record["op"]), str(self.record["shape"])
+
+
+def read_group(group_dir: str | Path, launches: pd.DataFrame | None = None) -> Group:
+    """A group's files as a Group (`launches` replaces launches.csv, as verify re-derives it)."""
+    f = group_files(group_dir)
+    record = json.loads(f["record"].read_text())
+
+    def frame(path: Path, columns: list[str]) -> pd.DataFrame:
+        if path.is_file() and path.stat().st_size:
+            df = pd.read_csv(path, dtype={"shape": str, "impl": str, "op": str})
+            return df if not df.empty else pd.DataFrame(columns=columns)
+        return pd.DataFrame(columns=columns)
+
+    return Group(record=record, launches=launches if launches is not None else frame(f["launches"], LAUNCH_COLUMNS),
+                 spans=frame(f["spans"], SPAN_SAMPLE_COLUMNS), graph=frame(f["graph"], GRAPH_COLUMNS))
+
+
+def round_values(group: Group) -> dict[str, list[float]]:
+    """impl -> its kernel time per call in each round (µs), for the implementations captured."""
+    calls = group.record.get("calls_per_round") or {}
+    rounds = int(group.record.get("rounds") or 0)
+    out: dict[str, list[float]] = {}
+    if group.launches.empty:
+        return out
+    sums = group.launches.groupby(["impl", "round"])["duration_ns"].sum()
+    for impl in calls:
+        k = int(calls[impl])
+        out[str(impl)] = [float(sums.get((impl, r), 0.0)) / k / 1000.0 for r in range(rounds)]
+    return out
+
+
+def _detail_rows(group: Group) -> list[dict[str, Any]]:
+    calls = {str(i): int(k) * int(group.record.get("rounds") or 0) for i, k in (group.record.get("calls_per_round") or {}).items()}
+    rows = []
+    if group.launches.empty:
+        return rows
+    op, shape = group.key
+    for (impl, kernel), grp in group.launches.groupby(["impl", "kernel"], sort=False):
+        d = grp["duration_ns"].astype("int64")
+        first = grp.iloc[0]
+        rows.append({"op": op, "shape": shape, "impl": impl, "kernel": kernel, "short_name": first["short_name"],
+                     "instances": int(d.size), "per_iteration": d.size / calls[str(impl)] if calls.get(str(impl)) else None,
+                     "total_ns": int(d.sum()), "mean_ns": round(float(d.mean()), 1), "median_ns": round(float(d.median()), 1),
+                     "min_ns": int(d.min()), "max_ns": int(d.max()),
+                     "stddev_ns": round(float(d.std(ddof=1)), 1) if d.size > 1 else 0.0,
+                     "grid": first["grid"], "block": first["block"], "registers": first["registers"],
+                     "static_smem": first["static_smem"], "dynamic_smem": first["dynamic_smem"]})
     return rows
 
 
 def ceiling_values(ceilings: pd.DataFrame | None) -> dict[str, float]:
-    """{'copy_bandwidth': GB/s, 'fp32_matmul': TFLOP/s} from a ceilings table (empty without one)."""
+    """{'copy_bandwidth': GB/s, 'fp32_matmul': TFLOP/s, 'copy_bandwidth@<bytes>': GB/s} from a
+    ceilings table (empty without one)."""
     if ceilings is None or ceilings.empty:
         return {}
     return {str(r["ceiling"]): float(r["value"]) for _, r in ceilings.iterrows()}
 
 
-def kernel_time_summary(detail: pd.DataFrame, iterations: int, namespace: str, cache_mode: str,
-                        ceilings: pd.DataFrame | None = None,
-                        gpus: Mapping[tuple[str, str, str], str] | None = None) -> list[dict[str, Any]]:
-    """Kernel time per iteration = summed kernel durations inside the range / iterations; with the
-    operation's bytes and flops, the rates they imply and their fractions of the session's ceilings;
-    `gpus` maps (op, shape, impl) to the UUID of the GPU that captured it (gpus_of_captures)."""
+def same_size_ceiling(ceil: Mapping[str, float], moved: int) -> float | None:
+    """The copy bandwidth measured at this byte count (the same-size copy ceiling), if measured."""
+    return ceil.get(f"copy_bandwidth@{moved}")
 
-    ceil = ceiling_values(ceilings)
+
+def _kernel_time_rows(group: Group, detail: pd.DataFrame, namespace: str, cache_mode: str,
+                      ceil: Mapping[str, float]) -> list[dict[str, Any]]:
+    op, shape = group.key
+    operation = ops.get(op)
+    moved, flops = operation.bytes_moved(shape), operation.flops(shape)
+    per_round = round_values(group)
+    rounds = int(group.record.get("rounds") or 0)
     out = []
-    for (op, shape, impl), grp in detail.groupby(["op", "shape", "impl"], sort=False):
+    for impl, grp in detail.groupby("impl", sort=False):
+        calls = int(group.record["calls_per_round"][impl]) * rounds
         main = grp.sort_values("total_ns", ascending=False).iloc[0]
-        kernel_us = float(grp["total_ns"].sum()) / iterations / 1000.0
-        operation = ops.get(str(op))
-        moved, flops = operation.bytes_moved(str(shape)), operation.flops(str(shape))
+        kernel_us = float(grp["total_ns"].sum()) / calls / 1000.0
+        _, lo, hi = stats.mean_interval(per_round[impl], seed=stats.seed_of(op, shape, impl))
         gbps = moved / (kernel_us * 1e3) if kernel_us > 0 else None  # bytes per ns = GB/s
         tflops = flops / (kernel_us * 1e6) if kernel_us > 0 and flops else None
+        same_size = same_size_ceiling(ceil, moved)
         out.append({
             "namespace": namespace, "op": op, "shape": shape, "impl": impl, "cache_mode": cache_mode,
-            "iterations": iterations,
-            "launches_per_iteration": float(grp["instances"].sum()) / iterations,
-            "kernel_time_us": kernel_us,
-            "main_kernel": main["short_name"],
-            "main_median_us": float(main["median_ns"]) / 1000.0,
-            "main_min_us": float(main["min_ns"]) / 1000.0,
-            "main_max_us": float(main["max_ns"]) / 1000.0,
+            "iterations": calls, "rounds": rounds, "launches_per_iteration": float(grp["instances"].sum()) / calls,
+            "kernel_time_us": kernel_us, "kernel_time_lo_us": lo, "kernel_time_hi_us": hi,
+            "main_kernel": main["short_name"], "main_median_us": float(main["median_ns"]) / 1000.0,
+            "main_min_us": float(main["min_ns"]) / 1000.0, "main_max_us": float(main["max_ns"]) / 1000.0,
             "kernels": ";".join(str(s) for s in grp["short_name"]),
             "bytes_moved": moved, "flops": flops, "achieved_gbps": gbps, "achieved_tflops": tflops,
             "copy_bw_fraction": gbps / ceil["copy_bandwidth"] if gbps and "copy_bandwidth" in ceil else None,
             "fp32_peak_fraction": tflops / ceil["fp32_matmul"] if tflops and "fp32_matmul" in ceil else None,
-            "gpu_uuid": (gpus or {}).get((str(op), str(shape), str(impl))),
+            "same_size_copy_fraction": gbps / same_size if gbps and same_size else None,
+            "launch_path": (group.record.get("launch_paths") or {}).get(impl),
+            "gpu_uuid": group.record.get("gpu_uuid"),
         })
     return out
 
 
-def measured(record: Mapping[str, Any]) -> bool:
-    """Whether a capture record stands for a capture ('measured': false when its check failed and
-    nothing was timed; records from before the key existed are captures)."""
-    return record.get("measured", True) is not False
+def ratio(per_round: Mapping[str, Sequence[float]], a: str, b: str, key: Sequence[str],
+          margin: float = stats.MARGIN) -> dict[str, Any]:
+    """RATIO_COLUMNS of a/b from the rounds of one capture (paired), or empty values where either
+    was not captured."""
+    if a not in per_round or b not in per_round or not per_round[a] or not per_round[b]:
+        return {c: None for c in RATIO_COLUMNS}
+    r, lo, hi = stats.ratio_interval(per_round[a], per_round[b], paired=True, seed=stats.seed_of(*key, a, b))
+    return {"ratio": r, "ratio_lo": lo, "ratio_hi": hi, "half_width": stats.half_width(lo, hi, r),
+            "verdict": stats.verdict(lo, hi, margin)}
 
 
-def gpus_of_captures(metas: Iterable[str | Path]) -> dict[tuple[str, str, str], str]:
-    """(op, shape, impl) -> GPU UUID, from the capture records that name one."""
-    out = {}
-    for path in metas:
-        meta = json.loads(Path(path).read_text())
-        if meta.get("gpu_uuid") and measured(meta):
-            out[(str(meta.get("op")), str(meta.get("shape")), str(meta.get("impl")))] = str(meta["gpu_uuid"])
+def _sweep_row(group: Group, kt_rows: list[dict[str, Any]], namespace: str, cache_mode: str,
+               margin: float) -> dict[str, Any]:
+    op, shape = group.key
+    per_round = round_values(group)
+    t = {r["impl"]: r["kernel_time_us"] for r in kt_rows}
+    operation = ops.get(op)
+    row: dict[str, Any] = {"namespace": namespace, "op": op, "shape": shape, "cache_mode": cache_mode,
+                           "bytes_moved": operation.bytes_moved(shape), "flops": operation.flops(shape),
+                           "margin": margin, "rounds": group.record.get("rounds"), "gpus": 1}
+    for impl in SWEEP_IMPLS:
+        row[f"{impl}_us"] = t.get(impl)
+    for a, b in (("cuda", "triton"), ("cuda", "torch"), ("external", "triton")):
+        r = ratio(per_round, a, b, (op, shape), margin)
+        row[f"{a}_over_{b}"], row[f"{a}_over_{b}_lo"], row[f"{a}_over_{b}_hi"] = r["ratio"], r["ratio_lo"], r["ratio_hi"]
+        row[f"{a}_vs_{b}"] = r["verdict"]
+        if (a, b) == ("cuda", "triton"):
+            row["half_width"] = r["half_width"]
+    return row
+
+
+def _variant_rows(group: Group, kt_rows: list[dict[str, Any]], descriptions: Mapping[str, str], namespace: str,
+                  cache_mode: str, margin: float) -> list[dict[str, Any]]:
+    op, shape = group.key
+    per_round = round_values(group)
+    t = {r["impl"]: r["kernel_time_us"] for r in kt_rows}
+    out = []
+    for impl in per_round:
+        base, name = config_variants.split(impl)
+        if name is None:
+            continue
+        r = ratio(per_round, impl, base, (op, shape), margin)
+        out.append({"namespace": namespace, "op": op, "shape": shape, "variant": impl, "base": base,
+                    "description": descriptions.get(name, ""), "cache_mode": cache_mode,
+                    "base_us": t.get(base), "variant_us": t.get(impl), "ratio": r["ratio"], "ratio_lo": r["ratio_lo"],
+                    "ratio_hi": r["ratio_hi"], "verdict": r["verdict"], "half_width": r["half_width"], "margin": margin})
     return out
+
+
+def _span_rows(group: Group, namespace: str, cache_mode: str) -> list[dict[str, Any]]:
+    span_facts = group.record.get("span") or {}
+    out = []
+    if group.spans.empty:
+        return out
+    for impl, grp in group.spans.groupby("impl", sort=False):
+        v = grp["span_us"].astype(float)
+        out.append({"namespace": namespace, "op": group.key[0], "shape": group.key[1], "impl": impl,
+                    "cache_mode": cache_mode, "samples": int(v.size), "rounds": int(grp["round"].nunique()),
+                    "span_mean_us": float(v.mean()), "span_median_us": float(v.median()),
+                    "span_std_us": float(v.std(ddof=1)) if v.size > 1 else 0.0,
+                    "span_min_us": float(v.min()), "span_max_us": float(v.max()),
+                    "launch_path": (group.record.get("launch_paths") or {}).get(impl),
+                    "exclusive": span_facts.get("exclusive"), "threads": span_facts.get("threads")})
+    return out
+
+
+def _check_rows(group: Group, namespace: str) -> list[dict[str, Any]]:
+    return [{"namespace": namespace, **rec} for rec in (group.record.get("checks") or {}).values()]
+
+
+def gpu_state_rows(group: Group, namespace: str) -> list[dict[str, Any]]:
+    """gpu_state.csv rows of a group: one NVML watch covers the whole capture, so every
+    implementation captured there has the same row."""
+    gpu = group.record.get("gpu") or {}
+    before, during, after = gpu.get("before", {}) or {}, gpu.get("during", {}) or {}, gpu.get("after", {}) or {}
+    flags = list(during.get("flags", []))
+    return [{
+        "namespace": namespace, "op": group.key[0], "shape": group.key[1], "impl": impl,
+        "gpu_uuid": group.record.get("gpu_uuid"),
+        "before_utilization_pct": before.get("utilization_pct"), "before_power_w": before.get("power_w"),
+        "before_sm_clock_mhz": before.get("sm_clock_mhz"), "before_mem_clock_mhz": before.get("mem_clock_mhz"),
+        "before_temperature_c": before.get("temperature_c"),
+        "before_compute_processes": before.get("compute_processes"), "waited_s": gpu.get("waited_s"),
+        "during_samples": during.get("samples"), "during_throttle_reasons": during.get("throttle_reasons"),
+        "during_max_compute_processes": during.get("max_compute_processes"),
+        "after_power_w": after.get("power_w"), "after_sm_clock_mhz": after.get("sm_clock_mhz"),
+        "disturbed": bool(flags), "flags": "; ".join(flags),
+    } for impl in group.record.get("passed") or []]
+
+
+def cross_check_rows(group: Group, kt_rows: list[dict[str, Any]], rtol: float, atol_us_per_kernel: float,
+                     namespace: str, cache_mode: str) -> list[dict[str, Any]]:
+    by_impl = {str(r["impl"]): r for r in group.graph.to_dict("records")}
+    return [compare(k, by_impl.get(str(k["impl"])), rtol, atol_us_per_kernel, namespace, cache_mode) for k in kt_rows]
+
+
+# ----------------------------------------------------------------------------------- a namespace
+
+
+TABLES = ("kernel_time_detail", "kernel_time", "rounds", "span", "check", "sweep", "variants", "cross_check", "gpu_state")
+"""The tables `namespace_tables` derives (tables/<name>.csv)."""
+
+COLUMNS = {"kernel_time_detail": KERNEL_TIME_DETAIL_COLUMNS, "kernel_time": KERNEL_TIME_COLUMNS, "rounds": ROUND_COLUMNS,
+           "span": SPAN_COLUMNS, "check": CHECK_COLUMNS, "sweep": SWEEP_COLUMNS, "variants": VARIANT_COLUMNS,
+           "cross_check": CROSS_CHECK_COLUMNS, "gpu_state": GPU_STATE_COLUMNS}
+
+
+def namespace_tables(groups: Iterable[Group], *, namespace: str, cache_mode: str,
+                     descriptions: Mapping[str, Mapping[str, str]], ceilings: pd.DataFrame | None = None,
+                     cross_check: Mapping[str, Any] | None = None,
+                     margin: float = stats.MARGIN) -> dict[str, list[dict[str, Any]]]:
+    """Every table of TABLES, as rows, from the groups of a namespace: the pipeline's tables step and
+    `python -m harness verify` call this one function."""
+    ceil = ceiling_values(ceilings)
+    cc = cross_check or {"rtol": 0.1, "atol_us_per_kernel": 1.5}
+    out: dict[str, list[dict[str, Any]]] = {name: [] for name in TABLES}
+    for group in groups:
+        detail = _detail_rows(group)
+        out["kernel_time_detail"] += detail
+        kt = _kernel_time_rows(group, pd.DataFrame(detail, columns=KERNEL_TIME_DETAIL_COLUMNS), namespace, cache_mode,
+                               ceil) if detail else []
+        out["kernel_time"] += kt
+        calls = group.record.get("calls_per_round") or {}
+        out["rounds"] += [{"namespace": namespace, "op": group.key[0], "shape": group.key[1], "impl": impl, "round": r,
+                           "calls": calls.get(impl), "kernel_time_us": value}
+                          for impl, values in round_values(group).items() for r, value in enumerate(values)]
+        out["span"] += _span_rows(group, namespace, cache_mode)
+        out["check"] += _check_rows(group, namespace)
+        out["sweep"].append(_sweep_row(group, kt, namespace, cache_mode, margin))
+        out["variants"] += _variant_rows(group, kt, descriptions.get(group.key[0], {}), namespace, cache_mode, margin)
+        out["cross_check"] += cross_check_rows(group, kt, float(cc["rtol"]), float(cc["atol_us_per_kernel"]),
+                                               namespace, cache_mode)
+        out["gpu_state"] += gpu_state_rows(group, namespace)
+    return out
+
+
+def frames(tables: Mapping[str, list[dict[str, Any]]]) -> dict[str, pd.DataFrame]:
+    """The rows of `namespace_tables` as DataFrames with exactly each table's columns."""
+    out = {}
+    for name, rows in tables.items():
+        cols = COLUMNS[name]
+        frame = pd.DataFrame(list(rows))
+        for c in cols:
+            if c not in frame.columns:
+                frame[c] = pd.NA
+        out[name] = frame[cols]
+    return out
+
+
+# ----------------------------------------------------------------------------------- helpers
 
 
 def same_gpu(a: Any, b: Any) -> bool:
@@ -133,21 +380,9 @@ def same_gpu(a: Any, b: Any) -> bool:
     return ua is None or ub is None or ua == ub
 
 
-def check_rows(paths: Iterable[str | Path], namespace: str) -> list[dict[str, Any]]:
-    rows = []
-    for p in paths:
-        rec = json.loads(Path(p).read_text())
-        rows.append({"namespace": namespace, **rec})
-    return rows
-
-
-def _ratio(t: dict[str, float], a: str, b: str) -> float | None:
-    return t[a] / t[b] if t.get(a) and t.get(b) else None
-
-
 def spread(row: Mapping[str, Any]) -> tuple[float, float] | None:
-    """The kernel time per call, scaled by the spread of its main kernel's launches: (time·min/median,
-    time·max/median). None where the row lacks the durations."""
+    """The kernel time per call scaled by the spread of its main kernel's launches (time·min/median,
+    time·max/median): the envelope tables written before the rounds had (kept to read them)."""
     try:
         kt, lo, med, hi = (float(row[k]) for k in ("kernel_time_us", "main_min_us", "main_median_us", "main_max_us"))
     except (KeyError, TypeError, ValueError):
@@ -157,72 +392,9 @@ def spread(row: Mapping[str, Any]) -> tuple[float, float] | None:
     return kt * lo / med, kt * hi / med
 
 
-def ratio_interval(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> tuple[float | None, float | None, str | None]:
-    """Interval of a/b from the two spreads (lowest a over highest b to highest a over lowest b), and
-    a verdict: 'faster' or 'slower' when the whole interval is below or above 1, else 'no difference'
-    (the difference is inside the spread of the launches)."""
+def envelope_interval(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> tuple[float | None, float | None]:
+    """The min-max envelope of a/b from two spreads, for tables without rounds."""
     sa, sb = (spread(a) if a is not None else None), (spread(b) if b is not None else None)
     if sa is None or sb is None or not sb[0] > 0:
-        return None, None, None
-    lo, hi = sa[0] / sb[1], sa[1] / sb[0]
-    return lo, hi, "faster" if hi < 1 else ("slower" if lo > 1 else "no difference")
-
-
-def sweep_rows(kernel_time: pd.DataFrame, namespace: str, cache_mode: str) -> list[dict[str, Any]]:
-    """Per (op, shape): each implementation's kernel time, the ratios to the control (triton) and to
-    the library (torch), and for cuda/triton an interval from the spread of the launches with its
-    verdict (a difference inside the spread is no difference)."""
-    out = []
-    for (op, shape), grp in kernel_time.groupby(["op", "shape"], sort=False):
-        rows = {r["impl"]: r for r in grp.to_dict("records")}
-        # the evidence rule: a ratio is only taken between captures of one GPU
-        t = {impl: us for impl, us in zip(grp["impl"], grp["kernel_time_us"])}
-        uuids = {str(u) for u in grp["gpu_uuid"].dropna()} if "gpu_uuid" in grp else set()
-        row: dict[str, Any] = {"namespace": namespace, "op": op, "shape": shape, "cache_mode": cache_mode,
-                               "bytes_moved": grp["bytes_moved"].iloc[0] if "bytes_moved" in grp else None,
-                               "flops": grp["flops"].iloc[0] if "flops" in grp else None}
-        for impl in SWEEP_IMPLS:
-            row[f"{impl}_us"] = t.get(impl)
-        def comparable(a: str, b: str) -> bool:
-            return same_gpu(rows.get(a), rows.get(b))
-
-        row["cuda_over_triton"] = _ratio(t, "cuda", "triton") if comparable("cuda", "triton") else None
-        row["cuda_over_torch"] = _ratio(t, "cuda", "torch") if comparable("cuda", "torch") else None
-        row["external_over_triton"] = _ratio(t, "external", "triton") if comparable("external", "triton") else None
-        lo, hi, verdict = ratio_interval(rows.get("cuda"), rows.get("triton")) if comparable("cuda", "triton") else (
-            None, None, "different GPUs" if "cuda" in rows and "triton" in rows else None)
-        row.update({"cuda_over_triton_lo": lo, "cuda_over_triton_hi": hi, "cuda_vs_triton": verdict,
-                    "gpus": len(uuids) if uuids else None})
-        out.append(row)
-    return out
-
-
-def gpu_state_row(meta: Mapping[str, Any], namespace: str) -> dict[str, Any]:
-    """One row of gpu_state.csv from a capture's metadata: NVML before, during and after it."""
-    gpu = meta.get("gpu", {})
-    before, during, after = gpu.get("before", {}), gpu.get("during", {}), gpu.get("after", {})
-    flags = list(during.get("flags", []))
-    return {
-        "namespace": namespace, "op": meta.get("op"), "shape": meta.get("shape"), "impl": meta.get("impl"),
-        "gpu_uuid": meta.get("gpu_uuid"),
-        "before_utilization_pct": before.get("utilization_pct"), "before_power_w": before.get("power_w"),
-        "before_sm_clock_mhz": before.get("sm_clock_mhz"), "before_mem_clock_mhz": before.get("mem_clock_mhz"),
-        "before_temperature_c": before.get("temperature_c"),
-        "before_compute_processes": before.get("compute_processes"), "waited_s": gpu.get("waited_s"),
-        "during_samples": during.get("samples"), "during_throttle_reasons": during.get("throttle_reasons"),
-        "during_max_compute_processes": during.get("max_compute_processes"),
-        "after_power_w": after.get("power_w"), "after_sm_clock_mhz": after.get("sm_clock_mhz"),
-        "disturbed": bool(flags), "flags": "; ".join(flags),
-    }
-
-
-def capture_paths(meta: str | Path) -> tuple[Path, Path]:
-    """The report and SQLite export a capture record stands for: <impl>.nsys-rep and <impl>.sqlite
-    beside <impl>.json."""
-    meta = Path(meta)
-    return meta.with_suffix(".nsys-rep"), meta.with_suffix(".sqlite")
-
-
-def measured_file(meta: str | Path) -> bool:
-    """Whether a capture record stands for a capture (False: its check failed, nothing was timed)."""
-    return measured(json.loads(Path(meta).read_text()))
+        return None, None
+    return sa[0] / sb[1], sa[1] / sb[0]

@@ -10,8 +10,12 @@ from snakemake.exceptions import WorkflowError
 sys.path.insert(0, workflow.basedir)
 
 from harness import config as hconfig  # noqa: E402
+from harness import namespaces, runlog  # noqa: E402
+from harness import ops as hops  # noqa: E402
 from harness.gpu import preflight  # noqa: E402
+from harness.tables import trust  # noqa: E402
 from harness.errors import ConfigError  # noqa: E402
+from harness.tables.derive import TABLES as TABLE_NAMES  # noqa: E402
 
 try:
     CFG = hconfig.validate(config)
@@ -27,22 +31,25 @@ if "gpu" not in workflow.global_resources:
 NS = hconfig.resolve_namespace(CFG, workflow.basedir)
 CFG["namespace"] = NS
 try:
-    from harness.tables.trust import check_earlier
-
-    check_earlier(Path(workflow.basedir) / "artifacts", NS, CFG["trust"]["earlier"])
+    trust.check_earlier(
+        Path(workflow.basedir) / "artifacts", NS, CFG["trust"]["earlier"]
+    )
 except ConfigError as exc:
     print(exc, file=sys.stderr)
     sys.exit(1)
-# An event span times the launch path on the CPU as well as the kernels: beside other jobs (imports,
-# exports, nsys post-processing) it came out up to 1.56x longer on the H200 (h200-ops-1, gpu=3,
-# against h200-ops-solo-1). Locally a span job therefore takes every core, so it runs alone; under
-# a cluster executor its group holds an allocation of its own.
+
+
+# An event span times the launch path on the CPU as well as the kernels, so a job beside it (imports,
+# exports, nsys post-processing) lengthens it. Locally a measure job therefore takes every core and
+# runs alone; under a cluster executor its group holds an allocation of its own.
 def _span_threads():
     if not (CFG["span"]["exclusive"] and workflow.local_exec):
         return 1
     try:
         return workflow.cores
-    except WorkflowError:  # a job run by a cluster executor, where no total of cores is set
+    except (
+        WorkflowError
+    ):  # a job run by a cluster executor, where no total of cores is set
         return 1
 
 
@@ -61,12 +68,12 @@ def built_impls_of(op):
     return [i for i in impls_of(op) if i != "torch"]
 
 
-ALL_IMPLS = sorted({i for op in OPS for i in impls_of(op)})
+BUILT_OPS = [op for op in OPS if built_impls_of(op)]
+TABLES = TABLE_NAMES
 
 
 wildcard_constraints:
     op="|".join(OPS),
-    impl="|".join(re.escape(i) for i in ALL_IMPLS),
     shape=r"[0-9]+(x[0-9]+)+(-[a-z]+)?",
 
 
@@ -76,36 +83,58 @@ def shapes_of(op):
 
 def counter_parts():
     """The counters table of every (op, shape, impl) the config asks counters for: each
-    operation's default shape, or every shape with counters.shapes: all; none when disabled."""
+    operation's default shape, or every shape with counters.shapes: all; none when disabled.
+    """
     c = CFG["counters"]
     if not c["enabled"]:
         return []
     return [
-        f"{A}/counters/{op}/{shape}/{impl}.csv"
+        f"{A}/counters/{op}/{shape}.csv"
         for op in OPS
-        for shape in (shapes_of(op) if c["shapes"] == "all" else [CFG["operations"][op]["default"]])
-        for impl in impls_of(op)
+        for shape in hconfig.group_shapes(CFG, op, c["shapes"])
     ]
 
 
-def census_of(wildcards):
-    """The check of one of our kernels waits for its build (and census)."""
-    if wildcards.impl in built_impls_of(wildcards.op):
-        return [f"{A}/build/{wildcards.op}/{wildcards.impl}/census.json"]
-    return []
+def sources_of(wildcards):
+    """The digest of an operation's kernels and host code: an edit reruns its build and groups."""
+    return hops.source_digest(wildcards.op, workflow.basedir)
+
+
+def group_outputs(op, shape):
+    """The files one measurement group writes (rule measure)."""
+    return [
+        f"{A}/measure/{op}/{shape}/{name}"
+        for name in ("record.json", "launches.csv", "spans.csv", "graph.csv")
+    ]
 
 
 onstart:
+    # Retained evidence is read-only: a run that would write into it stops here (a dry run, or a
+    # run with nothing to do, reads it freely).
+    if any(True for _ in workflow.dag.needrun_jobs()):
+        try:
+            namespaces.refuse_retained(NS, workflow.basedir, CFG["overwrite"])
+        except ConfigError as exc:
+            print(exc, file=sys.stderr)
+            sys.exit(1)
     # Only where the jobs run here: under a cluster executor (profiles/slurm, kubernetes)
     # this process runs on a login or client machine without a GPU, and the jobs get theirs from
     # the cluster.
     if workflow.local_exec:
         preflight.before_jobs(workflow.dag.needrun_jobs(), CFG)
-    preflight.record_command(f"{A}/logs/commands.txt")
+    runlog.record_start(
+        f"{A}/logs/commands.jsonl", len(list(workflow.dag.needrun_jobs()))
+    )
+
+
+onsuccess:
+    runlog.record_end(f"{A}/logs/commands.jsonl", "success")
+
+
+onerror:
+    runlog.record_end(f"{A}/logs/commands.jsonl", "error")
 
 
 def trust_inputs():
     """The other namespaces' retained tables the control bands and drift read (committed files)."""
-    from harness.tables import trust
-
     return trust.retained_inputs("artifacts", NS)

@@ -1,93 +1,57 @@
-# Everything that runs on the GPU: the check, the Nsight Systems capture, the Nsight Compute
-# counters and the event spans.
-# Each declares resources gpu=1 and the default profile allows one at a time.
-# The evidence rule: the jobs whose figures are compared with each other (the checks and captures
-# of every implementation of one operation and shape, and its span) form one group,
-# gpu-<op>-<shape>. On a cluster Snakemake submits a group as one job with one GPU (the profiles in
-# profiles/ give each submitted job gpu=1 and merge the pieces of a group); on one host
-# with several GPUs the lock in harness/gpu/lock.py keeps every job of a group on the group's GPU.
+# The measure stage: everything that runs on the GPU. A measurement group is every implementation
+# of one (operation, shape): one job `measure` checks, captures and times them in one process, and
+# `counters` reads their hardware counters; both carry group gpu-<op>-<shape>, so on a cluster the
+# group is one job holding one GPU, and on one host the lock in harness/gpu/lock.py keeps both on
+# the group's GPU. Each declares resources gpu=1 and the default profile allows one at a time.
+# A group compiles its kernels itself (CuPy's and Triton's caches make that cheap after the build
+# job), so it does not wait for the build: an edit of the operation's sources reruns both, and a
+# shape added to the operation reruns the build but no finished group.
 
 
-rule check:
-    # Writes the check record whether the check passed or not (a wrong answer stops that
-    # implementation alone); a kernel that crashes or hangs fails this job.
+rule measure:
+    output:
+        record=f"{A}/measure/{{op}}/{{shape}}/record.json",
+        launches=f"{A}/measure/{{op}}/{{shape}}/launches.csv",
+        spans=f"{A}/measure/{{op}}/{{shape}}/spans.csv",
+        graph=f"{A}/measure/{{op}}/{{shape}}/graph.csv",
+    log:
+        f"{A}/logs/measure/{{op}}/{{shape}}.log",
+    benchmark:
+        f"{A}/benchmarks/measure/{{op}}/{{shape}}.tsv"
     group:
         "gpu-{op}-{shape}"
-    input:
-        census=census_of,
-    output:
-        check=f"{A}/check/{{op}}/{{shape}}/{{impl}}.json",
-    log:
-        f"{A}/logs/check/{{op}}/{{shape}}/{{impl}}.log",
-    params:
-        cfg=CFG,
-    resources:
-        gpu=1,
-    script:
-        "../scripts/check.py"
-
-
-rule capture:
-    # The declared output is the capture's record (meta). When the check passed, the report
-    # (<impl>.nsys-rep) and its SQLite export (<impl>.sqlite) are written beside it first, each
-    # under a temporary name renamed when complete, so a record implies a complete capture. When the
-    # check failed, nothing runs on the GPU and the record says "not measured" with the check's
-    # error: the tables and the report list the implementation as failed, with no timing.
-    group:
-        "gpu-{op}-{shape}"
-    input:
-        check=f"{A}/check/{{op}}/{{shape}}/{{impl}}.json",
-    output:
-        meta=f"{A}/capture/{{op}}/{{shape}}/{{impl}}.json",
-    log:
-        f"{A}/logs/capture/{{op}}/{{shape}}/{{impl}}.log",
-    params:
-        cfg=CFG,
-    resources:
-        gpu=1,
-    script:
-        "../scripts/capture.py"
-
-
-rule counters:
-    # Nsight Compute counters (ncu --clock-control none) of the kernels of the measured calls,
-    # after the check passed. The .ncu-rep is kept beside the raw export (same folder, <impl>.ncu-rep).
-    group:
-        "gpu-{op}-{shape}"
-    input:
-        check=f"{A}/check/{{op}}/{{shape}}/{{impl}}.json",
-    output:
-        raw=f"{A}/counters/{{op}}/{{shape}}/{{impl}}.raw.csv",
-        table=f"{A}/counters/{{op}}/{{shape}}/{{impl}}.csv",
-    log:
-        f"{A}/logs/counters/{{op}}/{{shape}}/{{impl}}.log",
-    params:
-        cfg=CFG,
-    resources:
-        gpu=1,
-    script:
-        "../scripts/counters.py"
-
-
-rule span:
-    group:
-        "gpu-{op}-{shape}"
-    input:
-        checks=lambda wc: [f"{A}/check/{wc.op}/{wc.shape}/{impl}.json" for impl in impls_of(wc.op)],
-    output:
-        samples=f"{A}/span/{{op}}/{{shape}}.samples.csv",
-        summary=f"{A}/span/{{op}}/{{shape}}.csv",
-        graph=f"{A}/span/{{op}}/{{shape}}.graph.csv",
-    log:
-        f"{A}/logs/span/{{op}}/{{shape}}.log",
-    params:
-        cfg=CFG,
-        impls=lambda wc: impls_of(wc.op),
     threads: SPAN_THREADS
     resources:
         gpu=1,
+    params:
+        sources=sources_of,
+        impls=lambda wc: impls_of(wc.op),
+        plan=lambda wc: hconfig.measure_plan(CFG, wc.op),
     script:
-        "../scripts/span.py"
+        "../scripts/measure.py"
+
+
+rule counters:
+    input:
+        record=f"{A}/measure/{{op}}/{{shape}}/record.json",
+    output:
+        raw=f"{A}/counters/{{op}}/{{shape}}.raw.csv",
+        table=f"{A}/counters/{{op}}/{{shape}}.csv",
+    log:
+        f"{A}/logs/counters/{{op}}/{{shape}}.log",
+    benchmark:
+        f"{A}/benchmarks/counters/{{op}}/{{shape}}.tsv"
+    group:
+        "gpu-{op}-{shape}"
+    resources:
+        gpu=1,
+    params:
+        impls=lambda wc: impls_of(wc.op),
+        plan=lambda wc: hconfig.counters_plan(CFG, wc.op),
+        metrics=CFG["counters"]["metrics"],
+        namespace=NS,
+    script:
+        "../scripts/counters.py"
 
 
 rule ceilings:
@@ -95,9 +59,12 @@ rule ceilings:
         table=f"{A}/tables/ceilings.csv",
     log:
         f"{A}/logs/ceilings.log",
-    params:
-        cfg=CFG,
+    benchmark:
+        f"{A}/benchmarks/ceilings.tsv"
     resources:
         gpu=1,
+    params:
+        same_size=hconfig.same_size_bytes(CFG),
+        cache_mode=CFG["cache_mode"],
     script:
         "../scripts/ceilings.py"

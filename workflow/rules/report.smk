@@ -3,18 +3,19 @@
 
 rule provenance:
     input:
-        captures=[
-            f"{A}/capture/{op}/{shape}/{impl}.json"
+        records=[
+            f"{A}/measure/{op}/{shape}/record.json"
             for op in OPS
             for shape in shapes_of(op)
-            for impl in impls_of(op)
         ],
     output:
         provenance=f"{A}/provenance.json",
     log:
         f"{A}/logs/provenance.log",
+    benchmark:
+        f"{A}/benchmarks/provenance.tsv"
     params:
-        cfg=CFG,
+        cfg=hconfig.recorded(CFG),
     script:
         "../scripts/provenance.py"
 
@@ -37,14 +38,20 @@ rule render:
         provenance=f"{A}/provenance.json",
         field_note_template="report/templates/field_note.md.j2",
         issue_comment_template="report/templates/issue_comment.md.j2",
+        page_template="report/templates/page.html.j2",
     output:
         field_note=f"report/{NS}/field_note.md",
         issue_comment=f"report/{NS}/issue_comment.md",
+        html=f"report/{NS}/index.html",
+        overview=f"report/{NS}/figures/overview.svg",
         figures=[f"report/{NS}/figures/{op}_sweep.svg" for op in OPS],
+        summary=f"{A}/summary.json",
     log:
         f"{A}/logs/render.log",
+    benchmark:
+        f"{A}/benchmarks/render.tsv"
     params:
-        cfg=CFG,
+        cfg=hconfig.report_params(CFG),
     script:
         "../scripts/render.py"
 
@@ -53,16 +60,17 @@ rule bundle:
     input:
         field_note=f"report/{NS}/field_note.md",
         issue_comment=f"report/{NS}/issue_comment.md",
-        captures=[
-            f"{A}/capture/{op}/{shape}/{impl}.json"
+        records=[
+            f"{A}/measure/{op}/{shape}/record.json"
             for op in OPS
             for shape in shapes_of(op)
-            for impl in impls_of(op)
         ],
     output:
         bundle=f"bundles/{NS}.evidence.tar.gz",
     log:
         f"{A}/logs/bundle.log",
+    benchmark:
+        f"{A}/benchmarks/bundle.tsv"
     params:
         ns=NS,
     script:

@@ -1,41 +1,54 @@
-# Tables: per-capture kernel time (through the nsys reader), per-shape, per-sweep and the
-# namespace-wide tables every report figure comes from.
+# The tables stage: the tables every report figure comes from, derived from what the measurement
+# groups wrote (harness.tables.derive.namespace_tables, which `verify` calls too).
 
 
-rule kernel_time:
+rule tables:
     input:
-        meta=f"{A}/capture/{{op}}/{{shape}}/{{impl}}.json",
+        groups=[
+            f
+            for op in OPS
+            for shape in shapes_of(op)
+            for f in group_outputs(op, shape)
+        ],
+        census=f"{A}/tables/census.csv",
+        ceilings=f"{A}/tables/ceilings.csv",
     output:
-        detail=f"{A}/kernel_time/{{op}}/{{shape}}/{{impl}}.csv",
+        **{name: f"{A}/tables/{name}.csv" for name in TABLES},
     log:
-        f"{A}/logs/kernel_time/{{op}}/{{shape}}/{{impl}}.log",
+        f"{A}/logs/tables/tables.log",
+    benchmark:
+        f"{A}/benchmarks/tables.tsv"
     params:
-        range=CFG["capture"]["range"],
-        iterations=CFG["capture"]["iterations"],
+        namespace=NS,
+        cache_mode=CFG["cache_mode"],
+        descriptions=hconfig.variant_descriptions(CFG),
+        cross_check={k: CFG["cross_check"][k] for k in ("rtol", "atol_us_per_kernel")},
+        margin=CFG["verdict"]["margin"],
     script:
-        "../scripts/kernel_time.py"
+        "../scripts/tables.py"
 
 
 rule shape_table:
     input:
-        details=lambda wc: [f"{A}/kernel_time/{wc.op}/{wc.shape}/{impl}.csv" for impl in impls_of(wc.op)],
-        span=f"{A}/span/{{op}}/{{shape}}.csv",
+        group=lambda wc: group_outputs(wc.op, wc.shape),
     output:
         table=f"{A}/tables/shape/{{op}}/{{shape}}.csv",
     log:
         f"{A}/logs/tables/shape/{{op}}/{{shape}}.log",
+    benchmark:
+        f"{A}/benchmarks/shape_table/{{op}}/{{shape}}.tsv"
     params:
-        cfg=CFG,
+        namespace=NS,
+        cache_mode=CFG["cache_mode"],
+        margin=CFG["verdict"]["margin"],
     script:
         "../scripts/shape_table.py"
 
 
 rule sweep:
     input:
-        details=lambda wc: [
-            f"{A}/kernel_time/{wc.op}/{shape}/{impl}.csv"
-            for shape in shapes_of(wc.op)
-            for impl in impls_of(wc.op)
+        groups=lambda wc: [
+            f for shape in shapes_of(wc.op) for f in group_outputs(wc.op, shape)
         ],
     output:
         table=f"{A}/tables/sweep_{{op}}.csv",
@@ -43,23 +56,28 @@ rule sweep:
         variants=f"{A}/tables/sweep_{{op}}_variants.csv",
     log:
         f"{A}/logs/tables/sweep_{{op}}.log",
+    benchmark:
+        f"{A}/benchmarks/sweep/{{op}}.tsv"
     params:
-        cfg=CFG,
+        namespace=NS,
+        cache_mode=CFG["cache_mode"],
+        descriptions=lambda wc: hconfig.variant_descriptions(CFG)[wc.op],
+        margin=CFG["verdict"]["margin"],
     script:
         "../scripts/sweep.py"
 
 
 rule sweep_provenance:
     input:
-        captures=lambda wc: [
-            f"{A}/capture/{wc.op}/{shape}/{impl}.json"
-            for shape in shapes_of(wc.op)
-            for impl in impls_of(wc.op)
+        records=lambda wc: [
+            f"{A}/measure/{wc.op}/{shape}/record.json" for shape in shapes_of(wc.op)
         ],
     output:
         provenance=f"{A}/tables/sweep_{{op}}_provenance.json",
     log:
         f"{A}/logs/sweep_provenance_{{op}}.log",
+    benchmark:
+        f"{A}/benchmarks/sweep_provenance/{{op}}.tsv"
     params:
         cfg=CFG,
     script:
@@ -76,47 +94,6 @@ for _op in OPS:
             provenance=f"{A}/tables/sweep_{_op}_provenance.json",
 
 
-rule tables:
-    input:
-        details=[
-            f"{A}/kernel_time/{op}/{shape}/{impl}.csv"
-            for op in OPS
-            for shape in shapes_of(op)
-            for impl in impls_of(op)
-        ],
-        spans=[f"{A}/span/{op}/{shape}.csv" for op in OPS for shape in shapes_of(op)],
-        graphs=[f"{A}/span/{op}/{shape}.graph.csv" for op in OPS for shape in shapes_of(op)],
-        checks=[
-            f"{A}/check/{op}/{shape}/{impl}.json"
-            for op in OPS
-            for shape in shapes_of(op)
-            for impl in impls_of(op)
-        ],
-        census=f"{A}/tables/census.csv",
-        ceilings=f"{A}/tables/ceilings.csv",
-        metas=[
-            f"{A}/capture/{op}/{shape}/{impl}.json"
-            for op in OPS
-            for shape in shapes_of(op)
-            for impl in impls_of(op)
-        ],
-    output:
-        kernel_time=f"{A}/tables/kernel_time.csv",
-        gpu_state=f"{A}/tables/gpu_state.csv",
-        kernel_time_detail=f"{A}/tables/kernel_time_detail.csv",
-        span=f"{A}/tables/span.csv",
-        check=f"{A}/tables/check.csv",
-        sweep=f"{A}/tables/sweep.csv",
-        cross_check=f"{A}/tables/cross_check.csv",
-        variants=f"{A}/tables/variants.csv",
-    log:
-        f"{A}/logs/tables/tables.log",
-    params:
-        cfg=CFG,
-    script:
-        "../scripts/tables.py"
-
-
 rule counters_table:
     input:
         parts=counter_parts(),
@@ -124,29 +101,19 @@ rule counters_table:
         table=f"{A}/tables/counters.csv",
     log:
         f"{A}/logs/tables/counters.log",
+    benchmark:
+        f"{A}/benchmarks/counters_table.tsv"
     params:
-        cfg=CFG,
+        metrics=CFG["counters"]["metrics"],
     script:
         "../scripts/counters_table.py"
-
-
-rule census_table:
-    input:
-        census=[f"{A}/build/{op}/{impl}/census.json" for op in OPS for impl in built_impls_of(op)],
-    output:
-        table=f"{A}/tables/census.csv",
-    log:
-        f"{A}/logs/tables/census.log",
-    params:
-        cfg=CFG,
-    script:
-        "../scripts/census_table.py"
 
 
 rule trust:
     input:
         kernel_time=f"{A}/tables/kernel_time.csv",
         census=f"{A}/tables/census.csv",
+        gpu_state=f"{A}/tables/gpu_state.csv",
         provenance=f"{A}/provenance.json",
         retained=trust_inputs(),
     output:
@@ -154,7 +121,12 @@ rule trust:
         drift=f"{A}/tables/drift.csv",
     log:
         f"{A}/logs/tables/trust.log",
+    benchmark:
+        f"{A}/benchmarks/trust.tsv"
     params:
-        cfg=CFG,
+        namespace=NS,
+        control=CFG["trust"]["control"],
+        margin=CFG["trust"]["margin"],
+        earlier=CFG["trust"]["earlier"],
     script:
         "../scripts/trust.py"

@@ -1,5 +1,7 @@
-from harness.build import step as build_step
+from harness.build import step
 from harness.jobs import run_step
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
-run_step(sm.log[0], lambda: build_step.build(sm.wildcards.op, sm.wildcards.impl, sm.params.shapes, sm.params.arch, sm.output.census, sm.params.external, sm.params.op_cfg))
+p = sm.params
+run_step(sm.log[0], lambda: step.build(sm.wildcards.op, list(p.impls), list(p.shapes), p.arch, dict(p.block),
+                                       sm.output.census))

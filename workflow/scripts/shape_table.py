@@ -1,5 +1,7 @@
-from harness.tables import step as tables_step
 from harness.jobs import run_step
+from harness.tables import step
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
-run_step(sm.log[0], lambda: tables_step.shape_table(sm.params.cfg, list(sm.input.details), sm.input.span, sm.output.table))
+p = sm.params
+run_step(sm.log[0], lambda: step.shape_table(list(sm.input.group), sm.output.table, namespace=p.namespace,
+                                             cache_mode=p.cache_mode, margin=p.margin))

@@ -1,6 +1,7 @@
-from harness.tables import step as tables_step
 from harness.jobs import run_step
+from harness.tables import step
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
-run_step(sm.log[0], lambda: tables_step.sweep(sm.params.cfg, list(sm.input.details), sm.output.table,
-                                               sm.output.kernel_time, sm.output.variants))
+p = sm.params
+run_step(sm.log[0], lambda: step.sweep(list(sm.input.groups), dict(sm.output.items()), namespace=p.namespace,
+                                       cache_mode=p.cache_mode, descriptions=dict(p.descriptions), margin=p.margin))

@@ -1,6 +1,9 @@
-from harness.tables import step as tables_step
 from harness.jobs import run_step
+from harness.tables import step
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
-i = sm.input
-run_step(sm.log[0], lambda: tables_step.all_tables(sm.params.cfg, list(i.details), list(i.spans), list(i.checks), i.ceilings, dict(sm.output.items()), list(i.metas), list(i.graphs)))
+p = sm.params
+run_step(sm.log[0], lambda: step.namespace_tables(list(sm.input.groups), sm.input.ceilings, dict(sm.output.items()),
+                                                  namespace=p.namespace, cache_mode=p.cache_mode,
+                                                  descriptions=dict(p.descriptions), cross_check=dict(p.cross_check),
+                                                  margin=p.margin))

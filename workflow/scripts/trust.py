@@ -1,5 +1,8 @@
-from harness.tables import step as tables_step
 from harness.jobs import run_step
+from harness.tables import step
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
-run_step(sm.log[0], lambda: tables_step.controls_and_drift(sm.params.cfg, sm.output.controls, sm.output.drift))
+p = sm.params
+run_step(sm.log[0], lambda: step.controls_and_drift(namespace=p.namespace, control=p.control, margin=p.margin,
+                                                    earlier=p.earlier, controls_out=sm.output.controls,
+                                                    drift_out=sm.output.drift))

@@ -72,4 +72,17 @@ def flops(shape: str) -> int:
     return 2 * m * n * k  # one multiply and one add per (i, j, k)
 
 
+def grow(inputs: Tensors, out: Any, fraction: float) -> tuple[Tensors, Any, Any]:
+    """The planted slowdown's problem (harness.ops.launcher): K longer by `fraction` (a multiple of
+    4), A's new columns zero, so C is the same sum followed by exact zeros."""
+    import torch
+
+    a, b = inputs["a"], inputs["b"]
+    k = a.shape[1]
+    extra = max(4, 4 * round(k * fraction / 4))
+    a2 = torch.cat([a, torch.zeros(a.shape[0], extra, device=a.device, dtype=a.dtype)], dim=1).contiguous()
+    b2 = torch.cat([b, b[:extra]]).contiguous()
+    return {**inputs, "a": a2, "b": b2}, out, out
+
+
 OP = define(__name__)

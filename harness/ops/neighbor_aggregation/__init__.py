@@ -167,4 +167,20 @@ def flops(shape: str) -> int:
     return edges * features
 
 
+def grow(inputs: Tensors, out: Any, fraction: float) -> tuple[Tensors, Any, Any]:
+    """The planted slowdown's problem (harness.ops.launcher): the first nodes again after the last,
+    with their in-neighbour lists, `fraction` more nodes in all; the result is the first rows of
+    the larger output."""
+    import torch
+
+    x, indptr, indices = inputs["x"], inputs["indptr"], inputs["indices"]
+    nodes = x.shape[0]
+    extra = max(1, round(nodes * fraction))
+    tail = indptr[1:extra + 1] + indptr[-1]
+    grown = {**inputs, "x": torch.cat([x, x[:extra]]).contiguous(), "indptr": torch.cat([indptr, tail]).contiguous(),
+             "indices": torch.cat([indices, indices[: int(indptr[extra])]]).contiguous()}
+    bigger = torch.empty(nodes + extra, x.shape[1], device=x.device, dtype=x.dtype)
+    return grown, bigger, bigger[:nodes]
+
+
 OP = define(__name__)

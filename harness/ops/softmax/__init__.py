@@ -67,4 +67,16 @@ def flops(shape: str) -> int:
     return 4 * rows * n
 
 
+def grow(inputs: Tensors, out: Any, fraction: float) -> tuple[Tensors, Any, Any]:
+    """The planted slowdown's problem (harness.ops.launcher): the first rows again after the last,
+    `fraction` more rows in all; the result is the first rows of the larger output."""
+    import torch
+
+    rows = inputs["x"].shape[0]
+    extra = max(1, round(rows * fraction))
+    x = torch.cat([inputs["x"], inputs["x"][:extra]]).contiguous()
+    bigger = torch.empty_like(x)
+    return {**inputs, "x": x}, bigger, bigger[:rows]
+
+
 OP = define(__name__)

@@ -62,4 +62,17 @@ def flops(shape: str) -> int:
     return 0
 
 
+def grow(inputs: Tensors, out: Any, fraction: float) -> tuple[Tensors, Any, Any]:
+    """The planted slowdown's problem (harness.ops.launcher): the first rows of x again after its
+    last, `fraction` more rows in all; the result is the first columns of the larger transpose."""
+    import torch
+
+    x = inputs["x"]
+    rows = x.shape[0]
+    extra = max(1, round(rows * fraction))
+    grown = torch.cat([x, x[:extra]]).contiguous()
+    bigger = torch.empty(grown.shape[1], grown.shape[0], device=x.device, dtype=x.dtype)
+    return {**inputs, "x": grown}, bigger, bigger[:, :rows]
+
+
 OP = define(__name__)

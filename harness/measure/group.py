@@ -1,0 +1,260 @@
+"""One measurement group in one process: every implementation of one (operation, shape), checked,
+captured in interleaved rounds, and timed by event spans and graph replay.
+
+`python -m harness group PLAN.json` runs what the plan says, in this order:
+
+1. **Checks.** Each implementation against the float64 reference, on fresh inputs of its own
+   (harness.measure.check). An implementation whose check fails is neither captured nor timed.
+   A kernel that crashes the GPU leaves a dead CUDA context: the process records which one in its
+   progress file and exits at once (status 3), and the measure step runs the group again without
+   it. A check that does not finish within the plan's `check_s` (a hung kernel) is recorded the
+   same way (status 124).
+2. **Warm-up and calls per round.** Each implementation that passed is bound once to its timing
+   inputs (harness.ops.bind) and called `capture.warmup` times; CUDA events over those calls
+   estimate its time per call, from which it gets the calls per round that fill `capture.round_us`
+   (between 1 and `capture.max_calls`).
+3. **Capture.** One profiler range (cudaProfilerStart/Stop, for nsys --capture-range=cudaProfilerApi)
+   holding an NVTX range `capture` and, inside it, `capture.rounds` rounds. In each round every
+   implementation makes its calls inside an NVTX range `capture/<impl>/<round>`, the order rotated
+   from round to round, so drift in clock or temperature hits every implementation alike. Kernel
+   time and its interval come from the kernels nsys attributes to these ranges (harness.tables).
+4. **Spans**, after the profiler range has closed: `span.rounds` rounds of `span.samples / rounds`
+   samples each, the order rotated; each sample is a CUDA-event span around one call, waited for.
+5. **Graph replay** of each implementation (the cross-check of the kernel time).
+
+The results (checks, calls per round, launch paths, span samples, graph rows, the seconds each
+phase took) are written as JSON to the plan's `results` path, atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from harness import ops
+from harness.errors import EvidenceError
+from harness.gpu.deadline import deadline
+from harness.gpu.device import require_gpu
+from harness.io import write_json
+from harness.measure import graph_replay
+from harness.measure.check import crash_message, failure, run_check
+
+RANGE = "capture"
+"""The NVTX range around the captured rounds (ncu's --nvtx-include selects it)."""
+
+CHECK_S = 300.0
+"""The check deadline of a plan that names none (seconds per implementation)."""
+
+RANGE_PREFIX = RANGE + "/"
+"""Each (implementation, round) range is named '<RANGE_PREFIX><impl>/<round>'."""
+
+
+def round_range(impl: str, index: int) -> str:
+    return f"{RANGE_PREFIX}{impl}/{index}"
+
+
+def parse_range(name: str) -> tuple[str, int] | None:
+    """(impl, round) of a range named by `round_range`, else None."""
+    if not name.startswith(RANGE_PREFIX):
+        return None
+    impl, sep, index = name[len(RANGE_PREFIX):].rpartition("/")
+    if not sep or not impl or not index.isdigit():
+        return None
+    return impl, int(index)
+
+
+def rotation(items: list[str], index: int) -> list[str]:
+    """The order of round `index`: the list rotated by the round's number."""
+    if not items:
+        return []
+    k = index % len(items)
+    return items[k:] + items[:k]
+
+
+def calls_per_round(per_call_us: float, round_us: float, max_calls: int) -> int:
+    """Calls that fill about `round_us` of GPU time, at least 1 and at most `max_calls`."""
+    if not per_call_us > 0 or not math.isfinite(per_call_us):
+        return max_calls
+    return max(1, min(max_calls, math.ceil(round_us / per_call_us)))
+
+
+class Progress:
+    """The step the process is in, written to a file before each check, so that the step that
+    started it knows which implementation crashed a dead context."""
+
+    def __init__(self, path: str | Path | None) -> None:
+        self.path = Path(path) if path else None
+
+    def mark(self, what: str, **extra: Any) -> None:
+        if self.path is not None:
+            write_json({"step": what, **extra}, self.path)
+
+
+def _event_us(torch: Any, call: Callable[[], Any], calls: int) -> float:
+    """GPU time per call of `calls` back-to-back calls, by CUDA events."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        call()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1000.0 / calls
+
+
+def checks(plan: Mapping[str, Any], progress: Progress) -> dict[str, dict[str, Any]]:
+    """Each implementation's check record; a crash or a hang ends the process (module docstring)."""
+    out: dict[str, dict[str, Any]] = {}
+    limit = float(plan.get("check_s", CHECK_S))
+    for impl in plan["impls"]:
+        progress.mark("check", impl=impl)
+        message = (f"{plan['op']} {plan['shape']} {impl} did not finish its check within {limit:g} s (a hung "
+                   "kernel?); it is neither captured nor timed, and the group is measured again without it.")
+
+        def hung(status: int, impl: str = impl, message: str = message) -> None:
+            progress.mark("crashed", impl=impl, message=message)
+            print(message, file=sys.stderr, flush=True)
+            os._exit(status)
+
+        try:
+            with deadline(limit, f"the check of {plan['op']} {plan['shape']} {impl}", stop=hung):
+                record = run_check(plan["op"], plan["shape"], impl, plan["params"], plan["seed"])
+        except Exception as exc:
+            crashed = crash_message(exc, plan["op"], plan["shape"], impl)
+            if crashed is None:
+                raise
+            progress.mark("crashed", impl=impl, message=crashed)
+            print(crashed, file=sys.stderr, flush=True)
+            os._exit(3)  # the context is dead: no teardown
+        record["error"] = failure(record)
+        out[impl] = record
+    return out
+
+
+def capture_rounds(torch: Any, calls: Mapping[str, Callable[[], Any]], per_round: Mapping[str, int], rounds: int,
+                   profile: bool) -> None:
+    """The captured rounds (module docstring, step 3)."""
+    order = list(calls)
+    torch.cuda.synchronize()
+    if profile:
+        torch.cuda.profiler.start()
+    push, pop = torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop
+    push(RANGE)
+    for r in range(rounds):
+        for impl in rotation(order, r):
+            call, k = calls[impl], per_round[impl]
+            push(round_range(impl, r))
+            for _ in range(k):
+                call()
+            pop()
+        torch.cuda.synchronize()
+    pop()
+    if profile:
+        torch.cuda.profiler.stop()
+
+
+def span_samples(torch: Any, calls: Mapping[str, Callable[[], Any]], op: str, shape: str, samples: int,
+                 rounds: int) -> list[dict[str, Any]]:
+    """Event spans (module docstring, step 4): one row per sample."""
+    order = list(calls)
+    per_round = max(1, samples // max(1, rounds))
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    rows: list[dict[str, Any]] = []
+    for r in range(rounds):
+        for impl in rotation(order, r):
+            call = calls[impl]
+            for i in range(per_round):
+                start.record()
+                call()
+                end.record()
+                end.synchronize()
+                rows.append({"op": op, "shape": shape, "impl": impl, "round": r, "sample": i,
+                             "span_us": start.elapsed_time(end) * 1000.0})
+    return rows
+
+
+def run(plan: Mapping[str, Any]) -> dict[str, Any]:
+    """Everything the plan asks for; returns (and writes) the results."""
+    require_gpu()
+    import torch
+
+    seconds: dict[str, float] = {}
+    t0 = time.perf_counter()
+    progress = Progress(plan.get("progress"))
+    op, shape = plan["op"], plan["shape"]
+    cap, span, cc = plan["capture"], plan["span"], plan["cross_check"]
+
+    if plan.get("check", True):
+        records = checks(plan, progress)
+    else:  # the counters' run: the measure step already checked these
+        records = {impl: {"op": op, "shape": shape, "impl": impl, "passed": True} for impl in plan["impls"]}
+    seconds["checks"] = time.perf_counter() - t0
+    passed = [i for i in plan["impls"] if records[i]["passed"]]
+
+    t = time.perf_counter()
+    progress.mark("bind")
+    calls = {impl: ops.bind(op, impl, shape, plan["params"], plan["seed"], plan["cache_mode"]) for impl in passed}
+    per_call: dict[str, float] = {}
+    for impl, call in calls.items():
+        for _ in range(int(cap["warmup"])):
+            call()
+        per_call[impl] = _event_us(torch, call, max(1, int(cap["warmup"])))
+    per_round = {impl: calls_per_round(per_call[impl], float(cap["round_us"]), int(cap["max_calls"])) for impl in passed}
+    seconds["bind_and_warmup"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    progress.mark("capture")
+    if passed:
+        capture_rounds(torch, calls, per_round, int(cap["rounds"]), bool(plan.get("profile", True)))
+    seconds["capture"] = time.perf_counter() - t
+
+    spans: list[dict[str, Any]] = []
+    graphs: list[dict[str, Any]] = []
+    if plan.get("spans", True) and passed:
+        t = time.perf_counter()
+        progress.mark("spans")
+        for call in calls.values():  # the first calls after the profiler range pay its wake-up
+            for _ in range(int(span["warmup"])):
+                call()
+        torch.cuda.synchronize()
+        spans = span_samples(torch, calls, op, shape, int(span["samples"]), int(span["rounds"]))
+        seconds["spans"] = time.perf_counter() - t
+        if cc["enabled"]:
+            t = time.perf_counter()
+            progress.mark("graph replay")
+            for impl, call in calls.items():
+                graphs.append(graph_replay.measure(op, shape, impl, call, int(cc["calls"]), int(cc["replays"]),
+                                                   float(cc["max_seconds"])))
+            seconds["graph_replay"] = time.perf_counter() - t
+    seconds["total"] = time.perf_counter() - t0
+    results = {
+        "op": op, "shape": shape, "impls": list(plan["impls"]), "checks": records, "passed": passed,
+        "rounds": int(cap["rounds"]), "calls_per_round": per_round,
+        "warmup_us_per_call": {i: per_call[i] for i in passed},
+        "launch_paths": {impl: str(getattr(call, "launch_path", "direct")) for impl, call in calls.items()},
+        "input_sets": {impl: int(getattr(call, "input_sets", 1)) for impl, call in calls.items()},
+        "spans": spans, "graphs": graphs, "seconds": seconds,
+        "span_median_us": {i: statistics.median([s["span_us"] for s in spans if s["impl"] == i])
+                           for i in passed if any(s["impl"] == i for s in spans)},
+    }
+    progress.mark("done")
+    if plan.get("results"):
+        write_json(results, plan["results"])
+    return results
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        raise EvidenceError("usage: python -m harness group PLAN.json (a plan the measure step writes).")
+    try:
+        plan = json.loads(Path(argv[0]).read_text())
+    except (OSError, ValueError) as exc:
+        raise EvidenceError(f"cannot read the group plan {argv[0]}: {exc}.") from None
+    run(plan)
+    return 0

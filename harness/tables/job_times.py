@@ -1,0 +1,86 @@
+"""Where a run's time went: every job's wall time (Snakemake's `benchmark:` files under
+artifacts/<ns>/benchmarks/) beside the commands that ran (artifacts/<ns>/logs/commands.jsonl).
+
+`python -m harness job-times NAMESPACE [--artifacts DIR]` writes artifacts/<ns>/tables/job_times.csv
+(one row per job: rule, its wildcards, seconds, CPU seconds, peak memory) and prints each rule's
+total beside each command's wall time. The sum of the jobs is the work; the wall time of the
+command is what the user waited (the difference is Snakemake's own start-up and scheduling).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from harness import ROOT
+from harness.errors import EvidenceError
+from harness.io import write_csv
+from harness.namespaces import namespace_dir
+from harness.runlog import commands as read_commands
+
+COLUMNS = ["rule", "job", "seconds", "cpu_seconds", "max_rss_mb"]
+
+
+def _number(text: str | None) -> float | None:
+    try:
+        return float(text) if text not in (None, "", "NA", "-") else None
+    except ValueError:
+        return None
+
+
+def job_rows(benchmarks: str | Path) -> list[dict[str, Any]]:
+    """One row per benchmark file, benchmarks/<rule>[/<wildcards>...].tsv (its last line: the
+    latest run of that job)."""
+    root = Path(benchmarks)
+    rows = []
+    for path in sorted(root.rglob("*.tsv")):
+        with open(path, newline="") as fh:
+            lines = list(csv.DictReader(fh, delimiter="\t"))
+        if not lines:
+            continue
+        last = lines[-1]
+        rel = path.relative_to(root).with_suffix("")
+        rows.append({"rule": rel.parts[0], "job": "/".join(rel.parts[1:]),
+                     "seconds": _number(last.get("s")), "cpu_seconds": _number(last.get("cpu_time")),
+                     "max_rss_mb": _number(last.get("max_rss"))})
+    return rows
+
+
+def by_rule(rows: Iterable[dict[str, Any]]) -> list[tuple[str, int, float]]:
+    """(rule, jobs, total seconds), the longest first."""
+    totals: dict[str, list[float]] = {}
+    for r in rows:
+        totals.setdefault(r["rule"], []).append(float(r["seconds"] or 0.0))
+    return sorted(((rule, len(v), sum(v)) for rule, v in totals.items()), key=lambda t: -t[2])
+
+
+def summary(rows: list[dict[str, Any]], commands: list[dict[str, Any]]) -> str:
+    lines = [f"{'rule':<16} {'jobs':>5} {'seconds':>9}"]
+    lines += [f"{rule:<16} {n:>5} {total:>9.1f}" for rule, n, total in by_rule(rows)]
+    lines.append(f"{'all jobs':<16} {len(rows):>5} {sum(float(r['seconds'] or 0) for r in rows):>9.1f}")
+    for c in commands:
+        wall = f"{c['seconds']:.0f} s" if c.get("seconds") is not None else "unfinished"
+        lines.append(f"command: {c.get('command', '?')}: {c.get('jobs', '?')} jobs, {wall}, {c.get('status', 'running')}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness job-times", description=__doc__.splitlines()[0])
+    parser.add_argument("namespace")
+    parser.add_argument("--artifacts", default=str(ROOT / "artifacts"))
+    args = parser.parse_args(argv)
+    ns_dir = namespace_dir(args.namespace, args.artifacts)
+    if not (ns_dir / "benchmarks").is_dir():
+        raise EvidenceError(f"job-times: {args.namespace} has no benchmarks/ under {args.artifacts}; run the pipeline first.")
+    rows = job_rows(ns_dir / "benchmarks")
+    write_csv(rows, COLUMNS, ns_dir / "tables" / "job_times.csv")
+    print(summary(rows, read_commands(ns_dir / "logs" / "commands.jsonl")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+"""A stand-in device for CPU tests of the measure stage and of whole runs: a stand-in `nsys` that,
+instead of profiling the group process, writes what that process and nsys would have written for
+the plan it is given — the results file and a synthetic SQLite export with one range
+'capture/<impl>/<round>' per implementation and round (kernel durations drawn around a per-call
+time of the test's choosing) — and a stand-in `ncu` that is simply missing.
+
+Used by tests/test_measure_step.py and tests/test_pipeline_cpu.py. Nothing here is part of the
+product: the real group process (harness.measure.group) needs a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import stat
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from nsys_exports import ExportBuilder
+
+PER_CALL_NS = {"cuda": 5000, "triton": 5100, "torch": 9000, "external": 6000}
+"""Default kernel time per call of each implementation (ns); a variant takes its base's."""
+
+STANDIN = """#!{python}
+import sys
+sys.path.insert(0, {tests!r})
+import fake_device
+sys.exit(fake_device.standin_nsys(sys.argv[1:]))
+"""
+
+
+def per_call(impl: str, overrides: dict[str, int] | None = None) -> int:
+    base = impl.split(".", 1)[0]
+    table = {**PER_CALL_NS, **(overrides or {})}
+    value = table.get(impl, table.get(base, 7000))
+    if impl.endswith(".planted"):
+        value = int(value * 1.025)
+    return value
+
+
+def synthetic_export(path: Path, impls: list[str], rounds: int, calls: dict[str, int], seed: int = 0,
+                     overrides: dict[str, int] | None = None, noise: float = 0.01) -> Path:
+    """An export with, per round and implementation (rotated), `calls[impl]` launches inside a
+    range capture/<impl>/<round>, all inside an outer range `capture`."""
+    rng = random.Random(seed)
+    b = ExportBuilder()
+    pid, tid, t = 4242, 4242, 1_000_000
+    start = t
+    order = list(impls)
+    for r in range(rounds):
+        k = r % len(order) if order else 0
+        for impl in order[k:] + order[:k]:
+            r0 = t
+            for _ in range(calls[impl]):
+                dur = int(per_call(impl, overrides) * (1.0 + rng.gauss(0.0, noise)))
+                b.launch(pid, tid, t + 100, t + 2_000, dur, f"{impl.split('.')[0]}_kernel", grid=(64, 1, 1), block=(128, 1, 1))
+                t += dur + 5_000
+            b.add_range(r0, t, f"capture/{impl}/{r}", pid, tid)
+            t += 1_000
+    b.add_range(start - 10, t + 10, "capture", pid, tid)
+    return b.write(path)
+
+
+def results(plan: dict[str, Any], impls: list[str], failing: set[str]) -> dict[str, Any]:
+    """What harness.measure.group.run writes, for the plan."""
+    passed = [i for i in impls if i not in failing]
+    rounds = int(plan["capture"]["rounds"])
+    calls = {i: min(int(plan["capture"]["max_calls"]), max(1, int(float(plan["capture"]["round_us"]) * 1000 // per_call(i))))
+             for i in passed}
+    checks = {}
+    for i in impls:
+        ok = i not in failing
+        checks[i] = {"op": plan["op"], "shape": plan["shape"], "impl": i, "passed": ok, "max_abs_err": 1e-7 if ok else 1.0,
+                     "max_rel_err": 1e-7 if ok else 1.0, "rel_l2_err": 1e-8 if ok else 0.5, "atol": 1e-4, "rtol": 1e-4,
+                     "nonfinite_outputs": 0, "unwritten_outputs": 0 if ok else 768, "elements": 1000,
+                     "error": "" if ok else f"check failed for {plan['op']} {plan['shape']} {i}: max abs error 1, "
+                                            "max rel error 1 against atol 0.0001 / rtol 0.0001, 0 non-finite and 768 "
+                                            "unwritten outputs; nothing of it is captured or timed."}
+    spans = [{"op": plan["op"], "shape": plan["shape"], "impl": i, "round": r, "sample": s,
+              "span_us": 20.0 + per_call(i) / 1000.0 + s * 0.01} for r in range(3) for i in passed for s in range(5)]
+    graphs = [{"op": plan["op"], "shape": plan["shape"], "impl": i, "status": "ok", "reason": "", "calls_per_replay": 20,
+               "replays": 20, "graph_median_us": per_call(i) / 1000.0 + 0.3, "graph_min_us": per_call(i) / 1000.0 + 0.2,
+               "graph_max_us": per_call(i) / 1000.0 + 0.5} for i in passed]
+    return {"op": plan["op"], "shape": plan["shape"], "impls": impls, "checks": checks, "passed": passed,
+            "rounds": rounds, "calls_per_round": calls, "warmup_us_per_call": {i: per_call(i) / 1000.0 for i in passed},
+            "launch_paths": {i: "prepared" if i.startswith("triton") else "direct" for i in passed},
+            "input_sets": {i: 1 for i in passed}, "spans": spans, "graphs": graphs,
+            "seconds": {"checks": 0.1, "capture": 0.1, "total": 0.3}}
+
+
+def standin_nsys(argv: list[str]) -> int:
+    """`nsys profile ... --output BASE <python> -m harness group PLAN` on the CPU (module docstring).
+    An implementation named '<base>.crash' crashes its check (the progress file says so, exit 3);
+    one named '<base>.wrong' fails its check; a file `sleep-s` beside the stand-in makes the group
+    take that many seconds, and `per-call-ns.json` there overrides PER_CALL_NS (files, since nsys
+    runs under the step's minimal environment).
+    The environment it was given is written to `seen-env.json` beside the stand-in, and the text of
+    a file `leak` there, when there is one, into the report: a value that reached the capture by
+    another way than the environment (to test that the step finds it)."""
+    here = Path(sys.argv[0]).resolve().parent
+    (here / "seen-env.json").write_text(json.dumps(sorted(os.environ)))
+    leak = (here / "leak").read_bytes() if (here / "leak").is_file() else b""
+    if not argv or argv[0] != "profile":
+        print("stand-in nsys: only 'profile' is played", file=sys.stderr)
+        return 2
+    base = Path(argv[argv.index("--output") + 1])
+    plan_path = Path(argv[-1])
+    plan = json.loads(plan_path.read_text())
+    impls = list(plan["impls"])
+    crash = next((i for i in impls if i.endswith(".crash")), None)
+    if crash is not None:
+        Path(plan["progress"]).write_text(json.dumps({"step": "crashed", "impl": crash, "message":
+                                                      f"{plan['op']} {plan['shape']} {crash} crashed on the GPU (CUDA error: "
+                                                      "an illegal memory access was encountered); this job stops."}))
+        return 3
+    failing = {i for i in impls if i.endswith(".wrong")}
+    slow = here / "sleep-s"
+    time.sleep(float(slow.read_text()) if slow.is_file() else 0.0)
+    out = results(plan, impls, failing)
+    synthetic_export(base.with_name(base.name + ".sqlite"), out["passed"], out["rounds"], out["calls_per_round"],
+                     seed=int(plan.get("seed", 0)), overrides=json.loads((here / "per-call-ns.json").read_text())
+                     if (here / "per-call-ns.json").is_file() else None)
+    base.with_name(base.name + ".nsys-rep").write_bytes(b"stand-in report " + leak)
+    Path(plan["results"]).write_text(json.dumps(out))
+    Path(plan["progress"]).write_text(json.dumps({"step": "done"}))
+    return 0
+
+
+def install(bin_dir: Path) -> Path:
+    """Write the stand-in `nsys` into bin_dir (put it first on PATH); returns its path."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    path = bin_dir / "nsys"
+    path.write_text(STANDIN.format(python=sys.executable, tests=str(Path(__file__).parent)))
+    path.chmod(path.stat().st_mode | stat.S_IEXEC | stat.S_IXGRP | stat.S_IXOTH)
+    return path

@@ -1,0 +1,238 @@
+"""The measure stage on the CPU: the group's statistics, the tables derived from a group, the
+measure step driving a stand-in nsys (tests/fake_device.py), a crash retried without the crashed
+implementation, and the environment kept out of what the step writes."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+import fake_device
+from harness import ROOT, config
+from harness.errors import ToolMissing
+from harness.measure import capture, group
+from harness.measure import step as measure_step
+from harness.tables import derive, stats
+
+SHAPE = "4096x768"
+
+
+# ----------------------------------------------------------------------------------------- stats
+
+
+def test_the_four_verdicts() -> None:
+    assert stats.verdict(0.995, 1.004) == stats.SAME
+    assert stats.verdict(0.97, 0.98) == stats.FASTER
+    assert stats.verdict(1.02, 1.03) == stats.SLOWER
+    assert stats.verdict(0.98, 1.02) == stats.CANT_TELL
+    assert stats.verdict(1.002, 1.006) == stats.SAME  # inside the margin beats "above 1"
+    assert stats.verdict(1.005, 1.015) == stats.SLOWER  # outside the margin and above 1
+
+
+def test_paired_rounds_cancel_a_drift_that_hits_both() -> None:
+    """A clock drift across the rounds moves ours and the control alike: paired, the interval of
+    their ratio stays narrow; unpaired it would be as wide as the drift."""
+    rng = random.Random(3)
+    drift = [1.0 + 0.05 * r / 30 for r in range(30)]
+    ours = [5.0 * d * (1 + rng.gauss(0, 0.002)) for d in drift]
+    control = [5.1 * d * (1 + rng.gauss(0, 0.002)) for d in drift]
+    r, lo, hi = stats.ratio_interval(ours, control, paired=True, seed=1)
+    assert abs(r - 5.0 / 5.1) < 0.002 and hi - lo < 0.004
+    _, ulo, uhi = stats.ratio_interval(ours, control, paired=False, seed=1)
+    assert uhi - ulo > 2 * (hi - lo)
+
+
+def test_the_interval_is_reproducible_and_narrows_with_more_rounds() -> None:
+    rng = random.Random(5)
+    a = [10 + rng.gauss(0, 0.3) for _ in range(200)]
+    b = [10 + rng.gauss(0, 0.3) for _ in range(200)]
+    first = stats.ratio_interval(a[:20], b[:20], paired=True, seed=9)
+    assert first == stats.ratio_interval(a[:20], b[:20], paired=True, seed=9)
+    wide = first[2] - first[1]
+    narrow = stats.ratio_interval(a, b, paired=True, seed=9)
+    assert narrow[2] - narrow[1] < wide / 2
+
+
+def test_calls_per_round_and_range_names() -> None:
+    assert group.calls_per_round(5.0, 300.0, 100) == 60
+    assert group.calls_per_round(2700.0, 300.0, 100) == 1
+    assert group.calls_per_round(0.5, 300.0, 100) == 100
+    assert group.calls_per_round(float("nan"), 300.0, 100) == 100
+    assert group.parse_range(group.round_range("cuda.block512", 7)) == ("cuda.block512", 7)
+    assert group.parse_range("capture") is None and group.parse_range("capture/x/y") is None
+    assert [group.rotation(["a", "b", "c"], r)[0] for r in range(3)] == ["a", "b", "c"]
+    assert derive.parse_range("capture/triton/12") == ("triton", 12)
+
+
+# ----------------------------------------------------------------------------------------- derive
+
+
+def make_group(tmp: Path, impls: list[str], per_call_ns: dict[str, int], rounds: int = 30, noise: float = 0.01,
+               seed: int = 0) -> derive.Group:
+    plan = {"op": "layernorm", "shape": SHAPE, "capture": {"rounds": rounds, "round_us": 300, "max_calls": 100}, "seed": seed}
+    out = fake_device.results(plan, impls, set())
+    export = fake_device.synthetic_export(tmp / "capture.sqlite", impls, rounds, out["calls_per_round"], seed=seed,
+                                          overrides=per_call_ns, noise=noise)
+    record = {"op": "layernorm", "shape": SHAPE, "impls": impls, "checks": out["checks"], "passed": impls,
+              "rounds": rounds, "calls_per_round": out["calls_per_round"], "launch_paths": out["launch_paths"],
+              "gpu_uuid": "GPU-1", "gpu": {"before": {}, "during": {"flags": []}, "after": {}},
+              "span": {"exclusive": True, "threads": 16}}
+    launches = pd.DataFrame(derive.launch_rows(export, "layernorm", SHAPE), columns=derive.LAUNCH_COLUMNS)
+    spans = pd.DataFrame(out["spans"])
+    return derive.Group(record=record, launches=launches, spans=spans, graph=pd.DataFrame(out["graphs"]))
+
+
+def test_tables_of_one_group(tmp_path: Path) -> None:
+    g = make_group(tmp_path, ["cuda", "triton", "torch", "cuda.twin"],
+                   {"cuda": 5000, "triton": 5200, "torch": 9000, "cuda.twin": 5000})
+    t = derive.namespace_tables([g], namespace="ns", cache_mode="hot", descriptions={"layernorm": {"twin": "A/A"}})
+    kt = {r["impl"]: r for r in t["kernel_time"]}
+    assert math.isclose(kt["cuda"]["kernel_time_us"], 5.0, rel_tol=0.01)
+    assert kt["cuda"]["kernel_time_lo_us"] < kt["cuda"]["kernel_time_us"] < kt["cuda"]["kernel_time_hi_us"]
+    assert kt["triton"]["launch_path"] == "prepared" and kt["cuda"]["rounds"] == 30
+    (sweep,) = t["sweep"]
+    assert sweep["cuda_vs_triton"] == "faster" and sweep["cuda_over_triton_hi"] < 1.0
+    assert sweep["half_width"] < 0.01
+    (twin,) = t["variants"]
+    assert twin["variant"] == "cuda.twin" and twin["verdict"] == "same" and twin["description"] == "A/A"
+    assert len(t["rounds"]) == 4 * 30 and {r["impl"] for r in t["rounds"]} == {"cuda", "triton", "torch", "cuda.twin"}
+    detail = [r for r in t["kernel_time_detail"] if r["impl"] == "cuda"]
+    assert detail[0]["per_iteration"] == 1.0 and detail[0]["grid"] == "64x1x1"
+    assert {r["impl"] for r in t["span"]} == {"cuda", "triton", "torch", "cuda.twin"}
+    assert all(r["exclusive"] is True for r in t["span"])
+    assert all(r["agree"] for r in t["cross_check"])
+
+
+def test_a_planted_two_and_a_half_percent_is_slower(tmp_path: Path) -> None:
+    g = make_group(tmp_path, ["cuda", "cuda.planted"], {"cuda": 5000}, noise=0.01)
+    t = derive.namespace_tables([g], namespace="ns", cache_mode="hot", descriptions={})
+    (planted,) = t["variants"]
+    assert planted["verdict"] == "slower" and 1.015 < planted["ratio"] < 1.035
+
+
+def test_wide_noise_cannot_tell(tmp_path: Path) -> None:
+    g = make_group(tmp_path, ["cuda", "triton"], {"cuda": 5000, "triton": 5000}, rounds=4, noise=0.2)
+    (sweep,) = derive.namespace_tables([g], namespace="ns", cache_mode="hot", descriptions={})["sweep"]
+    assert sweep["cuda_vs_triton"] == "can't tell"
+
+
+# ----------------------------------------------------------------------------------------- the step
+
+
+@pytest.fixture
+def standin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    fake_device.install(tmp_path / "bin")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{__import__('os').environ['PATH']}")
+    monkeypatch.setenv("EVIDENCE_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.setattr(measure_step.device, "require_gpu", lambda: None)
+    return tmp_path
+
+
+def run_step(tmp: Path, impls: list[str], extra_variants: dict | None = None) -> dict:
+    cfg = config.load(ROOT / "config.yaml")
+    plan = config.measure_plan(cfg, "layernorm")
+    plan["params"]["variants"].update(extra_variants or {})
+    folder = tmp / "artifacts" / "ns" / "measure" / "layernorm" / SHAPE
+    settings = {**config.operational(cfg), "nsys_path": None}
+    settings["gpu_state"] = {**settings["gpu_state"], "busy_wait_s": 0.1}
+    return measure_step.measure(op="layernorm", shape=SHAPE, impls=impls, plan=plan, group_dir=folder,
+                                log=str(tmp / "measure.log"), settings=settings, exclusive=True, threads=4)
+
+
+def test_the_step_writes_a_group(standin: Path) -> None:
+    record = run_step(standin, ["cuda", "triton", "torch"])
+    folder = standin / "artifacts" / "ns" / "measure" / "layernorm" / SHAPE
+    assert record["passed"] == ["cuda", "triton", "torch"] and record["rounds"] == 30
+    assert (folder / "capture.sqlite").is_file() and (folder / "capture.nsys-rep").is_file()
+    assert json.loads((folder / "record.json").read_text())["span"]["exclusive"] is True
+    launches = pd.read_csv(folder / "launches.csv")
+    assert set(launches["impl"]) == {"cuda", "triton", "torch"}
+    assert not list(folder.glob("*.partial*")) and not (folder / "plan.json").exists()
+    tables = derive.namespace_tables([derive.read_group(folder)], namespace="ns", cache_mode="hot", descriptions={})
+    assert tables["sweep"][0]["cuda_vs_triton"] in stats.VERDICTS
+
+
+def test_a_crash_is_recorded_and_the_rest_measured(standin: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    record = run_step(standin, ["cuda", "triton", "cuda.crash"], {"crash": {"base": "cuda", "defines": {}}})
+    assert record["crashed"] == {"cuda.crash": record["checks"]["cuda.crash"]["error"]}
+    assert record["checks"]["cuda.crash"]["passed"] is False and "crashed on the GPU" in record["checks"]["cuda.crash"]["error"]
+    assert record["passed"] == ["cuda", "triton"]
+    assert "measure: layernorm 4096x768 cuda.crash crashed" in capsys.readouterr().out
+
+
+def test_a_failed_check_is_not_timed(standin: Path) -> None:
+    record = run_step(standin, ["cuda", "triton", "cuda.wrong"], {"wrong": {"base": "cuda", "defines": {}}})
+    assert record["checks"]["cuda.wrong"]["passed"] is False and "cuda.wrong" not in record["passed"]
+    folder = standin / "artifacts" / "ns" / "measure" / "layernorm" / SHAPE
+    assert "cuda.wrong" not in set(pd.read_csv(folder / "launches.csv")["impl"])
+
+
+# ----------------------------------------------------------------------------------------- secrets
+
+
+def test_outside_values_leave_out_the_allowlist_and_short_values() -> None:
+    env = {"PATH": "/usr/bin:/bin", "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG", "X": "1", "COPY_OF_PATH": "/usr/bin:/bin",
+           "SOME_HOME": "/usr/share"}
+    assert capture.outside_values(env) == {"AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG"}
+
+
+def test_a_leaked_value_is_blanked_from_an_export_and_a_raw_file_is_deleted(tmp_path: Path) -> None:
+    secret = "tok_" + "9" * 20
+    export = fake_device.synthetic_export(tmp_path / "c.sqlite", ["cuda"], 2, {"cuda": 2})
+    import sqlite3
+
+    conn = sqlite3.connect(export)
+    conn.execute("CREATE TABLE IF NOT EXISTS META_DATA_CAPTURE (name TEXT, value TEXT)")
+    conn.execute("INSERT INTO META_DATA_CAPTURE VALUES ('OddName', ?)", (f"SOMETHING={secret}",))
+    conn.execute("INSERT INTO StringIds (id, value) VALUES (99999, ?)", (f"x;{secret};y",))
+    conn.commit()
+    conn.close()
+    raw = tmp_path / "c.nsys-rep"
+    raw.write_bytes(b"\x00binary" + secret.encode("utf-16-le") + b"\x00")
+    clean = tmp_path / "c.log"
+    clean.write_text("nothing here\n")
+    log = tmp_path / "d.log"
+    log.write_text(f"$ tool --token={secret}\n")
+    notes = capture.keep_clean([export, raw, clean, log], {"TOKEN": secret})
+    assert secret.encode() not in export.read_bytes()
+    assert not raw.exists() and clean.exists()
+    assert log.read_text() == "$ tool --token=[TOKEN withheld]\n"
+    assert len(notes) == 3 and any("deleted" in n and "TOKEN" in n for n in notes)
+
+
+def test_the_nsys_command_runs_under_a_private_minimal_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s" * 24)
+    env = capture.private_env(tmp_path / "p")
+    assert "AWS_SECRET_ACCESS_KEY" not in env and env["TMPDIR"] == str(tmp_path / "p")
+    argv = capture.group_command("/x/nsys", ["cuda", "nvtx"], ["--sample=none"], tmp_path / "base", tmp_path / "plan.json")
+    assert argv[:2] == ["/x/nsys", "profile"] and "--capture-range-end" in argv and argv[-2:] == ["group", str(tmp_path / "plan.json")]
+
+
+def test_measure_plan_leaves_out_what_does_not_change_a_measurement() -> None:
+    raw = yaml.safe_load((ROOT / "config.yaml").read_text())
+    base = config.measure_plan(config.validate(raw), "layernorm")
+    for key, value in (("gpu_lock_timeout_s", 5), ("trust", {"margin": 0.2})):
+        changed = dict(raw)
+        changed[key] = value
+        assert config.measure_plan(config.validate(changed), "layernorm") == base, key
+    changed = yaml.safe_load((ROOT / "config.yaml").read_text())
+    changed["operations"]["layernorm"]["sweep"] = ["4096x768"]
+    assert config.measure_plan(config.validate(changed), "layernorm") == base  # shapes are the group's own
+    changed["capture"]["rounds"] = 12
+    assert config.measure_plan(config.validate(changed), "layernorm") != base
+
+
+@pytest.mark.skipif(__import__("harness.gpu.device", fromlist=["has_gpu"]).has_gpu(), reason="checks the no-GPU path")
+def test_without_a_gpu_the_step_stops_before_nsys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a node without a GPU (a cluster job sent to the wrong partition) the sentence says so,
+    not that nsys is missing."""
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(ToolMissing, match="no CUDA GPU is visible here"):
+        run_step(tmp_path, ["cuda"])
+    assert not (tmp_path / "artifacts").exists()

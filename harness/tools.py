@@ -9,10 +9,12 @@ import glob
 import os
 import platform
 import shutil
+import signal
 import subprocess
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from harness import ROOT
 from harness.errors import EvidenceError, ToolMissing
@@ -46,17 +48,36 @@ def run_command(argv: list[str], log_path: str | Path | None, env: dict[str, str
     status and its output (stdout and stderr together), which is also appended to `log_path`.
     EvidenceError if it runs past `timeout` seconds (the process is killed)."""
     try:
-        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, timeout=timeout,
-                              cwd=ROOT, text=True, errors="replace")
-    except subprocess.TimeoutExpired:
-        raise EvidenceError(f"{what} did not finish within {timeout:g} s and was stopped; see the log.") from None
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=ROOT, text=True,
+                                errors="replace", start_new_session=True)
     except OSError as exc:
         raise EvidenceError(f"{what} could not start {argv[0]}: {exc.strerror}.") from None
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        stop_session(proc)
+        raise EvidenceError(f"{what} did not finish within {timeout:g} s and was stopped; see the log.") from None
     if log_path:
         with open(log_path, "a") as log:
             print("$ " + " ".join(argv), file=log)
-            log.write(proc.stdout)
-    return proc.returncode, proc.stdout
+            log.write(output)
+    return proc.returncode, output
+
+
+def stop_session(proc: subprocess.Popen[Any]) -> None:
+    """Kill a process started with start_new_session=True and everything it started, then reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def clean_parent(argv: list[str]) -> list[str]:
+    """`argv` run as the child of a shell started with the (clean) environment it is given, not as a
+    child of this process: a profiler that records its parent's environment (Nsight Systems writes
+    one into its report) then finds only that clean environment."""
+    return ["/bin/sh", "-c", '"$@" & wait $!', "sh", *argv]
 
 
 def versions() -> dict[str, str]:

@@ -10,6 +10,9 @@
 # names the commit (the device copy has no .git). Everything worth keeping is packed into $OUT.
 set -uo pipefail
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+# The device's copy of the tree may hold a .git of another commit: git must not answer for it, so
+# the provenance takes the commit from EVIDENCE_GIT_COMMIT (checked to be a full hash).
+export GIT_DIR="$PWD/.no-git-here"
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 {
   echo "== $(date -u +%FT%TZ) host $(hostname)"; nvidia-smi --query-gpu=name,uuid,driver_version,utilization.gpu,power.draw,clocks.sm,clocks.mem --format=csv

@@ -48,13 +48,14 @@ def bind(fn: Any, grid: Sequence[int], args: Sequence[Any], constexprs: Mapping[
             fn[grid3](*args, **constexprs, **options)
 
     jit_call.launch_path = JIT  # type: ignore[attr-defined]
-    prepared = _prepared(fn, kernel, grid3, args, constexprs, device_index)
+    prepared, why = _prepared(fn, kernel, grid3, args, constexprs, device_index)
+    jit_call.launch_reason = why  # type: ignore[attr-defined]
     return prepared if prepared is not None else jit_call
 
 
 def _prepared(fn: Any, kernel: Any, grid3: tuple[int, int, int], args: Sequence[Any],
-              constexprs: Mapping[str, Any], device_index: int) -> Callable[[], None] | None:
-    """The direct launch through the compiled kernel's launcher, or None where this Triton does
+              constexprs: Mapping[str, Any], device_index: int) -> tuple[Callable[[], None] | None, str]:
+    """The direct launch through the compiled kernel's launcher, or None and why this Triton does
     not offer what it needs."""
     try:
         from triton import knobs
@@ -62,14 +63,16 @@ def _prepared(fn: Any, kernel: Any, grid3: tuple[int, int, int], args: Sequence[
         enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
         run, function, packed = kernel.run, kernel.function, kernel.packed_metadata
         names = list(fn.arg_names)
-    except (AttributeError, ImportError):
-        return None
-    if enter is not None or leave is not None or function is None:
-        return None
+    except (AttributeError, ImportError) as exc:
+        return None, f"this Triton's compiled kernel lacks what the direct launch uses ({type(exc).__name__}: {exc})"
+    if enter is not None or leave is not None:
+        return None, f"launch hooks are set ({enter!r}, {leave!r})"
+    if function is None:
+        return None, "the compiled kernel has no loaded function"
     given = dict(zip(names, args))
     given.update(constexprs)
-    if set(given) != set(names):
-        return None  # a parameter left to its default: keep the JIT, which fills it in
+    if set(given) != set(names):  # a parameter left to its default: keep the JIT, which fills it in
+        return None, f"parameters left to their defaults: {sorted(set(names) - set(given))}"
     values = tuple(_pointer_or_value(given[name]) for name in names)
     g0, g1, g2 = grid3
     current = raw_stream_reader(device_index)
@@ -78,4 +81,4 @@ def _prepared(fn: Any, kernel: Any, grid3: tuple[int, int, int], args: Sequence[
         run(g0, g1, g2, current(), function, packed, None, None, None, *values)
 
     call.launch_path = PREPARED  # type: ignore[attr-defined]
-    return call
+    return call, ""

@@ -18,13 +18,13 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from harness import ROOT
 from harness.errors import EvidenceError
-from harness.tools import find_nsys
+from harness.tools import clean_parent, find_nsys, stop_session
 
 # Variables the captured process may see; everything else is dropped before nsys starts.
 ENV_ALLOWLIST = (
@@ -136,12 +136,15 @@ def scrub_export(sqlite_path: Path) -> int:
 def _run(argv: list[str], log: Any, what: str, env: dict[str, str], timeout: float) -> int:
     print("$ " + " ".join(argv), file=log, flush=True)
     try:
-        proc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout, cwd=ROOT)
-    except subprocess.TimeoutExpired:
-        raise EvidenceError(f"{what} did not finish within {timeout:g} s and was stopped; see the log.") from None
+        proc = subprocess.Popen(clean_parent(argv), stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+                                start_new_session=True)
     except OSError as exc:
         raise EvidenceError(f"{what} could not start {argv[0]}: {exc.strerror}.") from None
-    return proc.returncode
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        stop_session(proc)
+        raise EvidenceError(f"{what} did not finish within {timeout:g} s and was stopped; see the log.") from None
 
 
 def group_command(nsys: str, trace: Sequence[str], extra_args: Sequence[str], out_base: Path,

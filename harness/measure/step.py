@@ -33,7 +33,7 @@ from harness.measure import counters as ncu
 from harness.measure.check import failure
 from harness.tables import counters as counter_table
 from harness.tables import derive, nsys
-from harness.tools import run_command, versions
+from harness.tools import clean_parent, run_command, versions
 
 
 def lock(what: str, ns_dir: str | Path | None, timeout_s: float, op: str | None = None,
@@ -198,7 +198,8 @@ def counters(*, op: str, shape: str, impls: Sequence[str], plan: Mapping[str, An
     argv = ncu.profile_command(ncu_path, metrics, group.RANGE, tmp_base, [sys.executable, "-m", "harness", "group", str(plan_path)])
     with tempfile.TemporaryDirectory(prefix="evidence-ncu-") as private:
         with lock(f"counters {op} {shape}", raw.parents[2], float(settings["gpu_lock_timeout_s"]), op, shape):
-            rc, output = run_command(argv, log, env=capture.private_env(Path(private)), timeout=float(settings["ncu_timeout_s"]),
+            rc, output = run_command(clean_parent(argv), log, env=capture.private_env(Path(private)),
+                                     timeout=float(settings["ncu_timeout_s"]),
                                      what=f"ncu profile of {op} {shape}")
     plan_path.unlink(missing_ok=True)
     reason = ncu.unavailable_reason(output)

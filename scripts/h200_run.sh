@@ -16,7 +16,7 @@ export GIT_DIR="$PWD/.no-git-here"
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 {
   echo "== $(date -u +%FT%TZ) host $(hostname)"; nvidia-smi --query-gpu=name,uuid,driver_version,utilization.gpu,power.draw,clocks.sm,clocks.mem --format=csv
-  command -v nsys && nsys --version
+  command -v nsys && env -i PATH="$PATH" LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" nsys --version  # not with this shell's environment
   python3 -c "import torch, triton, cupy, snakemake, sqlite_utils; print('torch', torch.__version__, 'triton', triton.__version__, 'cupy', cupy.__version__, 'snakemake', snakemake.__version__)"
 } 2>&1 | tee -a "$OUT/env.txt"
 # The namespace this run writes, resolved before snakemake runs: once its report is finished,

@@ -236,3 +236,16 @@ def test_without_a_gpu_the_step_stops_before_nsys(tmp_path: Path, monkeypatch: p
     with pytest.raises(ToolMissing, match="no CUDA GPU is visible here"):
         run_step(tmp_path, ["cuda"])
     assert not (tmp_path / "artifacts").exists()
+
+
+def test_triton_hooks_that_are_an_empty_chain_are_no_hooks() -> None:
+    """Newer Triton sets its launch hooks to an empty HookChain by default: that is no hook, and the
+    prepared launch is kept; a chain with a call in it, or any other object, is a hook."""
+    from harness.launch import triton as triton_launch
+
+    class Chain:
+        def __init__(self, calls: list) -> None:
+            self.calls = calls
+
+    assert not triton_launch._hooked(None) and not triton_launch._hooked(Chain([]))
+    assert triton_launch._hooked(Chain([print])) and triton_launch._hooked(print)

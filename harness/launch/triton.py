@@ -53,6 +53,15 @@ def bind(fn: Any, grid: Sequence[int], args: Sequence[Any], constexprs: Mapping[
     return prepared if prepared is not None else jit_call
 
 
+def _hooked(hook: Any) -> bool:
+    """Whether a Triton launch hook is set: None, or an empty HookChain (newer Triton's default),
+    is not."""
+    if hook is None:
+        return False
+    calls = getattr(hook, "calls", None)
+    return calls is None or len(calls) > 0
+
+
 def _prepared(fn: Any, kernel: Any, grid3: tuple[int, int, int], args: Sequence[Any],
               constexprs: Mapping[str, Any], device_index: int) -> tuple[Callable[[], None] | None, str]:
     """The direct launch through the compiled kernel's launcher, or None and why this Triton does
@@ -65,8 +74,8 @@ def _prepared(fn: Any, kernel: Any, grid3: tuple[int, int, int], args: Sequence[
         names = list(fn.arg_names)
     except (AttributeError, ImportError) as exc:
         return None, f"this Triton's compiled kernel lacks what the direct launch uses ({type(exc).__name__}: {exc})"
-    if enter is not None or leave is not None:
-        return None, f"launch hooks are set ({enter!r}, {leave!r})"
+    if _hooked(enter) or _hooked(leave):
+        return None, "launch hooks are set (a profiler's or a tool's), which want the JIT's bookkeeping"
     if function is None:
         return None, "the compiled kernel has no loaded function"
     given = dict(zip(names, args))

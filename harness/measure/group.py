@@ -11,15 +11,20 @@ captured in interleaved rounds, and timed by event spans and graph replay.
    same way (status 124).
 2. **Warm-up and calls per round.** Each implementation that passed is bound once to its timing
    inputs (harness.ops.bind) and called `capture.warmup` times; CUDA events over those calls
-   estimate its time per call, from which it gets the calls per round that fill `capture.round_us`
-   (between 1 and `capture.max_calls`).
+   estimate its time per call. Every implementation of the group makes the same number of calls
+   per round: as many as the slowest fills `capture.round_us` with (between 1 and
+   `capture.max_calls`). The same count for all keeps what one slot shares with the next (the L2
+   the previous implementation left, the clocks) the same for all.
 3. **Capture.** One profiler range (cudaProfilerStart/Stop, for nsys --capture-range=cudaProfilerApi)
    holding an NVTX range `capture` and, inside it, `capture.rounds` rounds. In each round every
-   implementation makes its calls inside an NVTX range `capture/<impl>/<round>`, the order rotated
-   from round to round, so drift in clock or temperature hits every implementation alike. Kernel
-   time and its interval come from the kernels nsys attributes to these ranges (harness.tables).
+   implementation makes one untimed call (its inputs back in the cache after the previous
+   implementation's) and then its calls inside an NVTX range `capture/<impl>/<round>`, the order
+   rotated from round to round, so drift in clock or temperature hits every implementation alike.
+   Kernel time and its interval come from the kernels nsys attributes to these ranges
+   (harness.tables); the untimed call lies outside them.
 4. **Spans**, after the profiler range has closed: `span.rounds` rounds of `span.samples / rounds`
-   samples each, the order rotated; each sample is a CUDA-event span around one call, waited for.
+   samples each, the order rotated, each implementation's samples after one untimed call; each
+   sample is a CUDA-event span around one call, waited for.
 5. **Graph replay** of each implementation (the cross-check of the kernel time).
 
 The results (checks, calls per round, launch paths, span samples, graph rows, the seconds each
@@ -149,6 +154,7 @@ def capture_rounds(torch: Any, calls: Mapping[str, Callable[[], Any]], per_round
     for r in range(rounds):
         for impl in rotation(order, r):
             call, k = calls[impl], per_round[impl]
+            call()  # untimed: outside the range, after the previous implementation's calls
             push(round_range(impl, r))
             for _ in range(k):
                 call()
@@ -169,6 +175,7 @@ def span_samples(torch: Any, calls: Mapping[str, Callable[[], Any]], op: str, sh
     for r in range(rounds):
         for impl in rotation(order, r):
             call = calls[impl]
+            call()  # untimed, as in the capture
             for i in range(per_round):
                 start.record()
                 call()
@@ -205,7 +212,8 @@ def run(plan: Mapping[str, Any]) -> dict[str, Any]:
         for _ in range(int(cap["warmup"])):
             call()
         per_call[impl] = _event_us(torch, call, max(1, int(cap["warmup"])))
-    per_round = {impl: calls_per_round(per_call[impl], float(cap["round_us"]), int(cap["max_calls"])) for impl in passed}
+    k = calls_per_round(max(per_call.values(), default=float("nan")), float(cap["round_us"]), int(cap["max_calls"]))
+    per_round = {impl: k for impl in passed}
     seconds["bind_and_warmup"] = time.perf_counter() - t
 
     t = time.perf_counter()

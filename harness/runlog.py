@@ -1,4 +1,4 @@
-"""The command log of a namespace (artifacts/<ns>/logs/commands.jsonl): each snakemake command
+"""The command log of a namespace (artifacts/<ns>/commands.jsonl): each snakemake command
 that ran jobs in it, when it started, how many jobs it ran, when and how it ended. The workflow
 appends to it (onstart, onsuccess, onerror); the provenance and the job-times table read it."""
 

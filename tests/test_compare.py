@@ -102,6 +102,8 @@ def test_the_command_reads_two_namespaces(tmp_path: Path, capsys: pytest.Capture
     assert "| layernorm | 4096x768 | cuda | 10.00 | 10.50 | +5.0% |" in text
     assert "two against one: 1 kernel times compared (0 faster, 1 slower, 0 same, 0 can't tell)" in text
     assert "1 not compared" in text
+    assert "| layernorm | 4096x768 | torch | 12.00 | 15.00 | +25.0% |  | library baseline: compared only on one GPU " \
+           "with one torch version |" in text
     assert list(pd.read_csv(out_csv)["impl"]) == ["cuda", "torch"]
 
 

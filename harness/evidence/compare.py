@@ -127,7 +127,7 @@ def markdown(frame: pd.DataFrame) -> str:
         interval = (f"{r['b_over_a_lo']:.3f}–{r['b_over_a_hi']:.3f}" if r["b_over_a_lo"] is not None
                     and not pd.isna(r["b_over_a_lo"]) else "")
         lines.append(f"| {r['op']} | {r['shape']} | {r['impl']} | {r['a_us']:.2f} | {r['b_us']:.2f} | "
-                     f"{r['change_pct']:+.1f}% | {interval} | {r['verdict'] or r['reason']} |")
+                     f"{r['change_pct']:+.1f}% | {interval} | {r['verdict'] if isinstance(r['verdict'], str) else r['reason']} |")
     return "\n".join(lines)
 
 

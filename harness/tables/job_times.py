@@ -1,5 +1,5 @@
 """Where a run's time went: every job's wall time (Snakemake's `benchmark:` files under
-artifacts/<ns>/benchmarks/) beside the commands that ran (artifacts/<ns>/logs/commands.jsonl).
+artifacts/<ns>/benchmarks/) beside the commands that ran (artifacts/<ns>/commands.jsonl).
 
 `python -m harness job-times NAMESPACE [--artifacts DIR]` writes artifacts/<ns>/tables/job_times.csv
 (one row per job: rule, its wildcards, seconds, CPU seconds, peak memory) and prints each rule's
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         raise EvidenceError(f"job-times: {args.namespace} has no benchmarks/ under {args.artifacts}; run the pipeline first.")
     rows = job_rows(ns_dir / "benchmarks")
     write_csv(rows, COLUMNS, ns_dir / "tables" / "job_times.csv")
-    print(summary(rows, read_commands(ns_dir / "logs" / "commands.jsonl")))
+    print(summary(rows, read_commands(ns_dir / "commands.jsonl")))
     return 0
 
 

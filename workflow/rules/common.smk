@@ -123,16 +123,16 @@ onstart:
     if workflow.local_exec:
         preflight.before_jobs(workflow.dag.needrun_jobs(), CFG)
     runlog.record_start(
-        f"{A}/logs/commands.jsonl", len(list(workflow.dag.needrun_jobs()))
+        f"{A}/commands.jsonl", len(list(workflow.dag.needrun_jobs()))
     )
 
 
 onsuccess:
-    runlog.record_end(f"{A}/logs/commands.jsonl", "success")
+    runlog.record_end(f"{A}/commands.jsonl", "success")
 
 
 onerror:
-    runlog.record_end(f"{A}/logs/commands.jsonl", "error")
+    runlog.record_end(f"{A}/commands.jsonl", "error")
 
 
 def trust_inputs():

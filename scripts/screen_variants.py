@@ -2,9 +2,9 @@
 """Screen an operation's variants in one process before spending a pipeline run on them.
 
 For each sweep shape of each named operation, every implementation (cuda, triton, torch and the
-listed variants) is checked against the float64 reference (harness.check.run_check: a variant that
-fails is not timed) and then timed by CUDA graph replay (harness.graph_replay.measure: the config's
-`capture.iterations` calls in one graph, replayed between CUDA events), in `--rounds` rounds whose
+listed variants) is checked against the float64 reference (harness.measure.check.run_check: a variant that
+fails is not timed) and then timed by CUDA graph replay (harness.measure.graph_replay.measure: the config's
+`cross_check.calls` calls in one graph, replayed between CUDA events), in `--rounds` rounds whose
 order of implementations rotates. It prints one line per (shape, implementation) with the median of
 the rounds' medians and the ratio to cuda and to triton, and writes them as CSV.
 
@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness import config, ops  # noqa: E402
-from harness.measure import graph_replay
+from harness.measure import graph_replay  # noqa: E402
 from harness.measure.check import run_check  # noqa: E402
 
 
@@ -61,7 +61,7 @@ def main() -> int:
             timed = [i for i in impls if i in calls]
             for r in range(args.rounds):
                 for impl in timed[r % len(timed):] + timed[:r % len(timed)]:
-                    row = graph_replay.measure(op, shape, impl, calls[impl], cfg["capture"]["iterations"],
+                    row = graph_replay.measure(op, shape, impl, calls[impl], cfg["cross_check"]["calls"],
                                                cfg["cross_check"]["replays"], cfg["cross_check"]["max_seconds"])
                     if row["status"] == "ok":
                         medians[impl].append(row["graph_median_us"])

@@ -1,5 +1,6 @@
 """The Nsight Compute counters reader on real exports from the H200 (tests/fixtures/ncu/, made by
-scripts/make_ncu_fixture.sh with ncu 2025.3.1), the commands, and the unavailable path."""
+ncu 2025.3.1, one process per implementation; scripts/make_ncu_fixture.sh now
+takes them from the counters rule, one export per shape), the commands, and the unavailable path."""
 
 from __future__ import annotations
 

@@ -214,10 +214,11 @@ def keep_clean(paths: Sequence[Path], values: Mapping[str, str]) -> list[str]:
             continue
         if path.suffix == ".sqlite":
             scrub_values(path, [values[n] for n in names])
-            names = leaked_values(path, values)
-            if not names:
-                notes.append(f"{path.name}: values of {', '.join(sorted(names) or ['the invoking environment'])} blanked")
+            left = leaked_values(path, values)
+            if not left:
+                notes.append(f"{path.name}: the value of {', '.join(sorted(names))} blanked")
                 continue
+            names = left
         path.unlink(missing_ok=True)
         notes.append(f"{path.name}: deleted, it held the value of {', '.join(sorted(names))} from the invoking environment")
     return notes

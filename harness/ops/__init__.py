@@ -163,6 +163,18 @@ def result(returned: Any, out: Any) -> Any:
     return out if returned is None else returned
 
 
+def grow_rows(inputs: Tensors, out: Any, fraction: float) -> tuple[Tensors, Any, Any]:
+    """A row-wise operation's planted-slowdown problem (its `grow`): the first rows of `x` again
+    after the last, `fraction` more rows in all; the result is the first rows of the larger output."""
+    import torch  # deferred: heavy, and only the GPU path grows a problem
+
+    rows = inputs["x"].shape[0]
+    extra = max(1, round(rows * fraction))
+    x = torch.cat([inputs["x"], inputs["x"][:extra]]).contiguous()
+    bigger = torch.empty_like(x)
+    return {**inputs, "x": x}, bigger, bigger[:rows]
+
+
 def launcher(op: Operation, impl: str, params: Params | None = None, shape: str | None = None) -> Bind:
     """The Bind of one implementation; 'external' is built from the op's config block, its launch
     geometry evaluated on the dimensions of `shape`; a variant ('cuda.block512') binds its base

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.ops import Call, Params, Tensors, define
+from harness.ops import Call, Params, Tensors, define, grow_rows
 from harness.shapes import parse_shape, shape_tag
 
 DESCRIPTION = "FP32 layer norm forward over the last dimension"
@@ -70,16 +70,7 @@ def flops(shape: str) -> int:
     return 8 * rows * n  # mean, deviation, square, sum, scale, shift: ~8 per element
 
 
-def grow(inputs: Tensors, out: Any, fraction: float) -> tuple[Tensors, Any, Any]:
-    """The planted slowdown's problem (harness.ops.launcher): the first rows again after the last,
-    `fraction` more rows in all; the result is the first rows of the larger output."""
-    import torch
-
-    rows = inputs["x"].shape[0]
-    extra = max(1, round(rows * fraction))
-    x = torch.cat([inputs["x"], inputs["x"][:extra]]).contiguous()
-    bigger = torch.empty_like(x)
-    return {**inputs, "x": x}, bigger, bigger[:rows]
+grow = grow_rows  # the first rows again: one more row costs what any row costs
 
 
 OP = define(__name__)

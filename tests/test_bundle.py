@@ -242,6 +242,18 @@ def test_missing_and_extra_members_are_named(made: tuple[Path, Path], tmp_path: 
     assert f"artifacts/{NS}/tables/extra.csv is in the bundle but not listed in MANIFEST.json." in problems
 
 
+def test_a_bundle_that_claims_exports_but_lacks_one_names_it(made: tuple[Path, Path], tmp_path: Path) -> None:
+    """A manifest made for the members it has (so no hash finding), saying it holds the exports,
+    without one group's export: that group cannot be re-derived, and verify says which."""
+    _, out = made
+    files = members(out)
+    del files[f"{GROUP}/capture.sqlite"]
+    problems = verifier.verify(repack(files, tmp_path / "b.tar.gz", tmp_path / "scratch"))
+    op, shape = GROUP.split("/")[-2:]
+    assert (f"The bundle has no export measure/{op}/{shape}/capture.sqlite, so the tables of "
+            f"({op}, {shape}) cannot be re-derived.") in problems
+
+
 def test_a_namespace_without_ceilings_verifies(pipeline, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     root = make_namespace(pipeline, tmp_path / "repo", secret=False, with_ceilings=False)
     out = bundle.make_bundle(NS, tmp_path / "old.tar.gz", root=root)
@@ -331,18 +343,20 @@ def test_make_bundle_refuses_an_incomplete_namespace(tmp_path: Path) -> None:
     assert not list(tmp_path.iterdir())
 
 
-@pytest.mark.parametrize("ns", ["h200-layernorm-1", "h200-ops-defaults-1", "h200-validate-1"])
-def test_committed_namespaces_differ_only_by_drift_never_by_numbers(ns: str, tmp_path: Path) -> None:
-    """The retained namespaces have no captures, and their reports came from older templates (and,
-    for h200-layernorm-1, older tables): verify says so, and finds no number that disagrees."""
-    if not (ROOT / "report" / ns / "field_note.md").is_file():
-        pytest.skip(f"namespace {ns} is not in this checkout")
+COMMITTED = sorted(p.parent.name for p in (ROOT / "report").glob("*/field_note.md"))
+
+
+@pytest.mark.parametrize("ns", COMMITTED)
+def test_every_committed_namespace_verifies(ns: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each retained namespace, bundled from this checkout, verifies: its tables match the
+    manifest and its reports, page, figures and summary are what this code renders from them. Its
+    raw captures never entered git, so verify notes that the tables were not re-derived."""
     out = bundle.make_bundle(ns, tmp_path / f"{ns}.tar.gz")
-    problems = verifier.verify(out)
-    assert any("holds no capture exports" in p for p in problems)
-    assert all("\n" not in p and p.endswith(".") for p in problems)
-    assert not any(re.search(r"line \d+: .* in the bundle, .* from the tables", p) for p in problems)
-    assert not any("SHA-256" in p for p in problems)
+    notes: list[str] = []
+    assert verifier.verify(out, notes=notes) == []
+    assert notes == [verifier.NO_EXPORTS]
+    assert verifier.main([str(out)]) == 0
+    assert capsys.readouterr().out == f"note: {verifier.NO_EXPORTS}\n{out}: verified.\n"
 
 
 def test_a_namespace_with_a_failed_implementation_verifies(made: tuple[Path, Path]) -> None:

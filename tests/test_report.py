@@ -497,6 +497,16 @@ def test_a_loaded_older_namespace_is_flagged_at_the_top(tmp_path: Path) -> None:
         assert f"- {safe.md_text(f)}" in comment.split("| operation | shape |")[0]
 
 
+def test_the_controls_fold_says_whether_drift_was_bounded(tmp_path: Path) -> None:
+    """The fold's one-line summary agrees with the section: a namespace whose kernels of ours were
+    all excluded from the bound says 'drift not bounded', though it names an earlier namespace."""
+    note, _, _ = render(tmp_path / "clean")
+    assert "<details><summary>Controls and drift: 4 control rows, 0 above the band; drift against earlier-ns</summary>" in note
+    loaded, _, _ = render_retained("h200-loaded-1", tmp_path / "loaded")
+    assert "<details><summary>Controls and drift: 1 control row, 0 above the band; drift not bounded</summary>" in loaded
+    assert "so drift between them is not bounded by any kernel" in loaded
+
+
 def test_gpu_label_names_the_model_once() -> None:
     assert report.gpu_label([{"name": "NVIDIA H200", "uuid": "a"}]) == "NVIDIA H200"
     assert report.gpu_label([{"name": "NVIDIA H200", "uuid": "a"}, {"name": "NVIDIA H200", "uuid": "b"}]) == "NVIDIA H200 (2 GPUs)"

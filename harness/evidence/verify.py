@@ -519,11 +519,16 @@ def sweep_stale(parent: Path) -> list[Path]:
     return removed
 
 
-def verify(bundle: Path | str, workdir: Path | str | None = None) -> list[str]:
+NO_EXPORTS = ("the bundle holds no capture exports (raw captures never enter git), so its tables were checked "
+              "against MANIFEST.json and its reports re-rendered from them, but the tables were not re-derived.")
+
+
+def verify(bundle: Path | str, workdir: Path | str | None = None, notes: list[str] | None = None) -> list[str]:
     """Verify a bundle (see the module's docstring): the problems found, one sentence each; an
     empty list means verified. Raises BundleError (one sentence) when the file is not a usable
     bundle. Everything is extracted into, and re-derived in, a temporary folder (under `workdir`
-    when given, else the system's) that is removed afterwards; nothing is written anywhere else."""
+    when given, else the system's) that is removed afterwards; nothing is written anywhere else.
+    What was not checked (a bundle without exports) is appended to `notes`, not to the problems."""
     bundle = Path(bundle)
     if not bundle.is_file():
         raise BundleError(f"{bundle} does not exist or is not a file.")
@@ -556,9 +561,8 @@ def verify(bundle: Path | str, workdir: Path | str | None = None) -> list[str]:
         drift: list[str] = []
         if manifest.get("exports", True):
             problems += _check_tables(dest, cfg, ns, work, drift)
-        else:
-            problems.append("The bundle holds no capture exports (raw captures never enter git), so its tables were "
-                            "checked against MANIFEST.json but not re-derived.")
+        elif notes is not None:
+            notes.append(NO_EXPORTS)
         problems += _check_reports(dest, cfg, ns, work, commit, drift)
         if drift:
             problems.append(_drift_sentence(drift, manifest, commit))
@@ -613,8 +617,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{VERIFY_USAGE}\nverify takes exactly one bundle.", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, _terminated)
+    notes: list[str] = []
     try:
-        problems = verify(args[0])
+        problems = verify(args[0], notes=notes)
     except EvidenceError as exc:
         print(str(exc), file=sys.stderr)
         return 2
@@ -626,6 +631,8 @@ def main(argv: list[str] | None = None) -> int:
             print(p)
         print(f"{args[0]}: {len(problems)} problem(s); not verified.", file=sys.stderr)
         return 1
+    for note in notes:
+        print(f"note: {note}")
     print(f"{args[0]}: verified.")
     return 0
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark harness.nsys on a large export built from the real fixture.
+"""Benchmark harness.tables.nsys on a large export built from the real fixture.
 
 Builds an export of at least --kernels kernels (default 1,000,000) by replicating every kernel,
 CUDA runtime and NVTX row of tests/fixtures/nsys/h200-torch-layer-norm.sqlite, each copy shifted

@@ -1,4 +1,4 @@
-"""The seeded graph generator (harness/graphs.py) on the CPU: numpy, and torch on the CPU device.
+"""The seeded graph generator (harness/ops/neighbor_aggregation/graphs.py) on the CPU: numpy, and torch on the CPU device.
 
 Expected values are derived from the definitions (edge counts, CSR invariants, the top hub's
 expected in-degree E / sum_r r^-s), not read off a run.

@@ -7,6 +7,7 @@ Every import of a harness module is read with `ast` (module level and inside fun
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -193,6 +194,32 @@ def test_every_stage_package_has_a_docstring(package: str) -> None:
     init = HARNESS / package / "__init__.py"
     doc = ast.get_docstring(ast.parse(init.read_text()))
     assert doc and len(doc) > 40, f"harness/{package}/__init__.py should say what the package is for"
+
+
+HISTORY = [
+    (re.compile(r"\bh200-[a-z0-9]+(?:-[a-z0-9]+)*-\d+\b"), "a run's namespace"),
+    (re.compile(r"\b(?:since|before|after|at|of|in) (?:the sweep of )?[0-9a-f]{7,40}\b"), "a commit"),
+]
+"""What narrates run history: the notebooks and the evidence keep it, not the code or its config."""
+
+
+def history_mentions(text: str) -> list[str]:
+    return [f"{what}: {m.group(0)!r}" for pattern, what in HISTORY for m in pattern.finditer(text)]
+
+
+def test_code_and_config_describe_what_is_not_how_it_came_to_be() -> None:
+    paths = [*HARNESS.rglob("*.py"), *(ROOT / "workflow").rglob("*.*"), ROOT / "Snakefile", ROOT / "config.yaml",
+             *(ROOT / "report" / "templates").glob("*.j2"),
+             *[p for p in (ROOT / "kernels").rglob("*.*") if p.suffix in (".cu", ".py", ".ptx")]]
+    found = {str(p.relative_to(ROOT)): hits for p in paths if p.is_file() and "__pycache__" not in p.parts
+             for hits in [history_mentions(p.read_text(errors="replace"))] if hits}
+    assert not found, f"comments that narrate history (move them to the notebook): {found}"
+
+
+def test_the_history_check_sees_a_namespace_and_a_commit() -> None:
+    assert history_mentions("# the default of h200-ops-2, since d50077c") == [
+        "a run's namespace: 'h200-ops-2'", "a commit: 'since d50077c'"]
+    assert history_mentions("namespace_prefix: h200-quick  # sha256 of every file") == []
 
 
 if __name__ == "__main__":  # python tests/test_layout.py: the graph's size, for the notes

@@ -51,7 +51,7 @@ def test_cuda_params_cover_the_row(features: int) -> None:
 
 
 def test_cuda_params_match_the_documented_table() -> None:
-    # harness/neighbor_aggregation_kernels.py's docstring: F = 16: <4, 4, 1, 4>;
+    # harness/ops/neighbor_aggregation/kernels.py's docstring: F = 16: <4, 4, 1, 4>;
     # 64: <4, 16, 1, 8>; 128: <4, 32, 1, 8>; 256: <4, 32, 2, 4>; 7: <1, 8, 1, 8>.
     assert cuda_params(16) == (4, 4, 1, 4)
     assert cuda_params(64) == (4, 16, 1, 8)

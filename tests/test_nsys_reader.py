@@ -1,4 +1,4 @@
-"""harness.nsys: the SQLite export reader must print what `nsys stats` prints.
+"""harness.tables.nsys: the SQLite export reader must print what `nsys stats` prints.
 
 * The real H200 export must give, byte for byte, the CSVs that `nsys stats` printed for it.
 * Synthetic exports (tests/nsys_exports.py) cover the schema variants of nsys 2022.4 .. 2026.x;

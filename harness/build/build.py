@@ -1,6 +1,6 @@
 """Offline build and census of our kernels: compile every specialization the configured shapes
 need, without a GPU, and describe each compiled kernel function by its resource report and static
-instruction counts (see harness/census.py: counts are of instructions in the code, not executed).
+instruction counts (see harness/build/census.py: counts are of instructions in the code, not executed).
 
 CUDA: a kernels/*.cu file through NVRTC (the compiler CuPy uses at run time, same options) or,
 where libnvrtc is missing, `nvcc -ptx` + `ptxas -v`; PTX, cubin, ptxas log; SASS by cuobjdump.
@@ -61,7 +61,7 @@ def build_census(op: str, impl: str, shapes: Sequence[Sequence[int]], arch: str 
 
     `cuda_compiler` ('auto', 'nvrtc' or 'nvcc') picks the CUDA compiler; 'auto' prefers NVRTC,
     the one CuPy uses at run time. `variant` = (implementation name, extra options) builds a named
-    variant of the CUDA kernels (harness.variants): the same specializations with its -D options,
+    variant of the CUDA kernels (harness.ops.variants): the same specializations with its -D options,
     the rows named after the variant. Raises ToolMissing (one sentence) if no compiler or
     disassembler is available.
     """

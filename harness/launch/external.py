@@ -7,7 +7,7 @@ entry function, the launch geometry and the argument order:
      grid: ["cdiv(cols, 32)", "cdiv(rows, 32)"], block: [32, 8], shared_bytes: 0,
      args: [x, out, "rows:int32", "cols:int32"]}
 
-Grid entries are integers or expressions over the shape's named dimensions (harness.exprs). An
+Grid entries are integers or expressions over the shape's named dimensions (harness.launch.exprs). An
 argument is a tensor of the operation's inputs, "out", or a typed dimension or operation parameter
 ("rows:int32", "eps:float32"); tensors pass as their device address.
 

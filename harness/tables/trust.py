@@ -19,7 +19,7 @@ flags a report must not hide. The rules, and why they are these, are in docs/tru
   the driver and library version between sessions; its rows are listed, never used as a bound.
 
 Inputs are the retained tables (`artifacts/<ns>/tables/*.csv`, `provenance.json`) or the history
-index (harness.history); outputs are DataFrames, and `trust_tables` writes them as
+index (harness.tables.history); outputs are DataFrames, and `trust_tables` writes them as
 `tables/controls.csv` and `tables/drift.csv` of the current namespace, so a report quotes a table.
 Every sentence produced here is complete and ends with exactly one period.
 """

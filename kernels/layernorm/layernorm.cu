@@ -45,14 +45,13 @@
 // as an implementation of its own). The defaults are the kernel as it ships.
 //   LN_LOAD_NC     1: x, w, b through the read-only (non-coherent) path, __ldg; 0: plain loads.
 //   LN_STORE_CS    1: streaming stores (st.global.cs, evict-first) for y; 0: plain stores. Default 1
-//                  since the sweep of 8cc7fa3 (kernels/layernorm/notebook.md): 0.78 of the plain-store kernel
-//                  at 8192x768 in hot mode, no shape slower beyond the spread.
+//                  (kernels/layernorm/notebook.md has the measurements).
 //   LN_MIN_BLOCKS  0: __launch_bounds__(BLOCK) only; k > 0: __launch_bounds__(BLOCK, k), which asks
 //                  the compiler to fit k blocks per SM (a register budget of 65536 / (k * BLOCK));
 //                  -1: as many blocks as fill the SM's 2048 threads (32 registers per thread).
 //   LN_ONE_PASS    0: exact two-pass statistics (below); 1: one pass, sum and sum of squares of the
 //                  shifted row, fewer shuffles and instructions.
-// Two more switches are read by the host's dispatch (harness/layernorm_kernels.py), which picks
+// Two more switches are read by the host's dispatch (harness/ops/layernorm/kernels.py), which picks
 // the entry point and template arguments per width; the device code does not test them:
 //   LN_LATE_WB     0 or 1: LATE_WB at every width instead of the dispatch's choice.
 //   LN_WARP_ROWS   0 or 1: the warp-per-row kernel off or on (for n % 4 == 0, n <= 1024) instead of

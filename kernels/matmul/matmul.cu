@@ -237,7 +237,7 @@ matmul_f32(const float* __restrict__ A, const float* __restrict__ B, float* __re
 
 // ----------------------------------------------------------------------------- 128 x 128 tiles
 
-// Second kernel, for large products (the host dispatches by shape: harness/matmul_kernels.py
+// Second kernel, for large products (the host dispatches by shape: harness/ops/matmul/kernels.py
 // launches it where N % 4 == 0, K % 4 == 0 and C has at least as many 128 x 128 tiles as the H200
 // has SMs, and matmul_f32<VEC_B> elsewhere; the variants tile64 and tile128, -DMM_TILE=64 or 128,
 // make the host launch one kernel at every shape):
@@ -352,7 +352,7 @@ matmul_f32_128(const float* __restrict__ A, const float* __restrict__ B, float* 
 
 // ----------------------------------------------------------------------------- warp-tiled, ROWS x 8 outputs per thread
 
-// Third kernel, matmul_f32_128's successor (the host dispatches by shape, harness/matmul_kernels.py):
+// Third kernel, matmul_f32_128's successor (the host dispatches by shape, harness/ops/matmul/kernels.py):
 //     matmul_f32_tiled<BM, BN, BK, ROWS>   BM x BN x BK tiles, BM * BN / (8 ROWS) threads, ROWS x 8
 //                      outputs per thread (ROWS = 8: two 4 x 4 blocks BM / 2 rows and BN / 2 columns
 //                      apart; ROWS = 4: one row block, two column blocks BN / 2 apart), two

@@ -60,14 +60,13 @@ WARP_ROWS_PER_BLOCK = 4
 """Rows (warps) per block of the warp-per-row path."""
 
 DEFAULT_LATE_WB = True
-"""Whether the block paths load w and b late, unless LN_LATE_WB says otherwise: at every width
-since h200-dispatch-1 (0.947 of the early loads at 4096x768, 0.930 at 1024x2048, no difference at
-the other sweep shapes; kernels/layernorm/notebook.md)."""
+"""Whether the block paths load w and b late, unless LN_LATE_WB says otherwise: late loads hold
+fewer registers and were faster or no different at every sweep shape (kernels/layernorm/notebook.md)."""
 
 DEFAULT_WARP_ROWS = False
 """Whether the warp-per-row path serves the widths it can (n % 4 == 0, n <= WARP_MAX_WIDTH), unless
-LN_WARP_ROWS says otherwise: not since h200-dispatch-1 measured it no different from the block
-path at 4096x768 (1.002) and 8192x768 (0.993)."""
+LN_WARP_ROWS says otherwise: off, as it measured no different from the block path at width 768
+(kernels/layernorm/notebook.md)."""
 
 
 # ----------------------------------------------------------------------------- dispatch
@@ -135,7 +134,7 @@ class TritonInstance:
         """Short description for tables, e.g. 'N=768 BLOCK_N=1024 num_warps=4'."""
         return f"N={self.n} BLOCK_N={self.block_n} num_warps={self.num_warps}"
 
-    # The TritonSpec interface (harness.kernel_specs) the offline build compiles from.
+    # The TritonSpec interface (harness.launch.instances) the offline build compiles from.
     source: str = TRITON_SOURCE
 
     def jit_function(self) -> Any:

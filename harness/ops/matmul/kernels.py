@@ -174,7 +174,7 @@ class TritonInstance:
         """Programs in the launch grid (one per tile of C)."""
         return math.ceil(self.m / self.block_m) * math.ceil(self.n / self.block_n)
 
-    # The TritonSpec interface (harness.kernel_specs) the offline build compiles from.
+    # The TritonSpec interface (harness.launch.instances) the offline build compiles from.
 
     def jit_function(self) -> Any:
         from kernels.matmul.matmul_triton import matmul_fwd

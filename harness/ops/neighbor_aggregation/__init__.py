@@ -3,7 +3,7 @@ of x[j, :] (every in-edge counts, repeats included).
 
 Shapes are 'NODESxEDGESxFEATURES' with an optional tag: none or '-uniform' for a uniform random
 graph, '-powerlaw' for a power-law in-degree graph (exponent: the config's `degree_exponent`,
-default 2.0). The graph comes from harness/graphs.py, made on the GPU with torch from the seed, so
+default 2.0). The graph comes from harness/ops/neighbor_aggregation/graphs.py, made on the GPU with torch from the seed, so
 all implementations of one shape and seed see the same graph.
 
 Inputs (all on the GPU, made once, outside any timed call):

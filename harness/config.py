@@ -48,7 +48,7 @@ def _schema(operations: Any = None) -> dict[str, Any]:
     return schema
 
 
-def _with_defaults(validator_class: type) -> type:
+def _with_defaults(validator_class: Any) -> Any:
     """A validator that fills in `default` values while it validates (jsonschema FAQ recipe)."""
     validate_properties = validator_class.VALIDATORS["properties"]
 
@@ -94,7 +94,7 @@ def _sentence(error: jsonschema.ValidationError) -> str:
     return f"config: '{key}': {error.message}."
 
 
-SCALAR_TYPES = {"integer": int, "number": (int, float), "boolean": bool}
+SCALAR_TYPES: dict[str, type | tuple[type, ...]] = {"integer": int, "number": (int, float), "boolean": bool}
 
 
 def _coerce(instance: Any, schema: Mapping[str, Any], root: Mapping[str, Any]) -> Any:
@@ -351,7 +351,7 @@ def build_block(cfg: Mapping[str, Any], op: str) -> dict[str, Any]:
     """What the build of `op` reads from its block: the variants' defines and the external kernel
     (a tolerance, a reference setting or a planted slowdown reruns no build)."""
     block = operation_block(cfg, op)
-    out = {k: block[k] for k in ("variants", "external") if k in block}
+    out: dict[str, Any] = {k: block[k] for k in ("variants", "external") if k in block}
     out["variants"] = {name: {"base": v["base"], "defines": v["defines"]} for name, v in out["variants"].items()}
     return out
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,12 +13,22 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-def write_text(text: str, path: str | Path) -> None:
+def _atomic(write: Callable[[Path], Any], path: str | Path) -> None:
+    """`write(tmp)` to '<name>.partial' beside `path`, then rename it to `path`; on any failure
+    (a `path` that is a folder, a full disk, an interrupt) the partial file is removed."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".partial")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_text(text: str, path: str | Path) -> None:
+    _atomic(lambda tmp: tmp.write_text(text), path)
 
 
 def write_json(obj: Any, path: str | Path) -> None:
@@ -35,11 +45,7 @@ def write_csv(rows: Iterable[Mapping[str, Any]], columns: list[str], path: str |
         if col not in frame.columns:
             frame[col] = pd.NA
     frame = frame[columns]
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".partial")
-    frame.to_csv(tmp, index=False, float_format="%.6g")
-    os.replace(tmp, path)
+    _atomic(lambda tmp: frame.to_csv(tmp, index=False, float_format="%.6g"), path)
     return frame
 
 

@@ -111,7 +111,7 @@ def test_a_namespace_without_tables_is_one_sentence(tmp_path: Path, capsys: pyte
     write_ns(tmp_path, "one", [row("cuda", 10.0)], "2.11.0")
     (tmp_path / "empty").mkdir()
     assert cli(["compare", "one", "empty", "--artifacts", str(tmp_path)]) == 2
-    assert capsys.readouterr().err.strip() == "compare: empty has no tables/kernel_time.csv."
+    assert capsys.readouterr().err.strip() == "compare: empty has no tables/kernel_time.csv and no summary.json."
     assert cli(["compare", "one", "missing", "--artifacts", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip() == f"compare: there is no namespace missing under {tmp_path}."
     assert cli(["compare", "one", "../etc", "--artifacts", str(tmp_path)]) == 2
@@ -124,3 +124,45 @@ def test_an_out_that_is_a_folder_is_one_sentence(tmp_path: Path, capsys: pytest.
     assert cli(["compare", "one", "two", "--artifacts", str(tmp_path), "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("compare: cannot use") and "Traceback" not in err
+    assert not list(tmp_path.parent.glob(f"{tmp_path.name}*.partial"))  # the refused write left nothing
+
+
+def summary_file(path: Path, ns: str, rows: list[tuple[str, float, float, float]], torch: str = "2.11.0") -> Path:
+    """A summary.json (docs/summary-schema.md) with these (impl, time, lo, hi) rows at layernorm 4096x768."""
+    data = {"schema": "kernel-evidence-summary/1", "namespace": ns, "control": "triton",
+            "interval": {"kind": "bootstrap", "level": 0.95, "margin": 0.01, "description": "95% bootstrap"},
+            "verdicts": list(stats.VERDICTS), "legacy_verdicts": {},
+            "provenance": {"namespace": ns, "versions": {"torch": torch}},
+            "rows": [{"op": "layernorm", "shape": "4096x768", "impl": impl, "kernel_time_us": us,
+                      "kernel_time_lo_us": lo, "kernel_time_hi_us": hi, "gpu_uuid": GPU_A, "ratios": [], "base": None,
+                      "default": True, "launch_path": "prepared", "span": None, "census": [], "check": None}
+                     for impl, us, lo, hi in rows]}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_summaries_compare_by_their_intervals(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two summary files (no rounds): B/A lies within [B lo / A hi, B hi / A lo], and the verdict
+    follows that interval; a namespace folder holding only its summary.json reads the same."""
+    a = summary_file(tmp_path / "a" / "summary.json", "one",
+                     [("cuda", 10.0, 9.99, 10.01), ("triton", 8.0, 7.9, 8.1), ("cuda.v", 5.0, 4.99, 5.01)])
+    b = summary_file(tmp_path / "artifacts" / "two" / "summary.json", "two",
+                     [("cuda", 10.0, 9.99, 10.01), ("triton", 8.4, 8.3, 8.5), ("cuda.v", 5.0, 4.8, 5.2)])
+    frame = compare.compare_namespaces(str(a), "two", tmp_path / "artifacts").set_index("impl")
+    assert frame.loc["cuda", "verdict"] == stats.SAME
+    assert frame.loc["cuda", "b_over_a_lo"] == pytest.approx(9.99 / 10.01)
+    assert frame.loc["triton", "verdict"] == stats.SLOWER
+    assert frame.loc["triton", "b_over_a_lo"] == pytest.approx(8.3 / 8.1)
+    assert frame.loc["cuda.v", "verdict"] == stats.CANT_TELL
+    assert set(frame["interval"]) == {"the two kernel-time intervals"}
+    assert cli(["compare", str(a), str(b)]) == 0
+    assert "two against one: 3 kernel times compared (0 faster, 1 slower, 1 same, 1 can't tell)" in capsys.readouterr().out
+
+
+def test_a_file_that_is_no_summary_is_one_sentence(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = summary_file(tmp_path / "a.json", "one", [("cuda", 10.0, 9.99, 10.01)])
+    (tmp_path / "b.json").write_text('{"schema": "kernel-evidence-summary/2"}')
+    assert cli(["compare", str(a), str(tmp_path / "b.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "kernel-evidence-summary/1 only" in err

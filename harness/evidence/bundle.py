@@ -144,7 +144,7 @@ def pack(files: Mapping[str, Path], out: Path, meta: Mapping[str, Any]) -> Path:
     for arc in files:
         if arc == MANIFEST or not safe_name(arc):
             raise BundleError(f"{show(arc)} cannot be a member of a bundle.")
-    members = []
+    members: list[dict[str, Any]] = []
     for arc in sorted(files):
         members.append({"path": arc, "size": Path(files[arc]).stat().st_size, "sha256": sha256(Path(files[arc]))})
     manifest = {**meta, "format": FORMAT, "members": members}

@@ -1,12 +1,17 @@
 """Two namespaces side by side, kernel by kernel, with a verdict an engineer can act on: same,
 faster, slower, or can't tell.
 
-`python -m harness compare A B [--artifacts DIR] [--out FILE.csv]` reads both namespaces' kernel
-times (`tables/kernel_time.csv`) and for every (operation, shape, implementation) in both gives B's kernel time against A's:
+`python -m harness compare A B [--artifacts DIR] [--out FILE.csv]` reads both sides' kernel times
+and for every (operation, shape, implementation) in both gives B's kernel time against A's. A side
+is a namespace under DIR (its `tables/kernel_time.csv` and `tables/rounds.csv`, else its
+`summary.json`) or the path of a `summary.json` (docs/summary-schema.md), as a dashboard keeps it:
 
-* where both have `tables/rounds.csv` (each capture's rounds), the ratio B/A with a 95% bootstrap
+* where both have rounds (each capture's `tables/rounds.csv`), the ratio B/A with a 95% bootstrap
   interval over the rounds, resampled independently on each side (two sessions share no rounds),
   and the four verdicts of harness.tables.stats with the equivalence margin (`--margin`, 1%);
+* else where both give each kernel time's own interval (a summary), the ratio B/A within
+  [B lo / A hi, B hi / A lo]: wider than an interval over the rounds, so it says "can't tell"
+  sooner, never "same" or a ranking that the rounds would not support;
 * otherwise (tables from before the rounds), the min-max envelope of the two spreads of the
   launches, and "can't tell" where it holds 1: an envelope is not an interval that narrows.
 
@@ -19,9 +24,10 @@ pipeline, not a figure of any report.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple, cast
 
 import pandas as pd
 
@@ -29,6 +35,7 @@ from harness import ROOT
 from harness.errors import EvidenceError
 from harness.io import write_csv
 from harness.namespaces import namespace_dir
+from harness.report import summary as summary_json
 from harness.tables import derive, history, stats
 
 COMPARE_COLUMNS = ["op", "shape", "impl", "a_us", "b_us", "change_pct", "b_over_a", "b_over_a_lo", "b_over_a_hi",
@@ -36,11 +43,51 @@ COMPARE_COLUMNS = ["op", "shape", "impl", "a_us", "b_us", "change_pct", "b_over_
 LIBRARY_IMPLS = ("torch",)
 
 
-def _kernel_time(ns_dir: Path) -> pd.DataFrame:
-    path = ns_dir / "tables" / "kernel_time.csv"
-    if not path.is_file():
-        raise EvidenceError(f"compare: {ns_dir.name} has no tables/kernel_time.csv.")
-    return history.read_table(path)
+class Side(NamedTuple):
+    """One side of a comparison: its name, kernel times (op, shape, impl, kernel_time_us, and
+    where known kernel_time_lo_us/hi_us, gpu_uuid and the launch spread), rounds, torch version."""
+
+    name: str
+    kernel_time: pd.DataFrame
+    rounds: dict[tuple[str, str, str], list[float]]
+    torch: str | None
+
+
+SUMMARY_COLUMNS = ["op", "shape", "impl", "kernel_time_us", "kernel_time_lo_us", "kernel_time_hi_us", "gpu_uuid"]
+
+
+def _from_summary(path: Path) -> Side:
+    data = summary_json.read(path)
+    rows = [{k: r.get(k) for k in SUMMARY_COLUMNS} for r in data["rows"] if r.get("kernel_time_us") is not None]
+    torch = ((data["provenance"] or {}).get("versions") or {}).get("torch")
+    return Side(str(data["namespace"]), pd.DataFrame(rows, columns=SUMMARY_COLUMNS), {},
+                str(torch) if torch else None)
+
+
+def side(arg: str, artifacts: str | Path = ROOT / "artifacts") -> Side:
+    """The side named by `arg`: a summary.json file, else a namespace under `artifacts` (its tables,
+    else its summary.json). EvidenceError (one sentence) where neither is there."""
+    path = Path(arg)
+    if path.suffix == ".json" and path.is_file():
+        return _from_summary(path)
+    ns_dir = namespace_dir(arg, artifacts)
+    if not ns_dir.is_dir():
+        raise EvidenceError(f"compare: there is no namespace {ns_dir.name} under {ns_dir.parent}.")
+    table = ns_dir / "tables" / "kernel_time.csv"
+    if table.is_file():
+        return Side(ns_dir.name, history.read_table(table), _rounds(ns_dir), _torch_version(ns_dir))
+    if (ns_dir / "summary.json").is_file():
+        return _from_summary(ns_dir / "summary.json")
+    raise EvidenceError(f"compare: {ns_dir.name} has no tables/kernel_time.csv and no summary.json.")
+
+
+def _interval(row: dict[str, Any]) -> tuple[float, float] | None:
+    """A kernel time's own interval (lo, hi), where the row gives one with lo > 0."""
+    try:
+        lo, hi = float(row["kernel_time_lo_us"]), float(row["kernel_time_hi_us"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) and 0 < lo <= hi else None
 
 
 def _rounds(ns_dir: Path) -> dict[tuple[str, str, str], list[float]]:
@@ -66,7 +113,7 @@ def compare_frames(a: pd.DataFrame, b: pd.DataFrame, library_comparable: bool,
     b_rows = {tuple(str(r[k]) for k in keys): r for r in b.to_dict("records")}
     out: list[dict[str, Any]] = []
     for ra in a.to_dict("records"):
-        key = tuple(str(ra[k]) for k in keys)
+        key = cast(tuple[str, str, str], tuple(str(ra[k]) for k in keys))  # keys has three names
         rb = b_rows.get(key)
         if rb is None:
             continue
@@ -83,27 +130,31 @@ def compare_frames(a: pd.DataFrame, b: pd.DataFrame, library_comparable: bool,
             ratio, lo, hi = stats.ratio_interval(kb, ka, paired=False, seed=stats.seed_of(*key))
             row.update(b_over_a=ratio, b_over_a_lo=lo, b_over_a_hi=hi, verdict=stats.verdict(lo, hi, margin),
                        interval="bootstrap over rounds")
+        elif (ia := _interval(ra)) and (ib := _interval(rb)):
+            lo, hi = ib[0] / ia[1], ib[1] / ia[0]
+            row.update(b_over_a_lo=lo, b_over_a_hi=hi, verdict=stats.verdict(lo, hi, margin),
+                       interval="the two kernel-time intervals")
         else:
-            lo, hi = derive.envelope_interval(rb, ra)
-            if lo is None:
+            env_lo, env_hi = derive.envelope_interval(rb, ra)
+            if env_lo is None:
                 row["reason"] = "no rounds and no launch spread in one of the tables"
             else:
-                verdict = stats.FASTER if hi < 1 else stats.SLOWER if lo > 1 else stats.CANT_TELL
-                row.update(b_over_a_lo=lo, b_over_a_hi=hi, verdict=verdict, interval="envelope of the launches")
+                assert env_hi is not None  # envelope_interval gives both bounds or neither
+                verdict = stats.FASTER if env_hi < 1 else stats.SLOWER if env_lo > 1 else stats.CANT_TELL
+                row.update(b_over_a_lo=env_lo, b_over_a_hi=env_hi, verdict=verdict, interval="envelope of the launches")
         out.append(row)
     return pd.DataFrame(out, columns=COMPARE_COLUMNS)
 
 
 def compare_namespaces(a: str, b: str, artifacts: str | Path = ROOT / "artifacts",
                        margin: float = stats.MARGIN) -> pd.DataFrame:
-    """compare_frames over two retained namespaces under `artifacts`."""
-    a_dir, b_dir = namespace_dir(a, artifacts), namespace_dir(b, artifacts)
-    for d in (a_dir, b_dir):
-        if not d.is_dir():
-            raise EvidenceError(f"compare: there is no namespace {d.name} under {d.parent}.")
-    ta, tb = _torch_version(a_dir), _torch_version(b_dir)
-    return compare_frames(_kernel_time(a_dir), _kernel_time(b_dir), library_comparable=ta is not None and ta == tb,
-                          a_rounds=_rounds(a_dir), b_rounds=_rounds(b_dir), margin=margin)
+    """compare_frames over two sides (`side`: namespaces under `artifacts` or summary files)."""
+    return compare_sides(side(a, artifacts), side(b, artifacts), margin)
+
+
+def compare_sides(sa: Side, sb: Side, margin: float = stats.MARGIN) -> pd.DataFrame:
+    return compare_frames(sa.kernel_time, sb.kernel_time, library_comparable=sa.torch is not None and sa.torch == sb.torch,
+                          a_rounds=sa.rounds, b_rounds=sb.rounds, margin=margin)
 
 
 def summary(frame: pd.DataFrame, a: str, b: str) -> str:
@@ -133,18 +184,19 @@ def markdown(frame: pd.DataFrame) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness compare", description=__doc__.splitlines()[0])
-    parser.add_argument("a", help="the earlier namespace")
-    parser.add_argument("b", help="the namespace compared with it")
+    parser.add_argument("a", help="the earlier namespace, or a summary.json")
+    parser.add_argument("b", help="the namespace (or summary.json) compared with it")
     parser.add_argument("--artifacts", default=str(ROOT / "artifacts"))
     parser.add_argument("--margin", type=float, default=stats.MARGIN, help="equivalence margin of 'same' (0.01: 1%%)")
     parser.add_argument("--out", help="also write the rows to this CSV")
     args = parser.parse_args(argv)
-    frame = compare_namespaces(args.a, args.b, args.artifacts, args.margin)
+    sa, sb = side(args.a, args.artifacts), side(args.b, args.artifacts)
+    frame = compare_sides(sa, sb, args.margin)
     if args.out:
         write_csv(frame.to_dict("records"), COMPARE_COLUMNS, args.out)
     print(markdown(frame))
     print()
-    print(summary(frame, args.a, args.b))
+    print(summary(frame, sa.name, sb.name))
     return 0
 
 

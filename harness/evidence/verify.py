@@ -44,6 +44,7 @@ import tempfile
 import time
 import zlib
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any
 
@@ -250,7 +251,7 @@ def _same(a: str, b: str) -> bool:
         return False
 
 
-def _compare_table(name: str, bundled: Path, derived: Path, keys: list[str], scope: set[tuple[str, ...]] | None,
+def _compare_table(name: str, bundled: Path, derived: Path, keys: list[str], scope: AbstractSet[tuple[str, ...]] | None,
                    drift: list[str]) -> list[str]:
     """Cell-by-cell comparison of a bundled table with the one re-derived from the exports, rows
     matched by `keys`; with `scope`, only rows whose (op, shape, impl) or (op, shape) is in it."""

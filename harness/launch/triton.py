@@ -62,7 +62,7 @@ def _hooked(hook: Any) -> bool:
     return calls is None or len(calls) > 0
 
 
-def _prepared(fn: Any, kernel: Any, grid3: tuple[int, int, int], args: Sequence[Any],
+def _prepared(fn: Any, kernel: Any, grid3: tuple[int, ...], args: Sequence[Any],
               constexprs: Mapping[str, Any], device_index: int) -> tuple[Callable[[], None] | None, str]:
     """The direct launch through the compiled kernel's launcher, or None and why this Triton does
     not offer what it needs."""

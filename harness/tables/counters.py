@@ -164,7 +164,7 @@ DIFFER_RATIO = 0.10
 def limiter(row: Mapping[str, Any]) -> str:
     """What bounds theoretical occupancy: the occupancy_limit_* with the fewest blocks per SM
     (ties named together), or '' where the export has none."""
-    limits = {label: row.get(col) for col, label in _LIMITS.items() if _number(row.get(col)) is not None}
+    limits: dict[str, Any] = {label: row.get(col) for col, label in _LIMITS.items() if _number(row.get(col)) is not None}
     if not limits:
         return ""
     low = min(float(v) for v in limits.values())
@@ -220,6 +220,7 @@ def compare(ours: Mapping[str, Any], control: Mapping[str, Any]) -> list[dict[st
         a, b = _number(ours.get(col)), _number(control.get(col))
         if a is None or b is None:
             continue
+        delta: float | None
         if kind == "points":
             delta = a - b
             differs = abs(delta) > DIFFER_POINTS

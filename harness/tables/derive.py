@@ -155,7 +155,7 @@ def round_values(group: Group) -> dict[str, list[float]]:
 
 def _detail_rows(group: Group) -> list[dict[str, Any]]:
     calls = {str(i): int(k) * int(group.record.get("rounds") or 0) for i, k in (group.record.get("calls_per_round") or {}).items()}
-    rows = []
+    rows: list[dict[str, Any]] = []
     if group.launches.empty:
         return rows
     op, shape = group.key
@@ -269,7 +269,7 @@ def _variant_rows(group: Group, kt_rows: list[dict[str, Any]], descriptions: Map
 
 def _span_rows(group: Group, namespace: str, cache_mode: str) -> list[dict[str, Any]]:
     span_facts = group.record.get("span") or {}
-    out = []
+    out: list[dict[str, Any]] = []
     if group.spans.empty:
         return out
     for impl, grp in group.spans.groupby("impl", sort=False):

@@ -27,10 +27,11 @@ import re
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 import sqlite_utils
+from sqlite_utils.db import Table
 
 from harness import ROOT
 from harness.errors import EvidenceError
@@ -220,7 +221,7 @@ def build_index(artifacts: str | Path = DEFAULT_ARTIFACTS, out: str | Path = DEF
         for table in ("kernel_time", "kernel_time_detail", "span", "check", "sweep", "census", "ceilings"):
             if table in db.table_names():
                 cols = [c for c in ("namespace", "op", "shape", "impl") if c in db[table].columns_dict]
-                db[table].create_index(cols, index_name=f"idx_{table}_key", if_not_exists=True)
+                cast(Table, db[table]).create_index(cols, index_name=f"idx_{table}_key", if_not_exists=True)
         db.close()
         os.replace(tmp, out)
     finally:
@@ -230,9 +231,9 @@ def build_index(artifacts: str | Path = DEFAULT_ARTIFACTS, out: str | Path = DEF
 
 def _write_table(db: sqlite_utils.Database, name: str, frame: pd.DataFrame, pk: Any = None) -> None:
     columns = {c: _column_type(frame[c]) for c in frame.columns} if len(frame.columns) else {"namespace": str}
-    db[name].create(columns, pk=pk)
+    cast(Table, db[name]).create(columns, pk=pk)  # tables this build writes, never views
     if len(frame):
-        db[name].insert_all(_records(frame), batch_size=500)
+        cast(Table, db[name]).insert_all(_records(frame), batch_size=500)
 
 
 def open_index(path: str | Path) -> sqlite_utils.Database:

@@ -483,6 +483,7 @@ def classify_controls(current_kernel_time: pd.DataFrame, bands: pd.DataFrame, co
                                "ours_hi_us": None, "ours_namespaces": "", "ours_position": "",
                                "split_gpus": bool(ctl_gpu and ours_gpu and ctl_gpu != ours_gpu), "_ours_n": 0}
         if has_band:
+            assert band is not None  # has_band implies it
             row.update({k: band[k] for k in ("band_lo_us", "band_hi_us", "observed_min_us", "observed_max_us",
                                              "margin", "n_namespaces", "namespaces")})
         obands = ours_by_key.get((op, shape))
@@ -531,6 +532,7 @@ def classify_controls(current_kernel_time: pd.DataFrame, bands: pd.DataFrame, co
             if flagged:
                 parts.append(f"{flag_clause}.")
         elif status == "establishing":
+            assert value is not None  # only status "missing" has no value
             sa = f" (set aside: {row['set_aside']})" if row["set_aside"] else ""
             nvml_said = {"quiet": "which saw no other process and no throttling during the captures at this shape",
                          "no record": "which recorded nothing for its capture",
@@ -538,6 +540,7 @@ def classify_controls(current_kernel_time: pd.DataFrame, bands: pd.DataFrame, co
             parts.append(f"No earlier quiet namespace measured {who}{sa}: its band is being established with this "
                          f"run, at {_us(value)}, and until then it is judged by NVML alone, {nvml_said}.")
         else:
+            assert value is not None  # only status "missing" has no value
             text = _band_text(row)
             head = f"{who} came back at {_us(value)}"
             if status == "inside":
@@ -578,6 +581,7 @@ def classify_controls(current_kernel_time: pd.DataFrame, bands: pd.DataFrame, co
             if status == "missing":
                 reasons.append(f"this run did not measure {control} at this shape")
             elif status in ABOVE:
+                assert value is not None  # only status "missing" has no value
                 reasons.append(f"{control}'s capture ({_us(value)}) came back above its band"
                                + (" under load" if status == "under load" else ", a suspect capture"))
             elif status == "establishing" and nvml == "no record":
@@ -717,14 +721,16 @@ def drift(current_ns_dir: str | Path | Retained, earlier_ns_dir: str | Path | Re
                 reason, note = "missing", f"{who} is the control and has no kernel time in one of the two namespaces."
             elif change is not None:
                 reason = "no census" if change == "missing" else change
+                # arg-type: pct is None only where b == 0, and _pct then raises TypeError, as it always has
                 note = (f"{who} is the control; its kernel cannot be shown the same {between} ({reason}), so its move "
-                        f"({_pct(pct)}) is not compared and never bounds drift.")
+                        f"({_pct(pct)}) is not compared and never bounds drift.")  # type: ignore[arg-type]
             else:
                 reason = "control"
                 verdict = _BAND_WORDS.get(band_status, "not judged against a band here")
                 if band_status == "inside" and str((verdict_now.get((op, shape)) or {}).get("nvml")) == "disturbed":
                     verdict = "inside its band, though NVML flagged captures there"
-                note = (f"{who} is the control: it moved {_pct(pct)} ({b:.2f} -> {a:.2f} µs) and this run's capture is "
+                # arg-type: pct is None only where b == 0, and _pct then raises TypeError, as it always has
+                note = (f"{who} is the control: it moved {_pct(pct)} ({b:.2f} -> {a:.2f} µs) and this run's capture is "  # type: ignore[arg-type]
                         f"{verdict}; the control is judged against its band and never bounds drift.")
         elif a is None or b is None:
             role, reason, note = "excluded", "missing", f"{who} has no kernel time in one of the two namespaces."
@@ -808,10 +814,10 @@ def _control_summary(name: str, pairs: list[dict[str, Any]], others: list[dict[s
     if len(rest) > max_pairs:
         clauses.append(f"was outside its band at {_count(len(rest) - max_pairs, 'more shape')}")
     if others:
-        where = [f"{o['op']} {o['shape']} ({o['reason']})" for o in others[:max_pairs]]
+        not_compared = [f"{o['op']} {o['shape']} ({o['reason']})" for o in others[:max_pairs]]
         if len(others) > max_pairs:
-            where.append(f"{len(others) - max_pairs} more")
-        clauses.append(f"is not compared at {_and(where)}")
+            not_compared.append(f"{len(others) - max_pairs} more")
+        clauses.append(f"is not compared at {_and(not_compared)}")
     if not clauses:
         return ""
     return _sentence(f"The control ({name}) " + "; ".join(c if i == 0 else f"it {c}" for i, c in enumerate(clauses)))
@@ -862,10 +868,10 @@ def drift_bound(drift_df: pd.DataFrame | None, max_pairs: int = 8) -> dict[str, 
     if control_name is not None:
         cpairs = [_pair(r) for r in same.to_dict("records")]
         inside = [p for p in cpairs if p["band_status"] == "inside"]
-        top = max(inside or cpairs, key=lambda p: abs(p["change_pct"])) if cpairs else None
+        ctl_top = max(inside or cpairs, key=lambda p: abs(p["change_pct"])) if cpairs else None
         result["control"] = {
             "name": control_name, "count": len(cpairs), "pairs": cpairs,
-            "max_abs_change_pct": abs(top["change_pct"]) if top else None, "at": top,
+            "max_abs_change_pct": abs(ctl_top["change_pct"]) if ctl_top else None, "at": ctl_top,
             "inside_band": bool(cpairs) and len(inside) == len(cpairs),
             "not_inside": [p for p in cpairs if p["band_status"] != "inside"], "not_compared": others,
             "summary": _control_summary(control_name, cpairs, others, max_pairs),
@@ -1167,8 +1173,8 @@ def report_context(controls: str | Path | pd.DataFrame | None, drifted: str | Pa
                 set_aside.append({"op": r["op"], "shape": r["shape"], "namespace": m.group(1), "reason": m.group(2)})
     above = [r for r in rows if r.get("status") in ABOVE or (r.get("status") == "outside" and r.get("side") == "above")]
     left: dict[tuple[str, str], list[str]] = {}
-    for item in set_aside:
-        left.setdefault((item["namespace"], item["reason"]), []).append(f"{item['op']} {item['shape']}")
+    for aside in set_aside:
+        left.setdefault((aside["namespace"], aside["reason"]), []).append(f"{aside['op']} {aside['shape']}")
     set_aside_summary = _sentence("Left out of the control bands: " + "; ".join(
         f"{name} at {_and(where) if len(where) <= 3 else _count(len(where), 'shape')} ({reason})"
         for (name, reason), where in left.items())) if left else ""

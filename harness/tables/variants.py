@@ -6,7 +6,7 @@ verdict counts and the range of its ratio to the base. Tables from before the fo
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harness.tables import stats
@@ -22,7 +22,7 @@ def _number(value: Any) -> float | None:
     return v if v == v else None
 
 
-def outcomes(rows: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def outcomes(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One dict per (operation, variant): its counts per verdict, ratio range, outcome and shapes."""
     grouped: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for r in rows:

@@ -7,16 +7,21 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 import re
 import shutil
+import signal
 import sqlite3
+import subprocess
+import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
-
 import repo_copy
+
 from harness import ROOT, config
 from harness.evidence import bundle
 from harness.evidence import verify as verifier
@@ -262,6 +267,19 @@ def test_a_namespace_without_ceilings_verifies(pipeline, tmp_path: Path) -> None
 
 def _unsafe(kind: str, tmp: Path, good: Path) -> Path:
     out = tmp / f"{kind}.tar.gz"
+    if kind.startswith("sparse"):  # GNU tar's sparse member (both formats): 64 MB of holes in 300 bytes
+        src = tmp / f"src-{kind}"
+        (src / "report" / NS).mkdir(parents=True)
+        (src / "MANIFEST.json").write_bytes(members(good)["MANIFEST.json"])
+        with open(src / "report" / NS / "sparse", "wb") as fh:
+            fh.truncate(64 << 20)
+            fh.seek(0, 2)
+            fh.write(b"x")
+        fmt = "gnu" if kind == "sparse-gnu" else "posix"
+        subprocess.run(["tar", "--sparse", f"--format={fmt}", "-czf", str(out), "-C", str(src), "MANIFEST.json",
+                        f"report/{NS}/sparse"], check=True)
+        shutil.rmtree(src)
+        return out
     if kind == "not-gzip":
         out.write_text("just some text\n")
         return out
@@ -302,7 +320,7 @@ def _unsafe(kind: str, tmp: Path, good: Path) -> Path:
     return out
 
 
-@pytest.mark.parametrize("kind", ["dotdot", "dotdot-deep", "absolute", "symlink", "hardlink", "device",
+@pytest.mark.parametrize("kind", ["dotdot", "dotdot-deep", "absolute", "symlink", "hardlink", "device", "sparse-gnu", "sparse-posix",
                                   "not-gzip", "gzip-not-tar", "truncated", "trailer-cut", "huge"])
 def test_unusable_or_unsafe_bundles_are_refused_in_one_sentence(
         kind: str, made: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -327,6 +345,41 @@ def test_unusable_or_unsafe_bundles_are_refused_in_one_sentence(
     after = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if not p.is_relative_to(work))
     assert after == before  # nothing written anywhere else
     assert not (case / "abs-evil").exists() and not (tmp_path / "evil").exists()
+
+
+@pytest.mark.parametrize(("kind", "why"), [("sparse-gnu", "is not a regular file or folder"),
+                                         ("sparse-posix", "is a sparse file, which a bundle never holds")])
+def test_a_sparse_member_is_named(made: tuple[Path, Path], tmp_path: Path, kind: str, why: str) -> None:
+    with pytest.raises(bundle.BundleError, match=f"member report/{NS}/sparse {why}"):
+        verifier.verify(_unsafe(kind, tmp_path, made[1]), workdir=tmp_path / "work")
+
+
+def test_a_killed_verify_leaves_a_folder_the_next_one_removes(tmp_path: Path) -> None:
+    old, fresh, other = tmp_path / f"{verifier.PREFIX}old", tmp_path / f"{verifier.PREFIX}fresh", tmp_path / "keep"
+    for folder in (old, fresh, other):
+        (folder / "bundle").mkdir(parents=True)
+    past = time.time() - verifier.STALE_AFTER_S - 60
+    os.utime(old, (past, past))
+    os.utime(other, (past, past))
+    assert verifier.sweep_stale(tmp_path) == [old]
+    assert not old.exists() and fresh.is_dir() and other.is_dir()  # a running verify's folder stays
+
+
+def test_sigterm_ends_verify_and_removes_its_folder(made: tuple[Path, Path], tmp_path: Path) -> None:
+    """`kill` (SIGTERM) while verify re-derives: exit 143 and no verify folder left behind."""
+    work = tmp_path / "tmp"
+    work.mkdir()
+    env = {**os.environ, "TMPDIR": str(work)}
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "verify", str(made[1])], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 60
+    while not list(work.glob(f"{verifier.PREFIX}*")) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    assert proc.poll() is None, "verify ended before it could be interrupted"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM and b"Traceback" not in err
+    assert not list(work.iterdir())
 
 
 def test_a_missing_bundle_and_bad_usage_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

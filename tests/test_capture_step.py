@@ -146,5 +146,6 @@ def test_a_failing_nsys_leaves_no_capture(tmp: Path, mode: str, says: str) -> No
     assert "\n" not in str(err.value)
     for name, path in derive.group_files(folder).items():
         assert not path.exists(), name  # nothing a later run would trust, the stale record included
+    assert sorted(p.name for p in folder.iterdir()) == []  # nor the group process's plan and progress
     assert "$ " in Path(tmp / f"measure-{sm.OP}-{sm.SHAPE}.log").read_text()  # the log names what ran
     assert not list((tmp / "locks").glob("*.holder.json"))  # the GPU is released

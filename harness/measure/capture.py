@@ -12,6 +12,7 @@ Outputs are written under temporary names and renamed only when complete.
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import sqlite3
@@ -166,21 +167,24 @@ def profile_group(nsys_path: str | None, trace: Sequence[str], extra_args: Seque
     tmp_base = report.with_name(report.name + ".partial")
     tmp_rep = tmp_base.with_name(tmp_base.name + ".nsys-rep")
     tmp_sqlite = tmp_base.with_name(tmp_base.name + ".sqlite")
-    for stale in (tmp_rep, tmp_sqlite, report, export):
+    leftovers = glob.escape(tmp_base.name) + ".*"  # nsys's files under the partial name (.qdstrm too)
+    for stale in (*report.parent.glob(leftovers), report, export):
         stale.unlink(missing_ok=True)
-    with tempfile.TemporaryDirectory(prefix="evidence-nsys-") as private, open(log_path, "a") as log:
-        rc = _run(group_command(nsys, trace, extra_args, tmp_base, plan), log, "nsys profile of the group",
-                  private_env(Path(private)), timeout)
-    if rc != 0:
-        for stale in (tmp_rep, tmp_sqlite):
+    try:
+        with tempfile.TemporaryDirectory(prefix="evidence-nsys-") as private, open(log_path, "a") as log:
+            rc = _run(group_command(nsys, trace, extra_args, tmp_base, plan), log, "nsys profile of the group",
+                      private_env(Path(private)), timeout)
+        if rc != 0:
+            raise GroupFailed(rc)
+        if not tmp_rep.is_file() or not tmp_sqlite.is_file():
+            raise EvidenceError(f"nsys profile wrote no {'report' if not tmp_rep.is_file() else 'export'} (a .qdstrm "
+                                "alone means its importer failed, e.g. libdw.so.1 missing); see the log.")
+        removed = scrub_export(tmp_sqlite)
+        os.replace(tmp_rep, report)
+        os.replace(tmp_sqlite, export)
+    finally:  # whatever nsys left under the partial name (a raw stream holds what the report would)
+        for stale in report.parent.glob(leftovers):
             stale.unlink(missing_ok=True)
-        raise GroupFailed(rc)
-    if not tmp_rep.is_file() or not tmp_sqlite.is_file():
-        raise EvidenceError(f"nsys profile wrote no {'report' if not tmp_rep.is_file() else 'export'} (a .qdstrm "
-                            "alone means its importer failed, e.g. libdw.so.1 missing); see the log.")
-    removed = scrub_export(tmp_sqlite)
-    os.replace(tmp_rep, report)
-    os.replace(tmp_sqlite, export)
     return {"nsys": nsys, "env_rows_removed": removed}
 
 

@@ -62,6 +62,10 @@ def crashed_record(op: str, shape: str, impl: str, message: str) -> dict[str, An
             "elements": None, "error": message, "crashed": True}
 
 
+SCRATCH = ("results.json", "progress.json", "plan.json")
+"""What the group process and this step exchange in the group's folder; removed when the step ends."""
+
+
 def measure(*, op: str, shape: str, impls: Sequence[str], plan: Mapping[str, Any], group_dir: str | Path, log: str,
             settings: Mapping[str, Any], exclusive: bool, threads: int) -> dict[str, Any]:
     """Measure one group into `group_dir` (harness.tables.derive.group_files). `plan` holds what
@@ -76,73 +80,75 @@ def measure(*, op: str, shape: str, impls: Sequence[str], plan: Mapping[str, Any
     for stale in files.values():
         stale.unlink(missing_ok=True)
     ns_dir = folder.parents[2]
-    crashed: dict[str, str] = {}
-    started = time.time()
-    policy = settings["gpu_state"]
-    with lock(f"measure {op} {shape}", ns_dir, float(settings["gpu_lock_timeout_s"]), op, shape) as uuid:
-        reader = _gpu_reader(uuid)
-        before, waited = wait_until_quiet(reader, policy)
-        with Sampler(reader, float(policy["sample_interval_s"])) as sampler:
-            while True:
-                remaining = [i for i in impls if i not in crashed]
-                full_plan = {**plan, "op": op, "shape": shape, "impls": remaining, "profile": True,
-                             "check_s": float(settings.get("check_s", group.CHECK_S)),
-                             "results": str(folder / "results.json"), "progress": str(folder / "progress.json")}
-                plan_path = folder / "plan.json"
-                write_json(full_plan, plan_path)
-                try:
-                    info = capture.profile_group(settings["nsys_path"], plan["nsys"]["trace"], plan["nsys"]["extra_args"],
-                                                 plan_path, files["report"], files["export"], Path(log),
-                                                 float(settings["timeout_s"]))
-                    break
-                except capture.GroupFailed as exc:
-                    progress = _read_json(folder / "progress.json")
-                    if progress.get("step") == "crashed" and progress.get("impl") in remaining:
-                        crashed[progress["impl"]] = progress["message"]
-                        print(f"measure: {progress['message']}")
-                        if len(crashed) < len(impls):
-                            continue
-                        info = None
+    try:
+        crashed: dict[str, str] = {}
+        started = time.time()
+        policy = settings["gpu_state"]
+        with lock(f"measure {op} {shape}", ns_dir, float(settings["gpu_lock_timeout_s"]), op, shape) as uuid:
+            reader = _gpu_reader(uuid)
+            before, waited = wait_until_quiet(reader, policy)
+            with Sampler(reader, float(policy["sample_interval_s"])) as sampler:
+                while True:
+                    remaining = [i for i in impls if i not in crashed]
+                    full_plan = {**plan, "op": op, "shape": shape, "impls": remaining, "profile": True,
+                                 "check_s": float(settings.get("check_s", group.CHECK_S)),
+                                 "results": str(folder / "results.json"), "progress": str(folder / "progress.json")}
+                    plan_path = folder / "plan.json"
+                    write_json(full_plan, plan_path)
+                    try:
+                        info = capture.profile_group(settings["nsys_path"], plan["nsys"]["trace"], plan["nsys"]["extra_args"],
+                                                     plan_path, files["report"], files["export"], Path(log),
+                                                     float(settings["timeout_s"]))
                         break
-                    where = progress.get("step", "start-up")
-                    raise EvidenceError(f"the measurement of {op} {shape} stopped during {where}"
-                                        f"{' of ' + progress['impl'] if progress.get('impl') else ''} with exit status "
-                                        f"{exc.status}; see the log.") from None
-        after = reader()
-    results = _read_json(folder / "results.json") if info is not None else {"checks": {}, "passed": []}
-    checks = dict(results.get("checks") or {})
-    for impl, message in crashed.items():
-        checks[impl] = crashed_record(op, shape, impl, message)
-    for impl in impls:
-        record = checks.get(impl)
-        if record is not None and not record["passed"]:
-            print(f"not timed: {record.get('error') or failure(record)}")
-    launches = derive.launch_rows(files["export"], op, shape) if info is not None and results["passed"] else []
-    write_csv(launches, derive.LAUNCH_COLUMNS, files["launches"])
-    write_csv(results.get("spans") or [], derive.SPAN_SAMPLE_COLUMNS, files["spans"])
-    write_csv(results.get("graphs") or [], derive.GRAPH_COLUMNS, files["graph"])
-    export = nsys.export_info(files["export"]) if info is not None else {}
-    leaks = capture.keep_clean([files["report"], files["export"], Path(log)], capture.outside_values())
-    for note in leaks:
-        print(f"environment: {note}")
-    flags = sampler.flags()
-    for flag in flags:
-        print(f"capture disturbed: {flag}")
-    record = {
-        "op": op, "shape": shape, "impls": list(impls), "checks": {i: checks[i] for i in impls if i in checks},
-        "passed": results.get("passed", []), "rounds": results.get("rounds"),
-        "calls_per_round": results.get("calls_per_round", {}), "launch_paths": results.get("launch_paths", {}),
-        "input_sets": results.get("input_sets", {}), "warmup_us_per_call": results.get("warmup_us_per_call", {}),
-        "crashed": crashed, "gpu_uuid": uuid,
-        "gpu": {"before": before, "waited_s": waited, "during": sampler.summary(), "after": after},
-        "span": {"exclusive": exclusive, "threads": threads, "measured": "in the group process, after the capture range closed"},
-        "seconds": {**(results.get("seconds") or {}), "job": time.time() - started},
-        "nsys": (info or {}).get("nsys"), "nsys_version": export.get("nsys_version"), "export": export,
-        "env_rows_removed": (info or {}).get("env_rows_removed"), "environment_removed": leaks,
-        "versions": versions(), "host": platform.node(), "cache_mode": plan["cache_mode"],
-    }
-    for name in ("results.json", "progress.json", "plan.json"):
-        (folder / name).unlink(missing_ok=True)
+                    except capture.GroupFailed as exc:
+                        progress = _read_json(folder / "progress.json")
+                        if progress.get("step") == "crashed" and progress.get("impl") in remaining:
+                            crashed[progress["impl"]] = progress["message"]
+                            print(f"measure: {progress['message']}")
+                            if len(crashed) < len(impls):
+                                continue
+                            info = None
+                            break
+                        where = progress.get("step", "start-up")
+                        raise EvidenceError(f"the measurement of {op} {shape} stopped during {where}"
+                                            f"{' of ' + progress['impl'] if progress.get('impl') else ''} with exit status "
+                                            f"{exc.status}; see the log.") from None
+            after = reader()
+        results = _read_json(folder / "results.json") if info is not None else {"checks": {}, "passed": []}
+        checks = dict(results.get("checks") or {})
+        for impl, message in crashed.items():
+            checks[impl] = crashed_record(op, shape, impl, message)
+        for impl in impls:
+            record = checks.get(impl)
+            if record is not None and not record["passed"]:
+                print(f"not timed: {record.get('error') or failure(record)}")
+        launches = derive.launch_rows(files["export"], op, shape) if info is not None and results["passed"] else []
+        write_csv(launches, derive.LAUNCH_COLUMNS, files["launches"])
+        write_csv(results.get("spans") or [], derive.SPAN_SAMPLE_COLUMNS, files["spans"])
+        write_csv(results.get("graphs") or [], derive.GRAPH_COLUMNS, files["graph"])
+        export = nsys.export_info(files["export"]) if info is not None else {}
+        leaks = capture.keep_clean([files["report"], files["export"], Path(log)], capture.outside_values())
+        for note in leaks:
+            print(f"environment: {note}")
+        flags = sampler.flags()
+        for flag in flags:
+            print(f"capture disturbed: {flag}")
+        record = {
+            "op": op, "shape": shape, "impls": list(impls), "checks": {i: checks[i] for i in impls if i in checks},
+            "passed": results.get("passed", []), "rounds": results.get("rounds"),
+            "calls_per_round": results.get("calls_per_round", {}), "launch_paths": results.get("launch_paths", {}),
+            "input_sets": results.get("input_sets", {}), "warmup_us_per_call": results.get("warmup_us_per_call", {}),
+            "crashed": crashed, "gpu_uuid": uuid,
+            "gpu": {"before": before, "waited_s": waited, "during": sampler.summary(), "after": after},
+            "span": {"exclusive": exclusive, "threads": threads, "measured": "in the group process, after the capture range closed"},
+            "seconds": {**(results.get("seconds") or {}), "job": time.time() - started},
+            "nsys": (info or {}).get("nsys"), "nsys_version": export.get("nsys_version"), "export": export,
+            "env_rows_removed": (info or {}).get("env_rows_removed"), "environment_removed": leaks,
+            "versions": versions(), "host": platform.node(), "cache_mode": plan["cache_mode"],
+        }
+    finally:  # the group process's plan, progress and results: scratch, on every exit
+        for name in SCRATCH:
+            (folder / name).unlink(missing_ok=True)
     write_json(record, files["record"])
     for impl in record["passed"]:
         k = record["calls_per_round"].get(impl)

@@ -11,7 +11,7 @@ is a namespace under DIR (its `tables/kernel_time.csv` and `tables/rounds.csv`, 
   and the four verdicts of harness.tables.stats with the equivalence margin (`--margin`, 1%);
 * else where both give each kernel time's own interval (a summary), the ratio B/A within
   [B lo / A hi, B hi / A lo]: wider than an interval over the rounds, so it says "can't tell"
-  sooner, never "same" or a ranking that the rounds would not support;
+  sooner;
 * otherwise (tables from before the rounds), the min-max envelope of the two spreads of the
   launches, and "can't tell" where it holds 1: an envelope is not an interval that narrows.
 

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 import fake_device
+import standin_measure
 from harness import ROOT, config
 from harness.errors import ToolMissing
 from harness.measure import capture, group
@@ -127,11 +128,7 @@ def test_wide_noise_cannot_tell(tmp_path: Path) -> None:
 
 @pytest.fixture
 def standin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    fake_device.install(tmp_path / "bin")
-    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{__import__('os').environ['PATH']}")
-    monkeypatch.setenv("EVIDENCE_LOCK_DIR", str(tmp_path / "locks"))
-    monkeypatch.setattr(measure_step.device, "require_gpu", lambda: None)
-    return tmp_path
+    return standin_measure.use_standin_nsys(tmp_path, monkeypatch)
 
 
 def run_step(tmp: Path, impls: list[str], extra_variants: dict | None = None) -> dict:

@@ -120,15 +120,16 @@ def census_row(*, op: str, impl: str, kernel: str, item: InstanceShapes, arch: s
     return row
 
 
-def _slug(text: str) -> str:
+def slug(text: str) -> str:
     """A file-name-safe form of a kernel or specialization name."""
     return re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_")
 
 
-def _write_artifacts(outdir: Path | None, stem: str, files: dict[str, str | bytes]) -> None:
+def write_artifacts(outdir: Path | None, stem: str, files: dict[str, str | bytes]) -> None:
     """Write {suffix: text or bytes} as outdir/stem.suffix when outdir is given."""
     if outdir is None:
         return
+    outdir.mkdir(parents=True, exist_ok=True)
     for suffix, content in files.items():
         path = outdir / f"{stem}.{suffix}"
         if isinstance(content, bytes):
@@ -137,7 +138,8 @@ def _write_artifacts(outdir: Path | None, stem: str, files: dict[str, str | byte
             path.write_text(content)
 
 
-def _pick(table: dict[str, Any], symbol: str, what: str) -> Any:
+def pick(table: dict[str, Any], symbol: str, what: str) -> Any:
+    """table[symbol], or one sentence naming the table that lacks the kernel."""
     if symbol not in table:
         raise EvidenceError(f"The {what} has no entry for kernel function {symbol}.")
     return table[symbol]
@@ -174,16 +176,16 @@ def _cuda_rows(op: str, item: InstanceShapes, arch: str, outdir: Path | None,
     symbol = build.lowered[v.kernel]
     sass_text = compile.disassemble(build.cubin)
     res_text = compile.resource_usage(build.cubin)
-    _write_artifacts(outdir, f"cuda_{_slug(v.kernel)}", {
+    write_artifacts(outdir, f"cuda_{slug(v.kernel)}", {
         "ptx": build.ptx, "sass": sass_text, "ptxas.log": build.ptxas_log, "res-usage.txt": res_text,
         "cubin": build.cubin,
     })
-    res = _pick(census.parse_res_usage(res_text), symbol, "cubin resource table")
-    sass = _pick(census.parse_sass(sass_text), symbol, "SASS")
+    res = pick(census.parse_res_usage(res_text), symbol, "cubin resource table")
+    sass = pick(census.parse_sass(sass_text), symbol, "SASS")
     ptxas = census.parse_ptxas_log(build.ptxas_log).get(symbol) or _ptxas_from_cubin(symbol, res, sass)
     row = census_row(
         op=op, impl=impl, kernel=v.kernel, item=item, arch=arch, symbol=symbol, block=v.block,
-        ptxas=ptxas, res=res, ptx=_pick(census.parse_ptx(build.ptx), symbol, "PTX"), sass=sass,
+        ptxas=ptxas, res=res, ptx=pick(census.parse_ptx(build.ptx), symbol, "PTX"), sass=sass,
         dynamic_smem=v.dynamic_smem, source_sha256=cuda_module.source_sha256(v.source),
         compiler=build.compiler, options=" ".join(build.options))
     return [row]
@@ -278,7 +280,7 @@ def _triton_rows(op: str, item: InstanceShapes, arch: str,
     ptx = kernel.asm["ptx"]
     sass_text = compile.disassemble(kernel.asm["cubin"])
     res_text = compile.resource_usage(kernel.asm["cubin"])
-    _write_artifacts(outdir, f"triton_{_slug(v.kernel)}_{_slug(v.specialization)}", {
+    write_artifacts(outdir, f"triton_{slug(v.kernel)}_{slug(v.specialization)}", {
         "ptx": ptx, "sass": sass_text, "ptxas.log": log, "res-usage.txt": res_text,
         "cubin": kernel.asm["cubin"],
     })
@@ -288,10 +290,10 @@ def _triton_rows(op: str, item: InstanceShapes, arch: str,
     row = census_row(
         op=op, impl="triton", kernel=v.kernel, item=item,
         arch=compiled_for.group(1) if compiled_for else arch, symbol=symbol, block=v.block,
-        ptxas=_pick(census.parse_ptxas_log(log), symbol, "ptxas log"),
-        res=_pick(census.parse_res_usage(res_text), symbol, "cubin resource table"),
-        ptx=_pick(census.parse_ptx(ptx), symbol, "PTX"),
-        sass=_pick(census.parse_sass(sass_text), symbol, "SASS"),
+        ptxas=pick(census.parse_ptxas_log(log), symbol, "ptxas log"),
+        res=pick(census.parse_res_usage(res_text), symbol, "cubin resource table"),
+        ptx=pick(census.parse_ptx(ptx), symbol, "PTX"),
+        sass=pick(census.parse_sass(sass_text), symbol, "SASS"),
         dynamic_smem=int(kernel.metadata.shared),
         source_sha256=cuda_module.source_sha256(v.source),
         compiler=f"triton {triton.__version__} / ptxas {ptxas_version}",

@@ -81,22 +81,23 @@ def run_tool(args: Sequence[str | Path], what: str) -> subprocess.CompletedProce
     return proc
 
 
-def disassemble(cubin: bytes) -> str:
-    """SASS of a cubin as printed by `cuobjdump -sass`."""
+def _cuobjdump(cubin: bytes, flag: str) -> str:
+    """What `cuobjdump <flag>` prints for a cubin."""
     cuobjdump = require_tool("cuobjdump")
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "kernel.cubin"
         path.write_bytes(cubin)
-        return run_tool([cuobjdump, "-sass", path], "cuobjdump -sass").stdout
+        return run_tool([cuobjdump, flag, path], f"cuobjdump {flag}").stdout
+
+
+def disassemble(cubin: bytes) -> str:
+    """SASS of a cubin as printed by `cuobjdump -sass`."""
+    return _cuobjdump(cubin, "-sass")
 
 
 def resource_usage(cubin: bytes) -> str:
     """The `cuobjdump -res-usage` report of a cubin (registers, stack, shared, local, constant)."""
-    cuobjdump = require_tool("cuobjdump")
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "kernel.cubin"
-        path.write_bytes(cubin)
-        return run_tool([cuobjdump, "-res-usage", path], "cuobjdump -res-usage").stdout
+    return _cuobjdump(cubin, "-res-usage")
 
 
 # ----------------------------------------------------------------------------- NVRTC

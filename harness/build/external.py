@@ -59,15 +59,7 @@ def census_rows(op: Any, ext_cfg: Mapping[str, Any], arch: str = "sm_90",
     else:
         parts = _cubin_parts(full, entry, arch)
     files, info = parts
-    if outdir is not None:
-        outdir = Path(outdir)
-        outdir.mkdir(parents=True, exist_ok=True)
-        for suffix, content in files.items():
-            target = outdir / f"external_{re.sub(r'[^A-Za-z0-9]+', '_', entry)}.{suffix}"
-            if isinstance(content, bytes):
-                target.write_bytes(content)
-            else:
-                target.write_text(content)
+    build.write_artifacts(Path(outdir) if outdir is not None else None, f"external_{build.slug(entry)}", files)
     item = InstanceShapes(ExternalInstance(entry, describe(ext_cfg)),
                          tuple(tuple(int(d) for d in s) for s in shapes))
     row = build.census_row(
@@ -102,10 +94,10 @@ def _ptx_parts(full: Path, entry: str, arch: str) -> tuple[dict[str, str | bytes
     isa = re.search(r"^\s*\.version\s+(\d+\.\d+)", ptx, re.M)
     info = {
         "arch": arch,
-        "ptxas": _pick(census.parse_ptxas_log(log), entry, "ptxas log"),
-        "res": _pick(census.parse_res_usage(res_text), entry, "cubin resource table"),
-        "ptx": _pick(census.parse_ptx(ptx), entry, "PTX"),
-        "sass": _pick(census.parse_sass(sass_text), entry, "SASS"),
+        "ptxas": build.pick(census.parse_ptxas_log(log), entry, "ptxas log"),
+        "res": build.pick(census.parse_res_usage(res_text), entry, "cubin resource table"),
+        "ptx": build.pick(census.parse_ptx(ptx), entry, "PTX"),
+        "sass": build.pick(census.parse_sass(sass_text), entry, "SASS"),
         "compiler": f"external PTX ISA {isa.group(1) if isa else 'unknown'} "
                     f"(ptxas {compile.tool_version(ptxas)})",
         "options": f"ptxas -v -arch={arch} (at run time the driver JIT-compiles the same PTX)",
@@ -125,7 +117,7 @@ def _cubin_parts(full: Path, entry: str, arch: str) -> tuple[dict[str, str | byt
     if cubin_arch.rstrip("a") != arch.rstrip("a"):
         raise EvidenceError(f"{full.name} holds code for {cubin_arch}, but the census is for "
                             f"{arch}.")
-    res = _pick(census.parse_res_usage(res_text), entry, "cubin resource table")
+    res = build.pick(census.parse_res_usage(res_text), entry, "cubin resource table")
     static_smem = max(0, res.shared - SASS_SHARED_RESERVE) if res.shared else 0
     ptxas = census.PtxasInfo(registers=res.registers, stack_bytes=res.stack,
                              smem_bytes=static_smem, entry=True)
@@ -135,7 +127,7 @@ def _cubin_parts(full: Path, entry: str, arch: str) -> tuple[dict[str, str | byt
         "ptxas": ptxas,
         "res": res,
         "ptx": census.PtxCounts(entry=True),
-        "sass": _pick(census.parse_sass(sass_text), entry, "SASS"),
+        "sass": build.pick(census.parse_sass(sass_text), entry, "SASS"),
         "compiler": f"external cubin (read by cuobjdump {compile.tool_version(cuobjdump)})",
         "options": "cubin as delivered: no PTX and no ptxas report, so the PTX counts and spills "
                    "read 0 (unknown); registers, stack and shared memory are the cubin's own",
@@ -143,7 +135,3 @@ def _cubin_parts(full: Path, entry: str, arch: str) -> tuple[dict[str, str | byt
     return {"sass": sass_text, "res-usage.txt": res_text}, info
 
 
-def _pick(table: dict[str, Any], symbol: str, what: str) -> Any:
-    if symbol not in table:
-        raise EvidenceError(f"The {what} has no entry for kernel function {symbol}.")
-    return table[symbol]

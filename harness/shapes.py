@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from harness.errors import ConfigError
 
-__all__ = ["parse_shape", "shape_tag"]
+__all__ = ["parse_shape", "shape_dims", "shape_tag"]
 
 
 def parse_shape(shape: str) -> tuple[int, ...]:
@@ -17,6 +17,17 @@ def parse_shape(shape: str) -> tuple[int, ...]:
     if not dims or any(d <= 0 for d in dims):
         raise ConfigError(f"config: shape {shape!r} has a dimension that is not positive.")
     return dims
+
+
+def shape_dims(shape: str) -> tuple[int, ...]:
+    """The dimensions of a shape that may be empty ('0x768' -> (0, 768)): what an operation makes
+    its inputs, output, bytes and flops from. A config's shapes go through `parse_shape`, which
+    refuses a zero; the generic GPU test's edge shapes (an operation's TEST_SHAPES) may hold one."""
+    head = shape.split("-", 1)[0]
+    parts = head.split("x")
+    if head and all(part.isdigit() for part in parts):
+        return tuple(int(part) for part in parts)
+    return parse_shape(shape)  # its one sentence
 
 
 def shape_tag(shape: str) -> str | None:

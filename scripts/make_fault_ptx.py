@@ -10,12 +10,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.build import compile
+from harness.build import toolchain
 
 
 def main() -> int:
     src = ROOT / "tests" / "fixtures" / "faults" / "transpose_faults.cu"
-    nvrtc = compile.load_nvrtc()
+    nvrtc = toolchain.load_nvrtc()
     if nvrtc is None:
         print("NVRTC could not be loaded; install the CUDA toolkit's NVRTC (cupy's wheels carry it).", file=sys.stderr)
         return 1

@@ -11,11 +11,13 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
-from harness.build import census, compile
+from harness.build import census, toolchain
 from harness.errors import EvidenceError, ToolMissing
 from harness.launch import cuda as cuda_module
 from harness.ops.layernorm.kernels import (
@@ -48,7 +50,10 @@ def _read(folder: Path, stem: str, suffix: str) -> str:
     return (folder / f"{stem}.{suffix}").read_text()
 
 
-def _only(table: dict) -> tuple[str, object]:
+_Record = TypeVar("_Record")
+
+
+def _only(table: Mapping[str, _Record]) -> tuple[str, _Record]:
     """The single function of a one-kernel fixture."""
     assert len(table) == 1, sorted(table)
     return next(iter(table.items()))
@@ -72,13 +77,20 @@ def test_fixtures_exist() -> None:
 def test_ptxas_log_matches_grep(folder: Path, stem: str) -> None:
     log = _read(folder, stem, "ptxas.log")
     name, info = _only(census.parse_ptxas_log(log))
-    assert name == re.search(r"Compiling entry function '([^']+)'", log).group(1)
+    entry = re.search(r"Compiling entry function '([^']+)'", log)
+    assert entry is not None
+    assert name == entry.group(1)
     assert info.entry
-    assert info.registers == int(re.search(r"Used (\d+) registers", log).group(1)) > 0
+    used = re.search(r"Used (\d+) registers", log)
+    assert used is not None
+    assert info.registers == int(used.group(1)) > 0
     frame = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    assert frame is not None
     assert (info.stack_bytes, info.spill_stores, info.spill_loads) == tuple(map(int, frame.groups()))
     assert (info.stack_bytes, info.spill_stores, info.spill_loads) == (0, 0, 0)
-    assert info.barriers == int(re.search(r"used (\d+) barriers", log).group(1))
+    barriers = re.search(r"used (\d+) barriers", log)
+    assert barriers is not None
+    assert info.barriers == int(barriers.group(1))
 
 
 @pytest.mark.parametrize(("folder", "stem"), ALL_CASES, ids=_ids(ALL_CASES))
@@ -404,11 +416,13 @@ def test_launchers_refuse_cpu_tensors() -> None:
 # ----------------------------------------------------------------------------- offline build
 
 
-def _census_or_skip(impl: str, shapes: list[tuple[int, int]], outdir: Path, **kw: str) -> list[dict]:
+def _census_or_skip(impl: str, shapes: list[tuple[int, int]], outdir: Path, *,
+                    cuda_compiler: str = "auto") -> list[dict[str, Any]]:
     from harness.build.build import build_census
 
     try:
-        return build_census("layernorm", impl, shapes, arch="sm_90", outdir=outdir, **kw)
+        return build_census("layernorm", impl, shapes, arch="sm_90", outdir=outdir,
+                            cuda_compiler=cuda_compiler)
     except ToolMissing as exc:
         pytest.skip(f"{impl} census tools missing: {exc}")
 
@@ -466,16 +480,16 @@ def test_build_census_refuses_unknown_op_and_impl() -> None:
 def test_compile_offline_falls_back_to_nvcc_without_nvrtc(monkeypatch: pytest.MonkeyPatch) -> None:
     """Where libnvrtc cannot be loaded (as on a machine without the CUDA runtime libraries),
     'auto' compiles with nvcc and says so; 'nvrtc' then refuses with ToolMissing."""
-    if compile.find_tool("nvcc") is None:
+    if toolchain.find_tool("nvcc") is None:
         pytest.skip("nvcc is not installed")
-    monkeypatch.setattr(compile, "load_nvrtc", lambda: None)
-    build = compile.compile_offline("layernorm/layernorm.cu", ["layernorm_fwd_scalar<128, 1, false>"])
+    monkeypatch.setattr(toolchain, "load_nvrtc", lambda: None)
+    build = toolchain.compile_offline("layernorm/layernorm.cu", ["layernorm_fwd_scalar<128, 1, false>"])
     assert build.compiler.startswith("nvcc ")
     assert "--device-as-default-execution-space" not in build.options
     assert build.lowered["layernorm_fwd_scalar<128, 1, false>"] in build.ptx
     assert census.parse_ptxas_log(build.ptxas_log)[build.lowered["layernorm_fwd_scalar<128, 1, false>"]].registers > 0
     with pytest.raises(ToolMissing, match="NVRTC"):
-        compile.compile_offline("layernorm/layernorm.cu", ["layernorm_fwd_scalar<128, 1, false>"], compiler="nvrtc")
+        toolchain.compile_offline("layernorm/layernorm.cu", ["layernorm_fwd_scalar<128, 1, false>"], compiler="nvrtc")
 
 
 def test_census_survives_a_compile_with_an_empty_ptxas_log(tmp_path: Path,
@@ -488,14 +502,15 @@ def test_census_survives_a_compile_with_an_empty_ptxas_log(tmp_path: Path,
     from harness.build import build
 
     normal = _census_or_skip("cuda", [(4096, 768)], tmp_path / "a")
-    real = compile.compile_offline
+    real = toolchain.compile_offline
     calls = []
 
-    def empty_log(*args: object, **kwargs: object) -> compile.CudaBuild:
+    def empty_log(*args: Any, **kwargs: Any) -> toolchain.CudaBuild:
+        # Stands in for compile_offline: whatever build_census passes goes through unchanged.
         calls.append(1)
         return replace(real(*args, **kwargs), ptxas_log="")
 
-    monkeypatch.setattr(compile, "compile_offline", empty_log)
+    monkeypatch.setattr(toolchain, "compile_offline", empty_log)
     (tmp_path / "b").mkdir()
     (row,) = build.build_census("layernorm", "cuda", [(4096, 768)], arch="sm_90", outdir=tmp_path / "b")
     assert len(calls) == 1
@@ -507,7 +522,7 @@ def test_census_survives_a_compile_with_an_empty_ptxas_log(tmp_path: Path,
     ("layernorm", (64, 4096), ("cuda.full_occupancy", ("-DLN_MIN_BLOCKS=-1",))),  # 12 B of spills
     ("matmul", (4096, 4096, 4096), None),  # matmul_f32_tiled<128, 128, 16, 8>: 36 B
 ])
-def test_an_empty_ptxas_log_with_spills_gives_ptxas_figures(op: str, shape: tuple[int, ...], variant: tuple | None,
+def test_an_empty_ptxas_log_with_spills_gives_ptxas_figures(op: str, shape: tuple[int, ...], variant: tuple[str, tuple[str, ...]] | None,
                                                             tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Where the SASS has local-memory instructions, the census without a log counts the spill
     bytes from them, and they equal what ptxas's log says for the same compile."""
@@ -521,8 +536,8 @@ def test_an_empty_ptxas_log_with_spills_gives_ptxas_figures(op: str, shape: tupl
     except ToolMissing as exc:
         pytest.skip(f"cuda census tools missing: {exc}")
     assert normal["spill_stores"] > 0 and normal["spill_loads"] > 0 and normal["sass_local"] > 0
-    real = compile.compile_offline
-    monkeypatch.setattr(compile, "compile_offline",
+    real = toolchain.compile_offline
+    monkeypatch.setattr(toolchain, "compile_offline",
                         lambda *a, **k: replace(real(*a, **k), ptxas_log=""))
     (tmp_path / "b").mkdir()
     (row,) = build.build_census(op, "cuda", [shape], arch="sm_90", outdir=tmp_path / "b", variant=variant)

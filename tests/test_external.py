@@ -16,12 +16,13 @@ import shutil
 import subprocess
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import numpy
 import pytest
 
 from harness import ROOT
-from harness.build import compile
+from harness.build import toolchain
 from harness.build import external as build_external
 from harness.build.build import CENSUS_COLUMNS
 from harness.errors import EvidenceError
@@ -32,8 +33,9 @@ PTX = FIXTURES / "transpose_naive.ptx"
 DIMS = ("rows", "cols")
 
 
-def transpose_cfg(**changes: object) -> dict:
-    cfg = {"path": str(PTX.relative_to(ROOT)), "entry": "transpose_naive",
+def transpose_cfg(**changes: object) -> dict[str, Any]:
+    """An external kernel's configuration, as read from the YAML config (so its values are dynamic)."""
+    cfg: dict[str, Any] = {"path": str(PTX.relative_to(ROOT)), "entry": "transpose_naive",
            "grid": ["cdiv(cols, 32)", "cdiv(rows, 32)"], "block": [32, 8],
            "args": ["x", "out", "rows:int32", "cols:int32"]}
     cfg.update(changes)
@@ -308,7 +310,7 @@ def test_launcher_refuses_cpu_tensors() -> None:
 # ----------------------------------------------------------------------------- census
 
 needs_tools = pytest.mark.skipif(
-    compile.find_tool("ptxas") is None or compile.find_tool("cuobjdump") is None,
+    toolchain.find_tool("ptxas") is None or toolchain.find_tool("cuobjdump") is None,
     reason="ptxas or cuobjdump not found")
 
 
@@ -329,7 +331,9 @@ def test_census_of_committed_ptx(tmp_path: Path) -> None:
     assert (row["op"], row["impl"], row["kernel"], row["symbol"]) == (
         "transpose", "external", "transpose_naive", "transpose_naive")
     assert row["shapes"] == "300x500;1024x4096" and row["block"] == 32 * 8
-    assert row["registers"] == int(re.search(r"Used (\d+) registers", log).group(1)) > 0
+    used = re.search(r"Used (\d+) registers", log)
+    assert used is not None, log
+    assert row["registers"] == int(used.group(1)) > 0
     assert (row["spill_stores"], row["spill_loads"], row["stack_bytes"]) == (0, 0, 0)
     # widths from a plain grep of the PTX: scalar f32 loads and stores, read-only loads
     assert row["ld_global_32"] == _grep_count(r"^\s*ld\.global(\.nc)?\.f32\b", ptx) == 4
@@ -354,7 +358,7 @@ def test_census_of_committed_ptx(tmp_path: Path) -> None:
 def test_census_of_cubin_agrees_with_ptx(tmp_path: Path) -> None:
     root = tmp_path / "repo"
     root.mkdir()
-    ptxas = compile.require_tool("ptxas")
+    ptxas = toolchain.require_tool("ptxas")
     subprocess.run([str(ptxas), "-arch=sm_90", str(PTX), "-o", str(root / "k.cubin")], check=True)
     from_ptx = build_external.census_rows("transpose", transpose_cfg(), "sm_90")[0]
     cubin_cfg = transpose_cfg(path="k.cubin", shared_bytes=512)

@@ -4,13 +4,15 @@ cupy.RawModule(path=...) and launched on torch tensors, compared with torch exac
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from harness import ROOT
-from harness.build import compile
+from harness.build import toolchain
 from harness.launch import external
 
 
@@ -58,7 +60,7 @@ def test_dims_explicit_and_from_dims_of() -> None:
     expected = x.t().contiguous()
     seen: list[tuple[int, ...]] = []
 
-    def dims_of(inputs: dict, out: object) -> dict[str, int]:
+    def dims_of(inputs: Mapping[str, Any], out: object) -> dict[str, int]:
         seen.append(tuple(inputs["x"].shape))
         return {"rows": inputs["x"].shape[0], "cols": inputs["x"].shape[1]}
 
@@ -113,7 +115,7 @@ def test_dynamic_shared_memory_reaches_the_launch(shared_bytes: int) -> None:
 def test_cubin_loads_and_runs(tmp_path: Path) -> None:
     import torch
 
-    ptxas = compile.find_tool("ptxas")
+    ptxas = toolchain.find_tool("ptxas")
     if ptxas is None:
         pytest.skip("ptxas not found")
     major, minor = torch.cuda.get_device_capability()

@@ -12,6 +12,7 @@ from pathlib import Path
 import gpu_group
 import pandas as pd
 import pytest
+import torch
 
 from harness import config, ops
 from harness.errors import CheckFailed
@@ -42,9 +43,14 @@ def test_check_fails_an_implementation_that_skips_a_row(cfg: dict, monkeypatch: 
     op = ops.get("layernorm")
     good = op.implementations["cuda"]
 
-    def off_by_one(inputs, out, params):  # type: ignore[no-untyped-def]
-        short = {**inputs, "x": inputs["x"][1:]}
-        return good(short, out[1:], params)  # the first row is never written
+    def off_by_one(inputs: ops.Tensors, out: torch.Tensor, params: ops.Params) -> ops.Call:
+        launch = good({**inputs, "x": inputs["x"][1:]}, out[1:], params)  # the first row is never written
+
+        def call() -> torch.Tensor:
+            launch()
+            return out
+
+        return call
 
     monkeypatch.setitem(op.implementations, "cuda", off_by_one)  # type: ignore[index]
     record = run_check("layernorm", SHAPE, "cuda", cfg["operations"]["layernorm"], cfg["seed"])

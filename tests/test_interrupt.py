@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import repo_copy
 
-from harness.build.compile import load_nvrtc
+from harness.build.toolchain import load_nvrtc
 
 pytestmark = pytest.mark.skipif(load_nvrtc() is None, reason="the runs build the CUDA kernels with NVRTC")
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.build import census, compile
+from harness.build import census, toolchain
 from harness.errors import EvidenceError, ToolMissing
 from harness.launch import cuda as cuda_module
 from harness.ops.matmul.kernels import (
@@ -292,7 +292,7 @@ def test_dispatch_by_shape_and_the_tile_variants() -> None:
             pytest.raises(EvidenceError, match="does not take"):
         cuda_instance(4096, 4096, 4096)
     assert cuda_grid(1000, 1000, 128) == 8 * 8 and cuda_grid(1000, 1000) == 16 * 16
-    if compile.load_nvrtc() is None:
+    if toolchain.load_nvrtc() is None:
         pytest.skip("NVRTC is not available here")
     cfg = config.load(config.ROOT / "config.yaml")
     options = variants.compiler_options(cfg["operations"]["matmul"], "cuda.tile128")
@@ -325,7 +325,7 @@ def test_census_of_the_tiled_variants(variant: str, kernel: str, smem: int, tmp_
     from harness.build.build import build_census
     from harness.ops import variants
 
-    if compile.load_nvrtc() is None:
+    if toolchain.load_nvrtc() is None:
         pytest.skip("NVRTC is not available here")
     cfg = config.load(config.ROOT / "config.yaml")
     options = variants.compiler_options(cfg["operations"]["matmul"], f"cuda.{variant}")

@@ -14,7 +14,9 @@ import pytest
 
 import torch  # noqa: E402
 
-from harness.build.build import device_arch  # noqa: E402
+from harness import ops
+from harness.build import census, toolchain
+from harness.build.build import device_arch
 from harness.errors import EvidenceError  # noqa: E402
 from harness.ops.matmul.kernels import (  # noqa: E402
     cuda_instance,
@@ -136,16 +138,14 @@ def test_every_tiled_choice_matches_float64_reference(choice: str, shape: tuple[
 @pytest.mark.parametrize("impl", ["cuda", "triton", "torch"])
 def test_operation_implementations(impl: str, shape: str) -> None:
     """Through the operation's interface, as the pipeline's check calls it (torch included)."""
-    from harness.ops import get
-
-    op = get("matmul")
+    op = ops.get("matmul")
     op.validate_shape(shape)
     inputs = op.make_inputs(shape, 20261129, {})
     assert all(t.dtype == torch.float32 and t.is_cuda for t in inputs.values())
     assert all(bool((t != 0).any()) for t in inputs.values())
     out = op.make_output(inputs, shape)
     out.fill_(float("nan"))
-    result = op.implementations[impl](inputs, out, {})
+    result = ops.run("matmul", impl, inputs, out, {}, shape)
     torch.cuda.synchronize()
     if impl != "torch":
         assert result is out
@@ -255,7 +255,6 @@ def test_cuda_census_matches_the_loaded_kernel(shape: tuple[int, int, int]) -> N
 @pytest.mark.parametrize("shape", [(1024, 1024, 1024), (4096, 4096, 1024), (1000, 1001, 999)])
 def test_triton_census_matches_the_jit_kernel(shape: tuple[int, int, int]) -> None:
     """The offline Triton compile is the JIT's kernel: same PTX, registers and no spills."""
-    from harness.build import census
     from harness.build.build import compile_triton
     from kernels.matmul.matmul_triton import matmul_fwd
 
@@ -267,7 +266,7 @@ def test_triton_census_matches_the_jit_kernel(shape: tuple[int, int, int]) -> No
     torch.cuda.synchronize()
     offline, log = compile_triton(v, device_arch())
     jit._init_handles()  # done by the launch already (idempotent); it sets n_regs and n_spills
-    offline_regs = census.parse_res_usage(compile.resource_usage(offline.asm["cubin"]))
+    offline_regs = census.parse_res_usage(toolchain.resource_usage(offline.asm["cubin"]))
     assert jit.n_regs == offline_regs["matmul_fwd"].registers
     assert jit.n_regs == census.parse_ptxas_log(log)["matmul_fwd"].registers
     assert jit.asm["ptx"] == offline.asm["ptx"]

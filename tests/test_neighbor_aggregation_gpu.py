@@ -17,13 +17,16 @@ torch cannot be imported or CUDA is not available).
 from __future__ import annotations
 
 import functools
+from typing import Literal
 
 import pytest
 
 import torch  # noqa: E402
 
-from harness.build.build import device_arch  # noqa: E402
-from harness.errors import EvidenceError  # noqa: E402
+from harness.build import census, toolchain
+from harness.build.build import device_arch
+from harness import ops
+from harness.errors import EvidenceError
 from harness.ops import neighbor_aggregation as na  # noqa: E402
 from harness.ops.neighbor_aggregation import graphs  # noqa: E402
 from harness.ops.neighbor_aggregation.kernels import (  # noqa: E402
@@ -73,7 +76,7 @@ def _from_csr(indptr: list[int], indices: list[int], features: int, seed: int) -
             "max_degree": graphs.in_degrees(ip).max().cpu() if nodes else torch.tensor(0)}
 
 
-def _run(impl: str, inputs: dict, max_degree: int | None | str = "given"):
+def _run(impl: str, inputs: dict, max_degree: int | None | Literal["given"] = "given"):
     """One call into a NaN-poisoned output; waits for it."""
     out = torch.full_like(inputs["x"], float("nan"))
     if impl in LAUNCHERS:
@@ -81,7 +84,7 @@ def _run(impl: str, inputs: dict, max_degree: int | None | str = "given"):
         LAUNCHERS[impl](inputs["x"], inputs["indptr"], inputs["indices"], out, max_degree=md)
         result = out
     else:
-        result = na.TORCH_METHODS[impl.split("-", 1)[1]](inputs, out, {})
+        result = na.TORCH_METHODS[impl.split("-", 1)[1]](inputs, out, {})()
     torch.cuda.synchronize()
     return result
 
@@ -230,9 +233,9 @@ def test_op_implementations_through_make_inputs(shape: str) -> None:
     nodes, edges, features, _ = na.dims(shape)
     assert inputs["x"].shape == (nodes, features) and inputs["indices"].numel() == edges
     assert int(inputs["indptr"][-1]) == edges
-    for impl, launch in na.OP.implementations.items():
+    for impl in na.OP.implementations:
         out = na.make_output(inputs, shape).fill_(float("nan"))
-        result = launch(inputs, out, {})
+        result = ops.run("neighbor_aggregation", impl, inputs, out, {}, shape)
         torch.cuda.synchronize()
         _check(result, inputs)
 
@@ -313,15 +316,13 @@ def test_time_the_torch_methods(capsys: pytest.CaptureFixture[str]) -> None:
 def _offline_build(kernel: str):
     """One offline NVRTC compile per name expression per process (neighbor_zero_long_rows<4>
     serves several widths; a repeated compile of it once came back with no ptxas report)."""
-    from harness.build import compile
     from harness.ops.neighbor_aggregation.kernels import CUDA_SOURCE
 
-    return compile.compile_offline(CUDA_SOURCE, [kernel], arch=device_arch(), compiler="nvrtc")
+    return toolchain.compile_offline(CUDA_SOURCE, [kernel], arch=device_arch(), compiler="nvrtc")
 
 
 @pytest.mark.parametrize("features", [64, 256, 7])
 def test_cuda_census_matches_the_loaded_kernels(features: int) -> None:
-    from harness.build import census
     from harness.launch import cuda as cuda_module
     from harness.ops.neighbor_aggregation.kernels import CUDA_SOURCE
 
@@ -339,7 +340,6 @@ def test_cuda_census_matches_the_loaded_kernels(features: int) -> None:
 
 @pytest.mark.parametrize("features", [64, 7])
 def test_triton_census_matches_the_jit_kernels(features: int) -> None:
-    from harness.build import census
     from harness.build.build import compile_triton
     from kernels.neighbor_aggregation.neighbor_aggregation_triton import (
         neighbor_sum,
@@ -360,7 +360,7 @@ def test_triton_census_matches_the_jit_kernels(features: int) -> None:
     for v, jit in jits:
         offline, log = compile_triton(v, device_arch())
         jit._init_handles()
-        regs = census.parse_res_usage(compile.resource_usage(offline.asm["cubin"]))
+        regs = census.parse_res_usage(toolchain.resource_usage(offline.asm["cubin"]))
         assert jit.n_regs == regs[v.kernel].registers
         assert jit.n_regs == census.parse_ptxas_log(log)[v.kernel].registers
         assert jit.asm["ptx"] == offline.asm["ptx"]

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,7 @@ REAL_KERN_CSV = FIXTURES / "h200-torch-layer-norm.cuda_gpu_kern_sum.csv"
 REAL_NVTX_CSV = FIXTURES / "h200-torch-layer-norm.nvtx_kern_sum.csv"
 
 
-def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+def run_cli(capsys: pytest.CaptureFixture[str], *args: str | os.PathLike[str]) -> tuple[int, str, str]:
     rc = harness_main(["nsys", *map(str, args)])
     out, err = capsys.readouterr()
     return rc, out, err
@@ -187,9 +188,9 @@ def _pairs(b: ExportBuilder) -> list[tuple[Kernel, Call | None, Range | None]]:
     """(kernel, its launch call, one containing range) for every containing range; range None
     when none contains it (and call None when it has no runtime record)."""
     stamps = [t for r in b.ranges for t in (r.start, r.end) if t is not None]
-    last = max(stamps) if stamps else None
+    last = max(stamps, default=0)  # every range has a start: only unused when there are none
     ranges = b.ranges if b.with_nvtx else []
-    out = []
+    out: list[tuple[Kernel, Call | None, Range | None]] = []
     for k in b.kernels:
         calls = [c for c in b.calls if c.pid == k.pid and c.corr == k.corr] if b.with_runtime else []
         assert len(calls) <= 1
@@ -680,7 +681,8 @@ QUICKLY_S = 20.0  # generous: the point is that nothing hangs
 def assert_refused(path: Path, capsys: pytest.CaptureFixture[str], commands: list[str], *fragments: str) -> None:
     """Every CLI command, and the API functions that read what it reads, end in one sentence,
     each within QUICKLY_S."""
-    api = {"kern-sum": [nsys.kern_sum],
+    api: dict[str, list[Callable[[Path], list[dict[str, Any]]]]] = {
+           "kern-sum": [nsys.kern_sum],
            "nvtx-kern-sum": [nsys.nvtx_kern_sum, lambda p: nsys.range_kernels(p, "iters"),
                              lambda p: nsys.range_launches(p, "it")]}
     for command in commands:
@@ -691,7 +693,7 @@ def assert_refused(path: Path, capsys: pytest.CaptureFixture[str], commands: lis
             assert_api_refused(partial(fn, path), *fragments)
 
 
-def assert_api_refused(call: Any, *fragments: str) -> None:
+def assert_api_refused(call: Callable[[], object], *fragments: str) -> None:
     t0 = time.monotonic()
     with pytest.raises(nsys.NsysExportError) as info:
         call()

@@ -1,8 +1,10 @@
 """One test over every operation (harness/ops/<name>/) and every implementation it has, the
 configured variants included: each is checked against its float64 reference at its default shape
-and at the operation's TEST_SHAPES (odd sizes that exercise the tails), through the pipeline's own
-check, and its bound call launches again on the same inputs with the same result.
+and at the operation's TEST_SHAPES (its edge shapes: zero rows, tails, widths not a multiple of 4,
+long rows), through the pipeline's own check; its bound call returns its output tensor and
+launches again on the same inputs with the same result.
 
+The default-shape cases are the smoke tier (`-m smoke`): every operation x implementation once.
 A new operation needs nothing here: it is found by its folder."""
 
 from __future__ import annotations
@@ -27,24 +29,49 @@ def cases() -> list[tuple[str, str, str]]:
     return out
 
 
-@pytest.mark.parametrize(("op", "shape", "impl"), cases())
+def is_default(op: str, shape: str) -> bool:
+    return shape == CFG["operations"].get(op, {}).get("default")
+
+
+def params_of(op: str) -> dict:
+    return CFG["operations"].get(op) or {"tolerance": {"atol": 1e-4, "rtol": 1e-4}}
+
+
+@pytest.mark.parametrize(("op", "shape", "impl"),
+                         [pytest.param(*c, marks=pytest.mark.smoke) if is_default(c[0], c[1]) else c for c in cases()])
 def test_every_implementation_matches_its_reference(op: str, shape: str, impl: str) -> None:
-    params = CFG["operations"].get(op) or {"tolerance": {"atol": 1e-4, "rtol": 1e-4}}
-    record = run_check(op, shape, impl, params, CFG["seed"])
+    record = run_check(op, shape, impl, params_of(op), CFG["seed"])
     assert record["passed"], failure(record)
     assert record["unwritten_outputs"] == 0
 
 
-@pytest.mark.parametrize(("op", "shape", "impl"), [c for c in cases() if c[1] == CFG["operations"].get(c[0], {}).get("default")])
-def test_a_bound_call_launches_again_with_the_same_result(op: str, shape: str, impl: str) -> None:
-    """The call `ops.bind` returns is prepared once: calling it again gives the same output, bit
-    for bit (every kernel here is deterministic), and it says how it launches."""
-    params = CFG["operations"][op]
-    call = ops.bind(op, impl, shape, params, CFG["seed"], "hot")
+@pytest.mark.parametrize(("op", "shape", "impl"), [c for c in cases() if is_default(c[0], c[1])])
+def test_a_bound_call_returns_its_output_and_launches_again_with_the_same_result(op: str, shape: str, impl: str) -> None:
+    """The call `ops.bind` returns is prepared once and returns the tensor holding its result (the
+    output it was bound to, for ours; the planted slowdown's view of its larger one): calling it
+    again gives the same output, bit for bit (every kernel here is deterministic), and it says how
+    it launches."""
+    call = ops.bind(op, impl, shape, params_of(op), CFG["seed"], "hot")
     inputs, out = call.sets[0]
-    first = ops.result(call(), out).clone()
+    first = call()
+    assert isinstance(first, torch.Tensor) and first.shape == ops.get(op).reference(inputs, params_of(op)).shape
+    if impl in ops.OURS:
+        assert first is out
+    first = first.clone()
     out.fill_(float("nan"))
-    second = ops.result(call(), out)
+    second = call()
     torch.cuda.synchronize()
     assert torch.equal(first, second)
     assert call.launch_path in ("direct", "prepared", "jit", "jit+prepared")
+
+
+@pytest.mark.parametrize(("op", "impl"), sorted({(c[0], c[2]) for c in cases()}))
+def test_the_one_call_seam_returns_the_tensor_the_check_reads(op: str, impl: str) -> None:
+    """`ops.run`, the public call tests go through, gives what the pipeline's bound call gives."""
+    shape = next(c[1] for c in cases() if c[0] == op)  # its default, or its first edge shape
+    operation = ops.get(op)
+    inputs = operation.make_inputs(shape, CFG["seed"], params_of(op))
+    out = operation.make_output(inputs, shape).fill_(float("nan"))
+    got = ops.run(op, impl, inputs, out, params_of(op), shape)
+    torch.cuda.synchronize()
+    assert isinstance(got, torch.Tensor) and not bool(torch.isnan(got).any())

@@ -25,8 +25,10 @@ import subprocess
 import sys
 import time
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import IO
 
 import pytest
 import yaml
@@ -107,16 +109,25 @@ def retained(work: Path) -> dict[str, str]:
     return out
 
 
-def start(args: list[str], work: Path, env: dict[str, str], log: Path) -> subprocess.Popen:
+@dataclass
+class Snakemake:
+    """A snakemake run started by start(): its process, the open log it writes, its arguments."""
+
+    proc: subprocess.Popen[str]
+    log: IO[str]
+    args: list[str]
+
+
+def start(args: list[str], work: Path, env: dict[str, str], log: Path) -> Snakemake:
     out = open(log, "w")  # noqa: SIM115 (closed by finish)
     proc = subprocess.Popen([sys.executable, "-m", "snakemake", *args], cwd=work, env=env, stdout=out,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    proc.log = out  # type: ignore[attr-defined]
-    return proc
+    return Snakemake(proc, out, args)
 
 
-def finish(proc: subprocess.Popen, log: Path, deadline: float, env: dict[str, str]) -> tuple[int, str]:
+def finish(job: Snakemake, log: Path, deadline: float, env: dict[str, str]) -> tuple[int, str]:
     """Wait for a snakemake run until the deadline; past it, stop it and cancel its SLURM jobs."""
+    proc = job.proc
     try:
         rc = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
@@ -127,19 +138,26 @@ def finish(proc: subprocess.Popen, log: Path, deadline: float, env: dict[str, st
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
         text = log.read_text()
-        if run := run_id(text, required=False):
+        if run := find_run_id(text):
             subprocess.run(["scancel", "--name", run], env=env, capture_output=True, timeout=30, check=False)
-        pytest.fail(f"snakemake {' '.join(proc.args[3:])} ran past its time limit:\n{text[-4000:]}")
+        pytest.fail(f"snakemake {' '.join(job.args)} ran past its time limit:\n{text[-4000:]}")
     finally:
-        proc.log.close()  # type: ignore[attr-defined]
+        job.log.close()
     return rc, log.read_text()
 
 
-def run_id(output: str, required: bool = True) -> str | None:
-    """The SLURM plugin names every job of one snakemake run after that run's id."""
+def find_run_id(output: str) -> str | None:
+    """The SLURM plugin names every job of one snakemake run after that run's id; None if the
+    output does not name one (yet)."""
     m = re.search(r"SLURM run ID: (\S+)", output)
-    assert m or not required, output[-4000:]
     return m.group(1) if m else None
+
+
+def run_id(output: str) -> str:
+    """The run id of a snakemake run that must have one."""
+    run = find_run_id(output)
+    assert run is not None, output[-4000:]
+    return run
 
 
 def sacct(run: str, since: datetime, env: dict[str, str]) -> list[dict[str, str]]:

@@ -13,7 +13,8 @@ import pytest
 
 import torch  # noqa: E402
 
-from harness.build.build import device_arch  # noqa: E402
+from harness.build import census, toolchain
+from harness.build.build import device_arch
 from harness.errors import EvidenceError  # noqa: E402
 from harness.ops.softmax.kernels import (  # noqa: E402
     cuda_instance,
@@ -123,13 +124,6 @@ def test_runs_on_torchs_current_stream(impl: str) -> None:
 
 
 @pytest.mark.parametrize("impl", ["cuda", "triton"])
-def test_zero_rows_is_a_no_op(impl: str) -> None:
-    x = torch.empty(0, 1024, device="cuda")
-    LAUNCHERS[impl](x, torch.empty_like(x))
-    torch.cuda.synchronize()
-
-
-@pytest.mark.parametrize("impl", ["cuda", "triton"])
 def test_bad_arguments_are_refused_in_one_sentence(impl: str) -> None:
     x = _inputs(8, 1024, seed=5)
     out = torch.empty_like(x)
@@ -147,17 +141,6 @@ def test_bad_arguments_are_refused_in_one_sentence(impl: str) -> None:
         launch(x, x)
     with pytest.raises(EvidenceError, match="width 0"):
         launch(torch.empty(4, 0, device="cuda"), torch.empty(4, 0, device="cuda"))
-
-
-@pytest.mark.parametrize("impl", ["cuda", "triton", "torch"])
-def test_pipeline_check_passes(impl: str) -> None:
-    """The pipeline's own check (make_inputs, NaN-poisoned output, reference) at this tolerance."""
-    from harness.measure.check import run_check
-
-    params = {"tolerance": {"atol": ATOL, "rtol": RTOL}}
-    for shape in ("300x1024", "64x32768", "70x771"):
-        record = run_check("softmax", shape, impl, params, seed=20261129)
-        assert record["passed"] and record["unwritten_outputs"] == 0, record
 
 
 # ----------------------------------------------------------------------------- reference (CPU)
@@ -187,7 +170,6 @@ def test_reference_matches_plain_python_loops() -> None:
 @pytest.mark.parametrize("n", [256, 1024, 4096, 32768, 771, 40000])
 def test_cuda_census_matches_the_loaded_kernel(n: int) -> None:
     """The offline census (same NVRTC options) reports what CuPy compiled and loaded."""
-    from harness.build import census, compile
     from harness.launch import cuda as cuda_module
     from harness.ops.softmax.kernels import CUDA_SOURCE
 
@@ -197,7 +179,7 @@ def test_cuda_census_matches_the_loaded_kernel(n: int) -> None:
     with cuda_module.on_device(x.device):
         kernel = cuda_module.get_function(CUDA_SOURCE, v.kernel)
         runtime_regs, runtime_local = kernel.num_regs, kernel.local_size_bytes
-    build = compile.compile_offline(CUDA_SOURCE, [v.kernel], arch=device_arch(),
+    build = toolchain.compile_offline(CUDA_SOURCE, [v.kernel], arch=device_arch(),
                                         compiler="nvrtc")
     info = census.parse_ptxas_log(build.ptxas_log)[build.lowered[v.kernel]]
     assert runtime_regs == info.registers
@@ -207,7 +189,6 @@ def test_cuda_census_matches_the_loaded_kernel(n: int) -> None:
 @pytest.mark.parametrize("n", [1024, 771, 32768])
 def test_triton_census_matches_the_jit_kernel(n: int) -> None:
     """The offline Triton compile has the registers and PTX of the JIT's kernel."""
-    from harness.build import census
     from harness.build.build import compile_triton
 
     v = triton_instance(n)
@@ -217,7 +198,7 @@ def test_triton_census_matches_the_jit_kernel(n: int) -> None:
     torch.cuda.synchronize()
     offline, log = compile_triton(v, device_arch())
     jit._init_handles()  # done by the launch already (idempotent); it sets n_regs and n_spills
-    offline_regs = census.parse_res_usage(compile.resource_usage(offline.asm["cubin"]))
+    offline_regs = census.parse_res_usage(toolchain.resource_usage(offline.asm["cubin"]))
     assert jit.n_regs == offline_regs[v.kernel].registers
     assert jit.n_regs == census.parse_ptxas_log(log)[v.kernel].registers
     assert jit.asm["ptx"] == offline.asm["ptx"]

@@ -11,7 +11,8 @@ import pytest
 
 import torch  # noqa: E402
 
-from harness.build.build import device_arch  # noqa: E402
+from harness.build import census, toolchain
+from harness.build.build import device_arch
 from harness.errors import EvidenceError  # noqa: E402
 from harness.ops.transpose.kernels import (  # noqa: E402
     cuda_instance,
@@ -82,13 +83,6 @@ def test_runs_on_torchs_current_stream(impl: str) -> None:
 
 
 @pytest.mark.parametrize("impl", ["cuda", "triton"])
-def test_empty_is_a_no_op(impl: str) -> None:
-    x = torch.empty(0, 64, device="cuda")
-    LAUNCHERS[impl](x, torch.empty(64, 0, device="cuda"))
-    torch.cuda.synchronize()
-
-
-@pytest.mark.parametrize("impl", ["cuda", "triton"])
 def test_bad_arguments_are_refused_in_one_sentence(impl: str) -> None:
     x = _input(8, 64, seed=5)
     out = torch.empty(64, 8, device="cuda")
@@ -104,17 +98,6 @@ def test_bad_arguments_are_refused_in_one_sentence(impl: str) -> None:
         launch(x, torch.empty(8, 64, device="cuda"))
     with pytest.raises(EvidenceError, match="overlaps"):
         launch(x, x.view(64, 8))
-
-
-@pytest.mark.parametrize("impl", ["cuda", "triton", "torch"])
-def test_pipeline_check_passes(impl: str) -> None:
-    """The pipeline's own check (make_inputs, NaN-poisoned output, reference) at this tolerance."""
-    from harness.measure.check import run_check
-
-    params = {"tolerance": {"atol": ATOL, "rtol": RTOL}}
-    for shape in ("1024x4096", "100x37", "36x100"):
-        record = run_check("transpose", shape, impl, params, seed=20261129)
-        assert record["passed"] and record["max_abs_err"] == 0.0, record
 
 
 # ----------------------------------------------------------------------------- reference (CPU)
@@ -139,7 +122,6 @@ def test_reference_matches_plain_indexing() -> None:
 @pytest.mark.parametrize(("r", "c"), [(4096, 4096), (37, 100)])
 def test_cuda_census_matches_the_loaded_kernel(r: int, c: int) -> None:
     """The offline census (same NVRTC options) reports what CuPy compiled and loaded."""
-    from harness.build import census, compile
     from harness.launch import cuda as cuda_module
     from harness.ops.transpose.kernels import CUDA_SOURCE
 
@@ -149,7 +131,7 @@ def test_cuda_census_matches_the_loaded_kernel(r: int, c: int) -> None:
     with cuda_module.on_device(x.device):
         kernel = cuda_module.get_function(CUDA_SOURCE, v.kernel)
         runtime_regs, runtime_local = kernel.num_regs, kernel.local_size_bytes
-    build = compile.compile_offline(CUDA_SOURCE, [v.kernel], arch=device_arch(),
+    build = toolchain.compile_offline(CUDA_SOURCE, [v.kernel], arch=device_arch(),
                                         compiler="nvrtc")
     info = census.parse_ptxas_log(build.ptxas_log)[build.lowered[v.kernel]]
     assert runtime_regs == info.registers
@@ -159,7 +141,6 @@ def test_cuda_census_matches_the_loaded_kernel(r: int, c: int) -> None:
 @pytest.mark.parametrize(("r", "c"), [(4096, 4096), (37, 100)])
 def test_triton_census_matches_the_jit_kernel(r: int, c: int) -> None:
     """The offline Triton compile has the registers and PTX of the JIT's kernel."""
-    from harness.build import census
     from harness.build.build import compile_triton
 
     v = triton_instance(r, c)
@@ -169,7 +150,7 @@ def test_triton_census_matches_the_jit_kernel(r: int, c: int) -> None:
     torch.cuda.synchronize()
     offline, log = compile_triton(v, device_arch())
     jit._init_handles()  # done by the launch already (idempotent); it sets n_regs and n_spills
-    offline_regs = census.parse_res_usage(compile.resource_usage(offline.asm["cubin"]))
+    offline_regs = census.parse_res_usage(toolchain.resource_usage(offline.asm["cubin"]))
     assert jit.n_regs == offline_regs[v.kernel].registers
     assert jit.n_regs == census.parse_ptxas_log(log)[v.kernel].registers
     assert jit.asm["ptx"] == offline.asm["ptx"]

@@ -65,7 +65,7 @@ def test_compiler_options_and_names() -> None:
 
 def test_variant_census_comes_from_the_compiler_with_its_defines() -> None:
     from harness.build.build import build_census
-    from harness.build.compile import load_nvrtc
+    from harness.build.toolchain import load_nvrtc
 
     if load_nvrtc() is None:
         pytest.skip("NVRTC is not available here")

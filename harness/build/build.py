@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import ops
-from harness.build import census, compile
+from harness.build import census, toolchain
 from harness.errors import EvidenceError, ToolMissing
 from harness.launch import cuda as cuda_module
 from harness.launch.instances import CudaSpec, TritonSpec, InstanceShapes
@@ -171,11 +171,11 @@ def _cuda_rows(op: str, item: InstanceShapes, arch: str, outdir: Path | None,
     """Compile one CUDA specialization as CuPy would (one name expression) and census it."""
     v: CudaSpec = item.instance
     impl, extra = variant or ("cuda", ())
-    build = compile.compile_offline(v.source, [v.kernel], arch=arch, compiler=compiler,
+    build = toolchain.compile_offline(v.source, [v.kernel], arch=arch, compiler=compiler,
                                         options=(*cuda_module.RUNTIME_OPTIONS, *extra))
     symbol = build.lowered[v.kernel]
-    sass_text = compile.disassemble(build.cubin)
-    res_text = compile.resource_usage(build.cubin)
+    sass_text = toolchain.disassemble(build.cubin)
+    res_text = toolchain.resource_usage(build.cubin)
     write_artifacts(outdir, f"cuda_{slug(v.kernel)}", {
         "ptx": build.ptx, "sass": sass_text, "ptxas.log": build.ptxas_log, "res-usage.txt": res_text,
         "cubin": build.cubin,
@@ -228,7 +228,7 @@ def triton_ptxas(capability: int) -> Path | None:
 
         return Path(get_ptxas(capability).path)
     except Exception:  # noqa: BLE001 - older/newer Triton: fall back to the bundled binary
-        return compile.find_tool("ptxas")
+        return toolchain.find_tool("ptxas")
 
 
 def compile_triton(v: TritonSpec, arch: str) -> tuple[Any, str]:
@@ -265,7 +265,7 @@ def _rerun_ptxas(ptx: str, capability: int) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "kernel.ptx"
         src.write_text(ptx)
-        proc = compile.run_tool([ptxas, "-v", "-lineinfo", f"--gpu-name={gpu}", src, "-o",
+        proc = toolchain.run_tool([ptxas, "-v", "-lineinfo", f"--gpu-name={gpu}", src, "-o",
                                      Path(tmp) / "kernel.cubin"], "ptxas on Triton's PTX")
     return proc.stderr + proc.stdout
 
@@ -278,14 +278,14 @@ def _triton_rows(op: str, item: InstanceShapes, arch: str,
     kernel, log = compile_triton(v, arch)
     symbol = kernel.metadata.name
     ptx = kernel.asm["ptx"]
-    sass_text = compile.disassemble(kernel.asm["cubin"])
-    res_text = compile.resource_usage(kernel.asm["cubin"])
+    sass_text = toolchain.disassemble(kernel.asm["cubin"])
+    res_text = toolchain.resource_usage(kernel.asm["cubin"])
     write_artifacts(outdir, f"triton_{slug(v.kernel)}_{slug(v.specialization)}", {
         "ptx": ptx, "sass": sass_text, "ptxas.log": log, "res-usage.txt": res_text,
         "cubin": kernel.asm["cubin"],
     })
     ptxas_path = triton_ptxas(triton_target(arch)[1])
-    ptxas_version = compile.tool_version(ptxas_path) if ptxas_path else "unknown"
+    ptxas_version = toolchain.tool_version(ptxas_path) if ptxas_path else "unknown"
     compiled_for = re.search(r"for '(sm_\w+)'", log)
     row = census_row(
         op=op, impl="triton", kernel=v.kernel, item=item,

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import ROOT
-from harness.build import build, census, compile
+from harness.build import build, census, toolchain
 from harness.errors import EvidenceError
 from harness.launch.external import (
     SASS_SHARED_RESERVE,
@@ -82,15 +82,15 @@ def _ptx_parts(full: Path, entry: str, arch: str) -> tuple[dict[str, str | bytes
     target = _ptx_target(ptx)
     if target is not None and target.rstrip("a") == arch.rstrip("a"):
         arch = target  # an sm_90a PTX must be assembled for sm_90a
-    ptxas = compile.require_tool("ptxas")
+    ptxas = toolchain.require_tool("ptxas")
     with tempfile.TemporaryDirectory() as tmp:
         cubin_path = Path(tmp) / "kernel.cubin"
-        proc = compile.run_tool([ptxas, "-v", f"-arch={arch}", full, "-o", cubin_path],
+        proc = toolchain.run_tool([ptxas, "-v", f"-arch={arch}", full, "-o", cubin_path],
                                     f"ptxas on {full.name}")
         cubin = cubin_path.read_bytes()
     log = proc.stderr + proc.stdout
-    sass_text = compile.disassemble(cubin)
-    res_text = compile.resource_usage(cubin)
+    sass_text = toolchain.disassemble(cubin)
+    res_text = toolchain.resource_usage(cubin)
     isa = re.search(r"^\s*\.version\s+(\d+\.\d+)", ptx, re.M)
     info = {
         "arch": arch,
@@ -99,7 +99,7 @@ def _ptx_parts(full: Path, entry: str, arch: str) -> tuple[dict[str, str | bytes
         "ptx": build.pick(census.parse_ptx(ptx), entry, "PTX"),
         "sass": build.pick(census.parse_sass(sass_text), entry, "SASS"),
         "compiler": f"external PTX ISA {isa.group(1) if isa else 'unknown'} "
-                    f"(ptxas {compile.tool_version(ptxas)})",
+                    f"(ptxas {toolchain.tool_version(ptxas)})",
         "options": f"ptxas -v -arch={arch} (at run time the driver JIT-compiles the same PTX)",
     }
     files: dict[str, str | bytes] = {"ptx": ptx, "sass": sass_text, "ptxas.log": log,
@@ -110,8 +110,8 @@ def _ptx_parts(full: Path, entry: str, arch: str) -> tuple[dict[str, str | bytes
 def _cubin_parts(full: Path, entry: str, arch: str) -> tuple[dict[str, str | bytes], dict[str, Any]]:
     """The cubin's own resource table and SASS; no PTX and no ptxas report exist."""
     cubin = full.read_bytes()
-    sass_text = compile.disassemble(cubin)
-    res_text = compile.resource_usage(cubin)
+    sass_text = toolchain.disassemble(cubin)
+    res_text = toolchain.resource_usage(cubin)
     built_for = re.search(r"code for (sm_\d+a?)", sass_text)
     cubin_arch = built_for.group(1) if built_for else "unknown"
     if cubin_arch.rstrip("a") != arch.rstrip("a"):
@@ -121,14 +121,14 @@ def _cubin_parts(full: Path, entry: str, arch: str) -> tuple[dict[str, str | byt
     static_smem = max(0, res.shared - SASS_SHARED_RESERVE) if res.shared else 0
     ptxas = census.PtxasInfo(registers=res.registers, stack_bytes=res.stack,
                              smem_bytes=static_smem, entry=True)
-    cuobjdump = compile.require_tool("cuobjdump")
+    cuobjdump = toolchain.require_tool("cuobjdump")
     info = {
         "arch": cubin_arch,
         "ptxas": ptxas,
         "res": res,
         "ptx": census.PtxCounts(entry=True),
         "sass": build.pick(census.parse_sass(sass_text), entry, "SASS"),
-        "compiler": f"external cubin (read by cuobjdump {compile.tool_version(cuobjdump)})",
+        "compiler": f"external cubin (read by cuobjdump {toolchain.tool_version(cuobjdump)})",
         "options": "cubin as delivered: no PTX and no ptxas report, so the PTX counts and spills "
                    "read 0 (unknown); registers, stack and shared memory are the cubin's own",
     }

@@ -3,11 +3,11 @@ tensors.
 
 `get_function` builds a `cupy.RawModule` from a `.cu` file under `kernels/` with `RUNTIME_OPTIONS`
 and the name expressions that instantiate its templates (cached per file, options and name
-expressions). `bind` fixes one launch (kernel handle, grid, block, argument tuple) and returns a
-call that only launches, on torch's current stream at the time of the call; `launch` is the
-one-off form. CuPy
+expressions). `bind` fixes one launch (kernel handle, grid, block, argument tuple, the tensor the
+result lands in) and returns a call that only launches, on torch's current stream at the time of
+the call, and returns that tensor; `launch` is the one-off form. CuPy
 adds options of its own before calling NVRTC (`CUPY_IMPLICIT_OPTIONS`, and `-arch=sm_XX` for the
-current device); the offline compile of the census (harness.build.compile) adds the same ones, so
+current device); the offline compile of the census (harness.build.toolchain) adds the same ones, so
 that the census describes the code that runs.
 """
 
@@ -19,10 +19,13 @@ import hashlib
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness import ROOT
 from harness.errors import EvidenceError
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 KERNELS_DIR = ROOT / "kernels"
 """Folder holding the `.cu` sources."""
@@ -177,8 +180,9 @@ def _cupy_stream(torch_stream: Any, index: int) -> Any:
     return stream
 
 
-Launch = Callable[[], None]
-"""A bound launch: calling it launches its kernels once, asynchronously."""
+Launch = Callable[[], "Tensor"]
+"""A bound launch: calling it launches its kernels once, asynchronously, and returns the tensor the
+result lands in (the `out` it was bound to), so a caller never holds a launch where it wants data."""
 
 
 class _StreamHandle:
@@ -202,22 +206,23 @@ def raw_stream_reader(index: int) -> Callable[[], int]:
 
 
 def bind(filename: str, name_expression: str, grid: tuple[int, ...], block: tuple[int, ...],
-         args: Sequence[Any], device: Any, shared_mem: int = 0) -> Launch:
+         args: Sequence[Any], device: Any, shared_mem: int = 0, *, out: Tensor) -> Launch:
     """One launch of a kernel of ours, prepared: compiled (or taken from the caches) and loaded on
     `device` now, with its grid, block and argument tuple fixed. The returned call launches on
-    torch's current stream at the time of the call and does nothing else (no lookup, no context
-    manager), so it costs what CuPy's own launch costs.
+    torch's current stream at the time of the call and returns `out` (the tensor the kernel
+    writes), doing nothing else (no lookup, no context manager), so it costs what CuPy's own
+    launch costs.
 
     Pass pointers as `pointer(t)` and scalars as sized numpy scalars (`numpy.int32`,
     `numpy.float32`): a bare Python float would be passed as a double."""
     index = device_index(device)
     with on_device(device):
         function = get_function(filename, name_expression).kernel
-    return bind_function(function, grid, block, args, index, shared_mem)
+    return bind_function(function, grid, block, args, index, shared_mem, out=out)
 
 
 def bind_function(function: Any, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any],
-                  index: int, shared_mem: int = 0) -> Launch:
+                  index: int, shared_mem: int = 0, *, out: Tensor) -> Launch:
     """`bind` for a loaded `cupy.cuda.function.Function` (a kernel of ours or an external one)."""
     import torch
 
@@ -227,34 +232,43 @@ def bind_function(function: Any, grid: tuple[int, ...], block: tuple[int, ...], 
     current = raw_stream_reader(index)
     handles: dict[int, _StreamHandle] = {}
 
-    def call() -> None:
+    def call() -> Tensor:
         handle = current()
         stream = handles.get(handle)
         if stream is None:
             stream = handles[handle] = _StreamHandle(handle)
         function(grid3, block3, argv, shared_mem, stream)
+        return out
 
     if torch.cuda.device_count() == 1:
         return call
 
-    def on_its_device() -> None:  # several GPUs visible: the kernel runs where it was loaded
+    def on_its_device() -> Tensor:  # several GPUs visible: the kernel runs where it was loaded
         with on_device(torch.device("cuda", index)):
-            call()
+            return call()
 
     return on_its_device
 
 
 def sequence(*launches: Launch) -> Launch:
-    """One call that makes several bound launches in order (an operation of several kernels)."""
+    """One call that makes several bound launches in order (an operation of several kernels); it
+    returns what the last returns."""
     if len(launches) == 1:
         return launches[0]
+    *first, last = launches
 
-    def call() -> None:
-        for launch in launches:
+    def call() -> Tensor:
+        for launch in first:
             launch()
+        return last()
 
     return call
 
 
-def nothing() -> None:
-    """The bound launch of an empty problem: no kernel runs."""
+def nothing(out: Tensor) -> Launch:
+    """The bound launch of an empty problem: no kernel runs, and the call returns `out`."""
+
+    def empty() -> Tensor:
+        return out
+
+    return empty

@@ -376,7 +376,7 @@ class ExternalLauncher:
         kernel = _kernel(self.path, self.ext_cfg["entry"], index, shared)
         with cuda_module.on_device(out.device):
             function = kernel.kernel
-        return cuda_module.bind_function(function, grid, block, args, index, shared)
+        return cuda_module.bind_function(function, grid, block, args, index, shared, out=out)
 
     def _check_tensors(self, inputs: Mapping[str, Any], out: Any) -> None:
         """One-sentence EvidenceError unless every tensor argument is a contiguous CUDA tensor on

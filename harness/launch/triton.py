@@ -15,10 +15,13 @@ table records it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from harness.launch.cuda import raw_stream_reader
+from harness.launch.cuda import Launch, raw_stream_reader
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 PREPARED = "prepared"
 JIT = "jit"
@@ -31,10 +34,11 @@ def _pointer_or_value(arg: Any) -> Any:
 
 
 def bind(fn: Any, grid: Sequence[int], args: Sequence[Any], constexprs: Mapping[str, Any],
-         options: Mapping[str, Any], device_index: int) -> Callable[[], None]:
+         options: Mapping[str, Any], device_index: int, *, out: Tensor) -> Launch:
     """A launch of the @triton.jit function `fn` over `grid` with positional `args`, the
     `constexprs` as keywords and the compile `options` (num_warps, num_stages). The first launch
-    happens here, through the JIT; the returned call launches again."""
+    happens here, through the JIT; the returned call launches again and returns `out` (the tensor
+    the kernel writes)."""
     import torch
 
     grid3 = (tuple(int(g) for g in grid) + (1, 1))[:3]
@@ -43,12 +47,13 @@ def bind(fn: Any, grid: Sequence[int], args: Sequence[Any], constexprs: Mapping[
     if hasattr(kernel, "result"):  # a Triton that compiles asynchronously returns a future
         kernel = kernel.result()
 
-    def jit_call() -> None:
+    def jit_call() -> Tensor:
         with torch.cuda.device(device_index):
             fn[grid3](*args, **constexprs, **options)
+        return out
 
     jit_call.launch_path = JIT  # type: ignore[attr-defined]
-    prepared, why = _prepared(fn, kernel, grid3, args, constexprs, device_index)
+    prepared, why = _prepared(fn, kernel, grid3, args, constexprs, device_index, out)
     jit_call.launch_reason = why  # type: ignore[attr-defined]
     return prepared if prepared is not None else jit_call
 
@@ -63,7 +68,7 @@ def _hooked(hook: Any) -> bool:
 
 
 def _prepared(fn: Any, kernel: Any, grid3: tuple[int, ...], args: Sequence[Any],
-              constexprs: Mapping[str, Any], device_index: int) -> tuple[Callable[[], None] | None, str]:
+              constexprs: Mapping[str, Any], device_index: int, out: Tensor) -> tuple[Launch | None, str]:
     """The direct launch through the compiled kernel's launcher, or None and why this Triton does
     not offer what it needs."""
     try:
@@ -86,8 +91,9 @@ def _prepared(fn: Any, kernel: Any, grid3: tuple[int, ...], args: Sequence[Any],
     g0, g1, g2 = grid3
     current = raw_stream_reader(device_index)
 
-    def call() -> None:
+    def call() -> Tensor:
         run(g0, g1, g2, current(), function, packed, None, None, None, *values)
+        return out
 
     call.launch_path = PREPARED  # type: ignore[attr-defined]
     return call, ""

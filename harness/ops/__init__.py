@@ -31,7 +31,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from harness import ROOT
 from harness.errors import EvidenceError
@@ -39,16 +39,33 @@ from harness.launch import cuda as cuda_launch
 from harness.launch import external
 from harness.ops import variants
 
+if TYPE_CHECKING:
+    from torch import Tensor
+
 Tensors = dict[str, Any]  # name -> torch.Tensor
 Params = Mapping[str, Any]  # the operation's config block (eps, tolerance, ...)
 
-Call = Callable[[], Any]
-"""One launch of an implementation on the inputs it was bound to. It returns the tensor holding
-the result where that is a fresh tensor (the library call), else None: the result is in `out`."""
+Call = Callable[[], "Tensor"]
+"""One launch of an implementation on the inputs it was bound to; it returns the tensor holding
+the result: the `out` it was bound to (ours, which write into it), or the library's fresh tensor.
+Every implementation returns a tensor, so a caller never holds a call where it expects data."""
 
-Bind = Callable[[Tensors, Any, Params], Call]
+Bind = Callable[[Tensors, "Tensor", Params], Call]
 """Binds an implementation to one input set and its output: checks the tensors, chooses the
 instance and prepares the launch, once; the returned Call only launches."""
+
+
+class Bound(Protocol):
+    """What `bind` returns: a Call on inputs of its own, with what the measurement records of it."""
+
+    sets: list[tuple[Tensors, Tensor]]
+    """The (inputs, out) sets it launches on, in turn (one in hot mode)."""
+    input_sets: int
+    """How many sets the call rotates through."""
+    launch_path: str
+    """How it launches: 'direct' (a CUDA launch or the library call), 'prepared' or 'jit' (Triton)."""
+
+    def __call__(self) -> Tensor: ...
 
 OPS_DIR = Path(__file__).resolve().parent
 KERNELS_DIR = ROOT / "kernels"
@@ -158,11 +175,6 @@ def get(name: str) -> Operation:
     return op
 
 
-def result(returned: Any, out: Any) -> Any:
-    """The tensor holding a call's result: what it returned (the library's fresh tensor), else out."""
-    return out if returned is None else returned
-
-
 def grow_rows(inputs: Tensors, out: Any, fraction: float) -> tuple[Tensors, Any, Any]:
     """A row-wise operation's planted-slowdown problem (its `grow`): the first rows of `x` again
     after the last, `fraction` more rows in all; the result is the first rows of the larger output."""
@@ -201,7 +213,7 @@ def launcher(op: Operation, impl: str, params: Params | None = None, shape: str 
                 grown, bigger, view = op.grow(inputs, out, fraction)  # type: ignore[misc]
                 call = base_bind(grown, bigger, p)
 
-            def planted() -> Any:
+            def planted() -> Tensor:
                 call()
                 return view
 
@@ -235,7 +247,14 @@ def cold_sets(bytes_per_set: int, l2_bytes: int, footprint: int = COLD_FOOTPRINT
     return max(2, min(want, max(2, cap // bytes_per_set)))
 
 
-def bind(op_name: str, impl: str, shape: str, params: Params, seed: int, cache_mode: str = "hot") -> Callable[[], Any]:
+def run(op_name: str, impl: str, inputs: Tensors, out: Tensor, params: Params, shape: str | None = None) -> Tensor:
+    """One call of an implementation on given inputs and output, as the pipeline makes it (bound
+    through `launcher`, then launched once, asynchronously): the tensor holding the result. The
+    one seam tests call an implementation through, so they cannot drift from the pipeline's."""
+    return launcher(get(op_name), impl, params, shape)(inputs, out, params)()
+
+
+def bind(op_name: str, impl: str, shape: str, params: Params, seed: int, cache_mode: str = "hot") -> Bound:
     """Fresh inputs and an output for one (operation, shape, implementation), and a zero-argument
     call that launches it once on them (the form the capture target and the span timer use).
 
@@ -263,7 +282,7 @@ def bind(op_name: str, impl: str, shape: str, params: Params, seed: int, cache_m
     else:
         turn = [0]
 
-        def call() -> Any:
+        def call() -> Tensor:
             launch = calls[turn[0]]
             turn[0] = (turn[0] + 1) % count
             return launch()
@@ -274,16 +293,16 @@ def bind(op_name: str, impl: str, shape: str, params: Params, seed: int, cache_m
 
 
 
-def _annotated(call: Call, **attributes: Any) -> Call:
+def _annotated(call: Call, **attributes: Any) -> Bound:
     """`call` carrying `attributes` (a wrapper where the call itself takes none, as a builtin)."""
     try:
         for key, value in attributes.items():
             setattr(call, key, value)
-        return call
+        return cast(Bound, call)
     except AttributeError:
-        def wrapped() -> Any:
+        def wrapped() -> Tensor:
             return call()
 
         for key, value in attributes.items():
             setattr(wrapped, key, value)
-        return wrapped
+        return cast(Bound, wrapped)

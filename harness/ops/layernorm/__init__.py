@@ -5,14 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from harness.ops import Call, Params, Tensors, define, grow_rows
-from harness.shapes import parse_shape, shape_tag
+from harness.shapes import parse_shape, shape_dims, shape_tag
 
 DESCRIPTION = "FP32 layer norm forward over the last dimension"
 DIMS = ("rows", "width")
 PARAMS = {"eps": {"type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": 1.0e-5}}
 """This operation's own config keys (JSON schema, with defaults)."""
-TEST_SHAPES = ("7x771", "300x4", "5x8192")
-"""Odd shapes the generic GPU test (tests/test_ops_gpu.py) checks besides the default: tails."""
+TEST_SHAPES = ("7x771", "300x4", "5x8192", "0x768")
+"""Edge shapes the generic GPU test (tests/test_ops_gpu.py) checks besides the default: tails and widths not a multiple of 4, the longest row, zero rows."""
 
 
 def validate_shape(shape: str) -> None:
@@ -26,7 +26,7 @@ def validate_shape(shape: str) -> None:
 def make_inputs(shape: str, seed: int, params: Params) -> Tensors:
     import torch
 
-    rows, n = parse_shape(shape)
+    rows, n = shape_dims(shape)
     gen = torch.Generator(device="cuda").manual_seed(seed)
     # Shifted and scaled so that the mean is not ~0 and the variance not ~1: an implementation
     # that forgets to subtract the mean or divide by the deviation fails the check.
@@ -61,12 +61,12 @@ def bind_torch(inputs: Tensors, out: Any, params: Params) -> Call:
 
 
 def bytes_moved(shape: str) -> int:
-    rows, n = parse_shape(shape)
+    rows, n = shape_dims(shape)
     return 4 * (2 * rows * n + 2 * n)  # read x, write y, read w and b
 
 
 def flops(shape: str) -> int:
-    rows, n = parse_shape(shape)
+    rows, n = shape_dims(shape)
     return 8 * rows * n  # mean, deviation, square, sum, scale, shift: ~8 per element
 
 

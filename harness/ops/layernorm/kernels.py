@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy
 
@@ -40,6 +40,9 @@ from harness.launch.instances import (
     pick_ours,
     rows_and_last,
 )
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 __all__ = ["InstanceShapes", "cuda_instance", "triton_instance", "instances_for", "bind_cuda", "bind_triton",
            "launch_cuda", "launch_triton"]
@@ -240,20 +243,20 @@ def validate(x: Any, w: Any, b: Any, eps: float, out: Any) -> tuple[int, int]:
     return rows, n
 
 
-def bind_cuda(inputs: Mapping[str, Any], out: Any, params: Mapping[str, Any]) -> Launch:
+def bind_cuda(inputs: Mapping[str, Any], out: Tensor, params: Mapping[str, Any]) -> Launch:
     """Layer norm of inputs x, w, b into `out` with our CUDA kernel, bound once: the tensors are
     checked and the instance chosen here; the call launches on torch's current stream."""
     x, w, b, eps = inputs["x"], inputs["w"], inputs["b"], float(params["eps"])
     rows, n = validate(x, w, b, eps, out)
     if rows == 0:
-        return cuda_launch.nothing
+        return cuda_launch.nothing(out)
     v = cuda_instance(n)
     sizes = (numpy.int32(rows), numpy.int32(n)) if v.path == "warp" else (numpy.int32(n),)
     args = (*(cuda_launch.pointer(t) for t in (x, w, b, out)), *sizes, numpy.float32(eps))
-    return cuda_launch.bind(CUDA_SOURCE, v.kernel, (v.grid(rows),), (v.block,), args, x.device)
+    return cuda_launch.bind(CUDA_SOURCE, v.kernel, (v.grid(rows),), (v.block,), args, x.device, out=out)
 
 
-def bind_triton(inputs: Mapping[str, Any], out: Any, params: Mapping[str, Any]) -> Launch:
+def bind_triton(inputs: Mapping[str, Any], out: Tensor, params: Mapping[str, Any]) -> Launch:
     """Layer norm of inputs x, w, b into `out` with our Triton kernel, bound once (the first
     launch happens here, through the JIT; harness.launch.triton)."""
     from kernels.layernorm.layernorm_triton import layernorm_fwd
@@ -261,17 +264,17 @@ def bind_triton(inputs: Mapping[str, Any], out: Any, params: Mapping[str, Any]) 
     x, w, b, eps = inputs["x"], inputs["w"], inputs["b"], float(params["eps"])
     rows, n = validate(x, w, b, eps, out)
     if rows == 0:
-        return cuda_launch.nothing
+        return cuda_launch.nothing(out)
     v = triton_instance(n)
     return triton_launch.bind(layernorm_fwd, (rows,), (x, w, b, out, eps), {"N": n, "BLOCK_N": v.block_n},
-                              {"num_warps": v.num_warps}, cuda_launch.device_index(x.device))
+                              {"num_warps": v.num_warps}, cuda_launch.device_index(x.device), out=out)
 
 
-def launch_cuda(x: Any, w: Any, b: Any, eps: float, out: Any) -> None:
-    """One launch of `bind_cuda` (asynchronous)."""
-    bind_cuda({"x": x, "w": w, "b": b}, out, {"eps": eps})()
+def launch_cuda(x: Any, w: Any, b: Any, eps: float, out: Any) -> Tensor:
+    """One launch of `bind_cuda` (asynchronous; returns out)."""
+    return bind_cuda({"x": x, "w": w, "b": b}, out, {"eps": eps})()
 
 
-def launch_triton(x: Any, w: Any, b: Any, eps: float, out: Any) -> None:
-    """One launch of `bind_triton` (asynchronous)."""
-    bind_triton({"x": x, "w": w, "b": b}, out, {"eps": eps})()
+def launch_triton(x: Any, w: Any, b: Any, eps: float, out: Any) -> Tensor:
+    """One launch of `bind_triton` (asynchronous; returns out)."""
+    return bind_triton({"x": x, "w": w, "b": b}, out, {"eps": eps})()

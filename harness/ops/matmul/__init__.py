@@ -9,12 +9,12 @@ import math
 from typing import Any
 
 from harness.ops import Call, Params, Tensors, define
-from harness.shapes import parse_shape, shape_tag
+from harness.shapes import parse_shape, shape_dims, shape_tag
 
 DESCRIPTION = "FP32 matrix product C = A @ B (no TF32)"
 DIMS = ('m', 'n', 'k')
-TEST_SHAPES = ("100x37x55", "129x131x17")
-"""Odd shapes the generic GPU test (tests/test_ops_gpu.py) checks besides the default: tails."""
+TEST_SHAPES = ("100x37x55", "129x131x17", "0x64x32")
+"""Edge shapes the generic GPU test (tests/test_ops_gpu.py) checks besides the default: tiles cut by the edges, an empty product."""
 
 MAX_DIM = 2**31 - 1
 """Largest M, N or K (the kernels take them as 32-bit integers)."""
@@ -31,7 +31,7 @@ def validate_shape(shape: str) -> None:
 def make_inputs(shape: str, seed: int, params: Params) -> Tensors:
     import torch
 
-    m, n, k = parse_shape(shape)
+    m, n, k = shape_dims(shape)
     gen = torch.Generator(device="cuda").manual_seed(seed)
     # Standard normal entries, A scaled by 1/sqrt(K): every output is a sum of K products with
     # variance 1/K each, so C is O(1) (standard normal) whatever K is.
@@ -43,7 +43,7 @@ def make_inputs(shape: str, seed: int, params: Params) -> Tensors:
 def make_output(inputs: Tensors, shape: str) -> Any:
     import torch
 
-    m, n, _ = parse_shape(shape)
+    m, n, _ = shape_dims(shape)
     return torch.empty(m, n, device=inputs["a"].device, dtype=torch.float32)
 
 
@@ -63,12 +63,12 @@ def bind_torch(inputs: Tensors, out: Any, params: Params) -> Call:
 
 
 def bytes_moved(shape: str) -> int:
-    m, n, k = parse_shape(shape)
+    m, n, k = shape_dims(shape)
     return 4 * (m * k + k * n + m * n)  # read A and B once, write C once
 
 
 def flops(shape: str) -> int:
-    m, n, k = parse_shape(shape)
+    m, n, k = shape_dims(shape)
     return 2 * m * n * k  # one multiply and one add per (i, j, k)
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy
 
@@ -42,6 +42,9 @@ from harness.launch import triton as triton_launch
 from harness.launch.checks import check_apart, check_tensors
 from harness.launch.cuda import Launch, dispatch_define
 from harness.launch.instances import InstanceShapes, group_by_instance, pick_ours
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 __all__ = ["InstanceShapes", "cuda_instance", "triton_instance", "instances_for", "launch_cuda",
            "launch_triton", "cuda_grid"]
@@ -301,36 +304,36 @@ def _degenerate(m: int, n: int, k: int, out: Any) -> bool:
     return False
 
 
-def bind_cuda(inputs: Mapping[str, Any], out: Any, params: Mapping[str, Any]) -> Launch:
+def bind_cuda(inputs: Mapping[str, Any], out: Tensor, params: Mapping[str, Any]) -> Launch:
     """out = a @ b with our CUDA kernel, bound once (tensors checked and instance chosen here)."""
     a, b = inputs["a"], inputs["b"]
     m, n, k = validate(a, b, out)
     if _degenerate(m, n, k, out):
-        return cuda_launch.nothing
+        return cuda_launch.nothing(out)
     v = cuda_instance(m, n, k)
     args = (*(cuda_launch.pointer(t) for t in (a, b, out)), numpy.int32(m), numpy.int32(n), numpy.int32(k))
-    return cuda_launch.bind(CUDA_SOURCE, v.kernel, (cuda_grid(m, n, v.tile_mn),), (v.block,), args, a.device)
+    return cuda_launch.bind(CUDA_SOURCE, v.kernel, (cuda_grid(m, n, v.tile_mn),), (v.block,), args, a.device, out=out)
 
 
-def bind_triton(inputs: Mapping[str, Any], out: Any, params: Mapping[str, Any]) -> Launch:
+def bind_triton(inputs: Mapping[str, Any], out: Tensor, params: Mapping[str, Any]) -> Launch:
     """out = a @ b with our Triton kernel, bound once (harness.launch.triton)."""
     from kernels.matmul.matmul_triton import matmul_fwd
 
     a, b = inputs["a"], inputs["b"]
     m, n, k = validate(a, b, out)
     if _degenerate(m, n, k, out):
-        return cuda_launch.nothing
+        return cuda_launch.nothing(out)
     v = triton_instance(m, n, k)
     return triton_launch.bind(matmul_fwd, (v.programs,), (a, b, out), v.constexprs(),
                               {"num_warps": v.num_warps, "num_stages": v.num_stages},
-                              cuda_launch.device_index(a.device))
+                              cuda_launch.device_index(a.device), out=out)
 
 
-def launch_cuda(a: Any, b: Any, out: Any) -> None:
-    """One launch of `bind_cuda` (asynchronous)."""
-    bind_cuda({"a": a, "b": b}, out, {})()
+def launch_cuda(a: Any, b: Any, out: Any) -> Tensor:
+    """One launch of `bind_cuda` (asynchronous; returns out)."""
+    return bind_cuda({"a": a, "b": b}, out, {})()
 
 
-def launch_triton(a: Any, b: Any, out: Any) -> None:
-    """One launch of `bind_triton` (asynchronous)."""
-    bind_triton({"a": a, "b": b}, out, {})()
+def launch_triton(a: Any, b: Any, out: Any) -> Tensor:
+    """One launch of `bind_triton` (asynchronous; returns out)."""
+    return bind_triton({"a": a, "b": b}, out, {})()

@@ -49,7 +49,7 @@ DIMS = ("nodes", "edges", "features")
 PARAMS = {"degree_exponent": {"type": "number", "exclusiveMinimum": 1, "maximum": 4, "default": 2.0}}
 """This operation's own config keys (JSON schema, with defaults)."""
 TEST_SHAPES = ("1000x8000x7", "2000x30000x16-powerlaw")
-"""Odd shapes the generic GPU test (tests/test_ops_gpu.py) checks besides the default: tails."""
+"""Edge shapes the generic GPU test (tests/test_ops_gpu.py) checks besides the default: features not a multiple of 4, and long rows (powerlaw degrees)."""
 
 TORCH_METHOD = "sparse_mm"
 """The library call `implementations['torch']` runs: 'sparse_mm' (the faster on the H200) or 'index_add'."""

@@ -34,7 +34,7 @@ import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy
 
@@ -44,6 +44,9 @@ from harness.launch import triton as triton_launch
 from harness.launch.checks import check_apart, check_tensors
 from harness.launch.cuda import Launch
 from harness.launch.instances import SimpleTritonSpec, InstanceShapes, pick_ours
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 __all__ = ["InstanceShapes", "CudaSumInstance", "CudaZeroInstance", "cuda_instances",
            "triton_instances", "instances_for", "needs_long_pass", "launch_cuda", "launch_triton"]
@@ -276,14 +279,14 @@ def _max_degree(inputs: Mapping[str, Any]) -> int | None:
     return None if value is None else int(value)
 
 
-def bind_cuda(inputs: Mapping[str, Any], out: Any, params: Mapping[str, Any]) -> Launch:
+def bind_cuda(inputs: Mapping[str, Any], out: Tensor, params: Mapping[str, Any]) -> Launch:
     """Aggregate input x over the CSR graph (indptr, indices) into `out` with our CUDA kernels,
     bound once. `max_degree` (the graph's largest in-degree, when the inputs carry it) lets a graph
     with no long row skip the long-row pieces and their zeroing."""
     x, indptr, indices, max_degree = inputs["x"], inputs["indptr"], inputs["indices"], _max_degree(inputs)
     nodes, edges, features = validate(x, indptr, indices, out, max_degree)
     if nodes == 0:
-        return cuda_launch.nothing
+        return cuda_launch.nothing(out)
     summing, zeroing = cuda_instances(features)
     pieces = _pieces(edges, max_degree)
     p_x, p_indptr, p_indices, p_out = (cuda_launch.pointer(t) for t in (x, indptr, indices, out))
@@ -291,15 +294,15 @@ def bind_cuda(inputs: Mapping[str, Any], out: Any, params: Mapping[str, Any]) ->
     launches = []
     if pieces:
         launches.append(cuda_launch.bind(CUDA_SOURCE, zeroing.kernel, (-(-nodes // zeroing.block),), (zeroing.block,),
-                                         (p_indptr, p_out, n, f, chunk), x.device))
+                                         (p_indptr, p_out, n, f, chunk), x.device, out=out))
     warps = nodes + pieces
     launches.append(cuda_launch.bind(CUDA_SOURCE, summing.kernel, (-(-warps // (summing.block // 32)),), (summing.block,),
                                      (p_x, p_indptr, p_indices, p_out, n, numpy.int32(edges), f, chunk,
-                                      numpy.int32(LONG_ROW_PIECE)), x.device))
+                                      numpy.int32(LONG_ROW_PIECE)), x.device, out=out))
     return cuda_launch.sequence(*launches)
 
 
-def bind_triton(inputs: Mapping[str, Any], out: Any, params: Mapping[str, Any]) -> Launch:
+def bind_triton(inputs: Mapping[str, Any], out: Tensor, params: Mapping[str, Any]) -> Launch:
     """Aggregate input x over the CSR graph into `out` with our Triton kernels, bound once
     (harness.launch.triton)."""
     from kernels.neighbor_aggregation.neighbor_aggregation_triton import (
@@ -310,7 +313,7 @@ def bind_triton(inputs: Mapping[str, Any], out: Any, params: Mapping[str, Any]) 
     x, indptr, indices, max_degree = inputs["x"], inputs["indptr"], inputs["indices"], _max_degree(inputs)
     nodes, edges, features = validate(x, indptr, indices, out, max_degree)
     if nodes == 0:
-        return cuda_launch.nothing
+        return cuda_launch.nothing(out)
     summing, zeroing = triton_instances(features)
     pieces = _pieces(edges, max_degree)
     index = cuda_launch.device_index(x.device)
@@ -318,20 +321,20 @@ def bind_triton(inputs: Mapping[str, Any], out: Any, params: Mapping[str, Any]) 
     if pieces:
         block_r = zeroing.constexprs()["BLOCK_R"]
         launches.append(triton_launch.bind(neighbor_zero_long_rows, (-(-nodes // block_r),), (indptr, out, nodes),
-                                           zeroing.constexprs(), {"num_warps": zeroing.num_warps}, index))
+                                           zeroing.constexprs(), {"num_warps": zeroing.num_warps}, index, out=out))
     launches.append(triton_launch.bind(neighbor_sum, (nodes + pieces,), (x, indptr, indices, out, nodes, edges),
-                                       summing.constexprs(), {"num_warps": summing.num_warps}, index))
+                                       summing.constexprs(), {"num_warps": summing.num_warps}, index, out=out))
     launch = cuda_launch.sequence(*launches)
     if len(launches) > 1:
         launch.launch_path = "+".join(sorted({getattr(x, "launch_path", "jit") for x in launches}))  # type: ignore[attr-defined]
     return launch
 
 
-def launch_cuda(x: Any, indptr: Any, indices: Any, out: Any, max_degree: int | None = None) -> None:
-    """One launch of `bind_cuda` (asynchronous)."""
-    bind_cuda({"x": x, "indptr": indptr, "indices": indices, "max_degree": max_degree}, out, {})()
+def launch_cuda(x: Any, indptr: Any, indices: Any, out: Any, max_degree: int | None = None) -> Tensor:
+    """One launch of `bind_cuda` (asynchronous; returns out)."""
+    return bind_cuda({"x": x, "indptr": indptr, "indices": indices, "max_degree": max_degree}, out, {})()
 
 
-def launch_triton(x: Any, indptr: Any, indices: Any, out: Any, max_degree: int | None = None) -> None:
-    """One launch of `bind_triton` (asynchronous)."""
-    bind_triton({"x": x, "indptr": indptr, "indices": indices, "max_degree": max_degree}, out, {})()
+def launch_triton(x: Any, indptr: Any, indices: Any, out: Any, max_degree: int | None = None) -> Tensor:
+    """One launch of `bind_triton` (asynchronous; returns out)."""
+    return bind_triton({"x": x, "indptr": indptr, "indices": indices, "max_degree": max_degree}, out, {})()

@@ -6,12 +6,12 @@ from typing import Any
 
 from harness.ops import Call, Params, Tensors, define, grow_rows
 from harness.ops.softmax.kernels import MAX_ROWS, MAX_WIDTH
-from harness.shapes import parse_shape, shape_tag
+from harness.shapes import parse_shape, shape_dims, shape_tag
 
 DESCRIPTION = "FP32 softmax over the last dimension"
 DIMS = ('rows', 'cols')
-TEST_SHAPES = ("7x1000", "3x33", "2x40000")
-"""Odd shapes the generic GPU test (tests/test_ops_gpu.py) checks besides the default: tails."""
+TEST_SHAPES = ("7x1000", "3x33", "2x40000", "0x1024")
+"""Edge shapes the generic GPU test (tests/test_ops_gpu.py) checks besides the default: tails and widths not a multiple of 4, long rows, zero rows."""
 
 
 def validate_shape(shape: str) -> None:
@@ -27,7 +27,7 @@ def validate_shape(shape: str) -> None:
 def make_inputs(shape: str, seed: int, params: Params) -> Tensors:
     import torch
 
-    rows, n = parse_shape(shape)
+    rows, n = shape_dims(shape)
     gen = torch.Generator(device="cuda").manual_seed(seed)
     # Scaled by 3 so that the exponentials spread over many orders of magnitude (e^-25 .. e^12 in
     # a 32768-wide row): a kernel that forgets to subtract the max or to normalise fails the check.
@@ -56,12 +56,12 @@ def bind_torch(inputs: Tensors, out: Any, params: Params) -> Call:
 
 
 def bytes_moved(shape: str) -> int:
-    rows, n = parse_shape(shape)
+    rows, n = shape_dims(shape)
     return 4 * 2 * rows * n  # read x once, write y once
 
 
 def flops(shape: str) -> int:
-    rows, n = parse_shape(shape)
+    rows, n = shape_dims(shape)
     # Per element: subtract the max, exponential, add to the sum, divide (normalise): ~4. The max
     # (a comparison per element) is not counted; an exponential counts as one operation.
     return 4 * rows * n

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy
 
@@ -43,6 +43,9 @@ from harness.launch.instances import (
     pick_ours,
     rows_and_last,
 )
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 __all__ = ["InstanceShapes", "cuda_instance", "triton_instance", "instances_for", "launch_cuda",
            "launch_triton"]
@@ -224,34 +227,34 @@ def validate(x: Any, out: Any) -> tuple[int, int]:
     return rows, n
 
 
-def bind_cuda(inputs: Mapping[str, Any], out: Any, params: Mapping[str, Any]) -> Launch:
+def bind_cuda(inputs: Mapping[str, Any], out: Tensor, params: Mapping[str, Any]) -> Launch:
     """Softmax of input x's rows into `out` with our CUDA kernel, bound once (tensors checked and
     instance chosen here; the call launches on torch's current stream)."""
     x = inputs["x"]
     rows, n = validate(x, out)
     if rows == 0:
-        return cuda_launch.nothing
+        return cuda_launch.nothing(out)
     v = cuda_instance(n)
     args = (cuda_launch.pointer(x), cuda_launch.pointer(out), numpy.int32(rows), numpy.int32(n))
-    return cuda_launch.bind(CUDA_SOURCE, v.kernel, (math.ceil(rows / v.rows_per_block),), (v.block,), args, x.device)
+    return cuda_launch.bind(CUDA_SOURCE, v.kernel, (math.ceil(rows / v.rows_per_block),), (v.block,), args, x.device, out=out)
 
 
-def bind_triton(inputs: Mapping[str, Any], out: Any, params: Mapping[str, Any]) -> Launch:
+def bind_triton(inputs: Mapping[str, Any], out: Tensor, params: Mapping[str, Any]) -> Launch:
     """Softmax of input x's rows into `out` with our Triton kernel, bound once (harness.launch.triton)."""
     x = inputs["x"]
     rows, n = validate(x, out)
     if rows == 0:
-        return cuda_launch.nothing
+        return cuda_launch.nothing(out)
     v = triton_instance(n)
     return triton_launch.bind(v.jit_function(), (rows,), (x, out), v.constexprs(), v.compile_options(),
-                              cuda_launch.device_index(x.device))
+                              cuda_launch.device_index(x.device), out=out)
 
 
-def launch_cuda(x: Any, out: Any) -> None:
-    """One launch of `bind_cuda` (asynchronous)."""
-    bind_cuda({"x": x}, out, {})()
+def launch_cuda(x: Any, out: Any) -> Tensor:
+    """One launch of `bind_cuda` (asynchronous; returns out)."""
+    return bind_cuda({"x": x}, out, {})()
 
 
-def launch_triton(x: Any, out: Any) -> None:
-    """One launch of `bind_triton` (asynchronous)."""
-    bind_triton({"x": x}, out, {})()
+def launch_triton(x: Any, out: Any) -> Tensor:
+    """One launch of `bind_triton` (asynchronous; returns out)."""
+    return bind_triton({"x": x}, out, {})()

@@ -6,12 +6,12 @@ from typing import Any
 
 from harness.ops import Call, Params, Tensors, define
 from harness.ops.transpose.kernels import MAX_DIM, MAX_TILES
-from harness.shapes import parse_shape, shape_tag
+from harness.shapes import parse_shape, shape_dims, shape_tag
 
 DESCRIPTION = "FP32 out-of-place transpose of a row-major matrix"
 DIMS = ('rows', 'cols')
-TEST_SHAPES = ("100x37", "1x1000")
-"""Odd shapes the generic GPU test (tests/test_ops_gpu.py) checks besides the default: tails."""
+TEST_SHAPES = ("100x37", "1x1000", "0x64")
+"""Edge shapes the generic GPU test (tests/test_ops_gpu.py) checks besides the default: tiles cut by the edges, one row, zero rows."""
 
 
 def validate_shape(shape: str) -> None:
@@ -27,7 +27,7 @@ def validate_shape(shape: str) -> None:
 def make_inputs(shape: str, seed: int, params: Params) -> Tensors:
     import torch
 
-    r, c = parse_shape(shape)
+    r, c = shape_dims(shape)
     gen = torch.Generator(device="cuda").manual_seed(seed)
     # Distinct random values (never zeros), so a misplaced element fails the exact check.
     x = torch.randn(r, c, device="cuda", dtype=torch.float32, generator=gen)
@@ -53,7 +53,7 @@ def bind_torch(inputs: Tensors, out: Any, params: Params) -> Call:
 
 
 def bytes_moved(shape: str) -> int:
-    r, c = parse_shape(shape)
+    r, c = shape_dims(shape)
     return 4 * 2 * r * c  # read x once, write out once
 
 

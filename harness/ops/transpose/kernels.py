@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy
 
@@ -33,6 +33,9 @@ from harness.launch.instances import (
     group_by_instance,
     pick_ours,
 )
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 __all__ = ["InstanceShapes", "cuda_instance", "triton_instance", "instances_for", "launch_cuda",
            "launch_triton"]
@@ -152,37 +155,37 @@ def validate(x: Any, out: Any) -> tuple[int, int]:
     return r, c
 
 
-def bind_cuda(inputs: Mapping[str, Any], out: Any, params: Mapping[str, Any]) -> Launch:
+def bind_cuda(inputs: Mapping[str, Any], out: Tensor, params: Mapping[str, Any]) -> Launch:
     """Transpose input x into `out` with our CUDA kernel, bound once."""
     x = inputs["x"]
     r, c = validate(x, out)
     if r == 0 or c == 0:
-        return cuda_launch.nothing
+        return cuda_launch.nothing(out)
     v = cuda_instance(r, c)
     blocks, tiles_c = v.grid(r, c)
     args = (cuda_launch.pointer(x), cuda_launch.pointer(out), numpy.int32(r), numpy.int32(c),
             numpy.int32(tiles_c))
-    return cuda_launch.bind(CUDA_SOURCE, v.kernel, (blocks,), (v.block,), args, x.device)
+    return cuda_launch.bind(CUDA_SOURCE, v.kernel, (blocks,), (v.block,), args, x.device, out=out)
 
 
-def bind_triton(inputs: Mapping[str, Any], out: Any, params: Mapping[str, Any]) -> Launch:
+def bind_triton(inputs: Mapping[str, Any], out: Tensor, params: Mapping[str, Any]) -> Launch:
     """Transpose input x into `out` with our Triton kernel, bound once (harness.launch.triton)."""
     x = inputs["x"]
     r, c = validate(x, out)
     if r == 0 or c == 0:
-        return cuda_launch.nothing
+        return cuda_launch.nothing(out)
     v = triton_instance(r, c)
     k = v.constexprs()
     programs = math.ceil(r / k["BM"]) * math.ceil(c / k["BN"])
     return triton_launch.bind(v.jit_function(), (programs,), (x, out), k, v.compile_options(),
-                              cuda_launch.device_index(x.device))
+                              cuda_launch.device_index(x.device), out=out)
 
 
-def launch_cuda(x: Any, out: Any) -> None:
-    """One launch of `bind_cuda` (asynchronous)."""
-    bind_cuda({"x": x}, out, {})()
+def launch_cuda(x: Any, out: Any) -> Tensor:
+    """One launch of `bind_cuda` (asynchronous; returns out)."""
+    return bind_cuda({"x": x}, out, {})()
 
 
-def launch_triton(x: Any, out: Any) -> None:
-    """One launch of `bind_triton` (asynchronous)."""
-    bind_triton({"x": x}, out, {})()
+def launch_triton(x: Any, out: Any) -> Tensor:
+    """One launch of `bind_triton` (asynchronous; returns out)."""
+    return bind_triton({"x": x}, out, {})()

@@ -3,6 +3,10 @@ cleanly on machines without a CUDA GPU, and hold the GPU's lock where there is o
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 from subprocess import CompletedProcess
 
@@ -24,15 +28,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(autouse=True)
-def _hold_the_gpu(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
-    """GPU tests hold the GPU's lock, so a test never measures while a pipeline run does."""
+def _hold_the_gpu(request: pytest.FixtureRequest) -> Iterator[None]:
+    """GPU tests hold the GPU's lock, so a test never measures while a pipeline run does, and
+    leave no process behind: one the test started and left running is killed, and the test fails
+    naming it."""
     if request.node.get_closest_marker("gpu") is None or not has_gpu():
         yield
         return
     from harness.gpu.lock import gpu_lock
+    from harness.gpu.watch import descendants
 
+    before = descendants()
     with gpu_lock(f"test {request.node.nodeid}"):
         yield
+    left = sorted(descendants() - before)
+    for pid in left:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    assert not left, f"the test left processes running: pids {left} (killed)"
 
 
 @pytest.fixture(scope="session")

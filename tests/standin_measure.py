@@ -7,6 +7,7 @@ product."""
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +44,8 @@ def group_dir(tmp: Path, op: str = OP, shape: str = SHAPE) -> Path:
     return tmp / "artifacts" / NS / "measure" / op / shape
 
 
-def variants_plan(op: str = OP, **variants: dict[str, Any]) -> dict[str, Any]:
-    """The operation's measure plan with extra variants defined (e.g. wrong={'base': 'cuda', ...})."""
+def variants_plan(variants: Mapping[str, Mapping[str, Any]], op: str = OP) -> dict[str, Any]:
+    """The operation's measure plan with extra variants defined (e.g. {'wrong': {'base': 'cuda', ...}})."""
     plan = config.measure_plan(cfg(), op)
     plan["params"]["variants"].update(variants)
     return plan

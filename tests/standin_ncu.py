@@ -5,7 +5,8 @@ It plays `ncu ... --export BASE <python> -m harness group PLAN` and `ncu --impor
 under tests/fixtures/ncu/ (layernorm 4096x768, one per base implementation), each implementation of
 the plan's kernels inside the NVTX range 'capture/<impl>/0', as the group process opens it;
 importing prints that report. What it does is chosen by a file `ncu-mode` beside it ('ok'; 'perm':
-the driver refuses counter access; 'crash': the profiled process fails), since the counters step
+the driver refuses counter access; 'crash': the profiled process fails; 'unattributed': one more
+kernel, first, inside the range 'capture' but no round range), since the counters step
 starts ncu under a minimal environment. It notes what it was given (its arguments, the plan,
 CUDA_VISIBLE_DEVICES) in `ncu-seen.json` beside it. Standard library only; nothing here is part of
 the product."""
@@ -47,14 +48,20 @@ def fixture_rows(base: str) -> tuple[list[str], list[str], list[list[str]]]:
     return header, units, rows
 
 
-def group_export(impls: list[str]) -> str:
-    """A raw export of one group process: each implementation's fixture kernels inside its range."""
+def group_export(impls: list[str], unattributed: bool = False) -> str:
+    """A raw export of one group process: each implementation's fixture kernels inside its range
+    (and, `unattributed`, a first kernel inside 'capture' alone, as an untimed call inside that
+    range was)."""
     out = io.StringIO()
     writer = csv.writer(out, quoting=csv.QUOTE_ALL, lineterminator="\n")
     for n, impl in enumerate(impls):
         header, units, rows = fixture_rows(impl.split(".")[0])
         if n == 0:
             writer.writerows([header, units])
+            if unattributed:
+                stray = list(rows[0])
+                stray[header.index(PUSH_POP)] = '890  "<default domain>:capture:none:none:none:none:none:none" '
+                writer.writerow(stray)
         at = header.index(PUSH_POP)
         for row in rows:
             row[at] = (f'890  "<default domain>:capture:none:none:none:none:none:none" '
@@ -80,6 +87,7 @@ def main(argv: list[str]) -> int:
     if mode == "crash":
         print("==ERROR== The application returned an error code (11).")
         return 11
-    Path(argv[argv.index("--export") + 1] + ".ncu-rep").write_text(group_export(list(plan["impls"])))
+    export = group_export(list(plan["impls"]), unattributed=mode == "unattributed")
+    Path(argv[argv.index("--export") + 1] + ".ncu-rep").write_text(export)
     print("==PROF== Report written")
     return 0

@@ -23,6 +23,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -36,7 +37,7 @@ from harness.tables import derive
 from harness.tables import step as tables_step
 
 OP, SHAPE = sm.OP, sm.SHAPE
-WRONG = {"wrong": {"base": "cuda", "defines": {}}}  # the stand-in device fails cuda.wrong's check
+WRONG: dict[str, dict[str, Any]] = {"wrong": {"base": "cuda", "defines": {}}}  # the stand-in device fails cuda.wrong's check
 
 
 def record(impl: str, passed: bool) -> dict:
@@ -171,7 +172,7 @@ def test_a_failed_implementation_has_no_timing_anywhere(tmp: Path) -> None:
     (folder / "launches.csv").write_text("op,shape,impl,round,kernel,short_name,duration_ns,grid,block,registers,"
                                          f"static_smem,dynamic_smem\n{OP},{SHAPE},cuda.wrong,0,k,k,5000,1x1x1,1x1x1,32,0,0\n")
     impls = ["cuda", "triton", "torch", "cuda.wrong"]
-    measured = sm.run_measure(tmp, impls, plan=sm.variants_plan(**WRONG))
+    measured = sm.run_measure(tmp, impls, plan=sm.variants_plan(WRONG))
     assert measured["passed"] == ["cuda", "triton", "torch"]
     for name in ("launches", "spans", "graph"):
         assert "cuda.wrong" not in set(pd.read_csv(derive.group_files(folder)[name])["impl"]), name
@@ -192,7 +193,7 @@ def test_a_failed_implementation_has_no_timing_anywhere(tmp: Path) -> None:
 
 
 def test_counters_of_a_group_where_every_check_failed_say_not_measured_without_ncu(tmp: Path) -> None:
-    sm.run_measure(tmp, ["cuda.wrong"], plan=sm.variants_plan(**WRONG))
+    sm.run_measure(tmp, ["cuda.wrong"], plan=sm.variants_plan(WRONG))
     ncu = standin_ncu.install(tmp / "ncu-bin", "crash")  # would fail the job, were it started
     raw, table, _ = sm.run_counters(tmp, ["cuda.wrong"], ncu=str(ncu))
     with open(table) as fh:

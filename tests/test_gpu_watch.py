@@ -5,11 +5,15 @@ step's own use of the watch: tests/test_capture_step.py."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pandas as pd
 import pytest
 
 from harness.errors import EvidenceError
-from harness.gpu.watch import Sampler, busy_reason, slowing, wait_until_quiet
+from harness.gpu.watch import Sampler, busy_reason, lineage, others_only, slowing, wait_until_quiet
 from harness.report import render as report
 from harness.tables import derive as tables
 
@@ -104,3 +108,53 @@ def test_gpu_state_table_and_report_line() -> None:
     assert quiet_line is not None and quiet_line["captures"] == 4
     assert quiet_line["power"] == "76-81.5" and quiet_line["utilization"] == "0" and quiet_line["waited_max_s"] == 4.0
     assert [(d["shape"], d["impl"]) for d in quiet_line["disturbed"]] == [("16x8", "cuda"), ("16x8", "triton")]
+
+
+# ----------------------------------------------------------------------------- own processes
+
+
+def _sleeper() -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+
+
+def test_the_lineage_holds_this_process_its_parent_and_its_children_but_not_a_sibling() -> None:
+    a, b = _sleeper(), _sleeper()
+    try:
+        mine = lineage()
+        assert {os.getpid(), os.getppid(), a.pid, b.pid} <= mine
+        of_a = lineage(a.pid)  # from a child's side: its parent (this process) is its own, its sibling is not
+        assert {a.pid, os.getpid()} <= of_a and b.pid not in of_a
+    finally:
+        for p in (a, b):
+            p.kill()
+            p.wait()
+
+
+def test_the_measurements_own_processes_are_not_waited_for_but_another_one_is() -> None:
+    """A test run (or Snakemake) holding a CUDA context of its own, and the group process it
+    starts, are this measurement's; a process outside its lineage is another job's."""
+    clock = Clock()
+    own = {os.getpid(), 4242}
+
+    def nvml(pids: list[int]) -> dict:
+        return {**reading(procs=len(pids)), "pids": pids}
+
+    state, waited = wait_until_quiet(others_only(lambda: nvml([os.getpid(), 4242]), lambda: own), POLICY,
+                                     sleep=clock.sleep, clock=clock)
+    assert waited == 0 and state["other_processes"] == 0 and state["compute_processes"] == 2
+    with pytest.raises(EvidenceError, match=r"1 other compute process\(es\) \(pids \[777\]\)"):
+        wait_until_quiet(others_only(lambda: nvml([os.getpid(), 777]), lambda: own), POLICY, sleep=clock.sleep,
+                         clock=clock)
+
+
+def test_the_sampler_flags_another_jobs_process_and_not_the_captured_one() -> None:
+    own = {os.getpid(), 4242}
+    quiet = Sampler(others_only(lambda: {**reading(procs=2), "pids": [os.getpid(), 4242]}, lambda: own), 0.01)
+    with quiet:
+        pass
+    assert quiet.flags() == [] and quiet.summary()["max_other_processes"] == 0
+    shared = Sampler(others_only(lambda: {**reading(procs=2), "pids": [4242, 31337]}, lambda: own), 0.01)
+    with shared:
+        pass
+    (flag,) = shared.flags()
+    assert flag.startswith("another compute process ran beside the captured one (1 at once; pids seen [31337])")

@@ -5,10 +5,16 @@ configured thresholds); a busy GPU is waited for, then the capture fails with on
 During the capture a sampler thread reads NVML; a clock-throttle reason that slows the GPU, or
 another compute process beside the captured one, marks the capture as disturbed. Reads only:
 nothing here changes a setting of the GPU.
+
+"Another" process is one outside the measurement's own lineage (`lineage`: the measuring process,
+its ancestors and its descendants): a test run or a Snakemake that holds a CUDA context of its own
+and starts the measurement, or the group process the measurement starts under nsys, is not
+another job; `others_only` turns a reading into one that counts the other processes alone.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -31,6 +37,75 @@ SLOWING_REASONS = {
 }
 
 
+def _parent(pid: int) -> int | None:
+    """The parent of `pid` from /proc (None where it cannot be read)."""
+    try:
+        stat = open(f"/proc/{pid}/stat", encoding="ascii", errors="replace").read()  # noqa: SIM115
+    except OSError:
+        return None
+    fields = stat.rpartition(")")[2].split()  # the name in parentheses may hold spaces
+    return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
+
+
+def ancestors(pid: int | None = None) -> set[int]:
+    """The ancestors of `pid` (this process by default), from /proc; empty where it cannot be read."""
+    me = os.getpid() if pid is None else pid
+    found: set[int] = set()
+    up = _parent(me)
+    while up and up != me and up not in found:
+        found.add(up)
+        up = _parent(up)
+    return found
+
+
+def descendants(pid: int | None = None) -> set[int]:
+    """The processes `pid` (this process by default) started, and theirs, from /proc; empty where
+    it cannot be read."""
+    me = os.getpid() if pid is None else pid
+    try:
+        parents = {int(d): _parent(int(d)) for d in os.listdir("/proc") if d.isdigit()}
+    except OSError:
+        return set()
+    found: set[int] = set()
+    frontier = {me}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier and child not in found}
+        found |= frontier
+    found.discard(me)
+    return found
+
+
+def lineage(pid: int | None = None) -> set[int]:
+    """`pid` (this process by default) with its ancestors and its descendants: the processes of one
+    measurement, none of which is another job."""
+    me = os.getpid() if pid is None else pid
+    return {me} | ancestors(me) | descendants(me)
+
+
+def others_only(read: Reader, own: Callable[[], set[int]] = lineage) -> Reader:
+    """`read` with `other_processes` and `other_pids` added: the compute processes outside `own()`
+    (read at each call, as the measurement starts its children). `compute_processes` and `pids`
+    stay as NVML gave them."""
+
+    def read_others() -> State:
+        state = read()
+        if "pids" not in state:
+            return state
+        mine = own()
+        others = [pid for pid in state["pids"] if pid not in mine]
+        return {**state, "other_processes": len(others), "other_pids": others}
+
+    return read_others
+
+
+def _others(state: State) -> tuple[int, list[int]]:
+    """(count, pids) of the compute processes in a reading that are another job's: the ones
+    `others_only` found, else all NVML saw."""
+    if "other_processes" in state:
+        return int(state["other_processes"]), list(state.get("other_pids", []))
+    return int(state.get("compute_processes", 0)), list(state.get("pids", []))
+
+
 def slowing(reasons: int) -> list[str]:
     """Names of the slowing throttle reasons set in an NVML reasons bitmask."""
     return [name for bit, name in SLOWING_REASONS.items() if reasons & bit]
@@ -43,8 +118,9 @@ def busy_reason(state: State, policy: Mapping[str, Any]) -> str | None:
     reasons = []
     if state["utilization_pct"] > policy["busy_utilization_pct"]:
         reasons.append(f"{state['utilization_pct']}% utilisation")
-    if state.get("compute_processes", 0) > policy["max_other_processes"]:
-        reasons.append(f"{state['compute_processes']} other compute process(es) (pids {state.get('pids', [])})")
+    count, pids = _others(state)
+    if count > policy["max_other_processes"]:
+        reasons.append(f"{count} other compute process(es) (pids {pids})")
     return " and ".join(reasons) or None
 
 
@@ -75,6 +151,10 @@ class Sampler:
     throttle_bits: int = 0
     max_processes: int = 0
     pids: set[int] = field(default_factory=set)
+    max_others: int | None = None
+    """The most compute processes outside the measurement's lineage at once, where the reader
+    tells them apart (`others_only`); None where it does not."""
+    other_pids: set[int] = field(default_factory=set)
     samples: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -92,6 +172,9 @@ class Sampler:
         self.throttle_bits |= int(state.get("throttle_reasons", 0))
         self.max_processes = max(self.max_processes, int(state.get("compute_processes", 0)))
         self.pids.update(state.get("pids", []))
+        if "other_processes" in state:
+            self.max_others = max(self.max_others or 0, int(state["other_processes"]))
+            self.other_pids.update(state.get("other_pids", []))
 
     def __enter__(self) -> Sampler:
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -105,14 +188,20 @@ class Sampler:
         self.take()
 
     def flags(self) -> list[str]:
-        """Sentences naming what disturbed the capture (empty for an undisturbed one). The captured
-        process itself is one compute process; more than one at a time is another job."""
+        """Sentences naming what disturbed the capture (empty for an undisturbed one): a slowing
+        throttle, or a compute process of another job. Where the reader tells the measurement's
+        own processes apart, any other one is another job; where it does not, the captured process
+        itself is one compute process, and more than one at a time is another job."""
         out = [f"the GPU throttled during the capture ({name})" for name in slowing(self.throttle_bits)]
-        if self.max_processes > 1:
-            out.append(f"another compute process ran beside the captured one ({self.max_processes} at once; "
-                       f"pids seen {sorted(self.pids)})")
+        if self.max_others is not None:
+            count, pids, limit = self.max_others, self.other_pids, 0
+        else:
+            count, pids, limit = self.max_processes, self.pids, 1
+        if count > limit:
+            out.append(f"another compute process ran beside the captured one ({count} at once; pids seen {sorted(pids)})")
         return out
 
     def summary(self) -> dict[str, Any]:
         return {"samples": self.samples, "throttle_reasons": self.throttle_bits,
-                "max_compute_processes": self.max_processes, "pids": sorted(self.pids), "flags": self.flags()}
+                "max_compute_processes": self.max_processes, "pids": sorted(self.pids),
+                "max_other_processes": self.max_others, "other_pids": sorted(self.other_pids), "flags": self.flags()}

@@ -63,6 +63,26 @@ def replay_times(call: Callable[[], Any], calls_per_replay: int, replays: int,
     return out
 
 
+def renew_default_generator(torch: Any) -> None:
+    """After a failed graph capture: the current device's default CUDA generator with a fresh state
+    of the same seed and offset. A capture registers that generator and marks its state as being
+    captured; a capture that fails never unmarks it, and from then on every random draw on it
+    outside a capture raises "Offset increment outside graph capture encountered unexpectedly",
+    in whatever later code draws. Nothing is done where this torch offers no graph-safe state."""
+    index = torch.cuda.current_device()
+    default = torch.cuda.default_generators[index]
+    set_state = getattr(default, "graphsafe_set_state", None)
+    if set_state is None:
+        return
+    fresh = torch.Generator(device=f"cuda:{index}")
+    fresh.manual_seed(default.initial_seed())
+    try:
+        fresh.set_offset(default.get_offset())
+    except (AttributeError, RuntimeError):  # an older torch without offsets: the seed alone
+        pass
+    set_state(fresh)
+
+
 def measure(op: str, shape: str, impl: str, call: Callable[[], Any], calls_per_replay: int, replays: int,
             max_seconds: float = float("inf")) -> dict[str, Any]:
     """One row of the graph table: the replay timing, or status 'not capturable' with the reason
@@ -75,6 +95,7 @@ def measure(op: str, shape: str, impl: str, call: Callable[[], Any], calls_per_r
         import torch
 
         torch.cuda.synchronize()
+        renew_default_generator(torch)
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         row.update(status="not capturable", reason=f"{type(exc).__name__}: {first}", graph_median_us=None,
                    graph_min_us=None, graph_max_us=None)

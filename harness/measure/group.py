@@ -16,12 +16,13 @@ captured in interleaved rounds, and timed by event spans and graph replay.
    `capture.max_calls`). The same count for all keeps what one slot shares with the next (the L2
    the previous implementation left, the clocks) the same for all.
 3. **Capture.** One profiler range (cudaProfilerStart/Stop, for nsys --capture-range=cudaProfilerApi)
-   holding an NVTX range `capture` and, inside it, `capture.rounds` rounds. In each round every
-   implementation makes one untimed call (its inputs back in the cache after the previous
-   implementation's) and then its calls inside an NVTX range `capture/<impl>/<round>`, the order
-   rotated from round to round, so drift in clock or temperature hits every implementation alike.
-   Kernel time and its interval come from the kernels nsys attributes to these ranges
-   (harness.tables); the untimed call lies outside them.
+   holding `capture.rounds` rounds. In each round every implementation makes one untimed call
+   (its inputs back in the cache after the previous implementation's), outside every NVTX range,
+   and then its calls inside an NVTX range `capture/<impl>/<round>` nested in a range `capture`,
+   the order rotated from round to round, so drift in clock or temperature hits every
+   implementation alike. Kernel time and its interval come from the kernels nsys attributes to
+   the round ranges (harness.tables); ncu's `--nvtx-include capture/` profiles the kernels inside
+   `capture` (harness.measure.counters), so neither sees the untimed calls.
 4. **Spans**, after the profiler range has closed: `span.rounds` rounds of `span.samples / rounds`
    samples each, the order rotated, each implementation's samples after one untimed call; each
    sample is a CUDA-event span around one call, waited for.
@@ -150,17 +151,17 @@ def capture_rounds(torch: Any, calls: Mapping[str, Callable[[], Any]], per_round
     if profile:
         torch.cuda.profiler.start()
     push, pop = torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop
-    push(RANGE)
     for r in range(rounds):
         for impl in rotation(order, r):
             call, k = calls[impl], per_round[impl]
-            call()  # untimed: outside the range, after the previous implementation's calls
+            call()  # untimed: outside every range, after the previous implementation's calls
+            push(RANGE)
             push(round_range(impl, r))
             for _ in range(k):
                 call()
             pop()
+            pop()
         torch.cuda.synchronize()
-    pop()
     if profile:
         torch.cuda.profiler.stop()
 

@@ -25,7 +25,7 @@ from harness.errors import EvidenceError, ToolMissing
 from harness.gpu import device
 from harness.gpu.device import gpu_state
 from harness.gpu.lock import group_gpu_lock, group_record, nvml_index
-from harness.gpu.watch import Sampler, wait_until_quiet
+from harness.gpu.watch import Sampler, others_only, wait_until_quiet
 from harness.io import write_csv, write_json, write_text
 from harness.measure import capture, group
 from harness.measure import ceilings as ceilings_mod
@@ -50,9 +50,10 @@ def lock(what: str, ns_dir: str | Path | None, timeout_s: float, op: str | None 
 
 def _gpu_reader(uuid: str) -> Any:
     """The NVML reading of the GPU the step holds (NVML counts devices by its own index, whatever
-    CUDA_VISIBLE_DEVICES says); device 0 where NVML does not know it."""
+    CUDA_VISIBLE_DEVICES says; device 0 where NVML does not know it), with the compute processes
+    of other jobs told apart from this measurement's own (harness.gpu.watch.others_only)."""
     index = nvml_index(uuid)
-    return functools.partial(gpu_state, index) if index else gpu_state
+    return others_only(functools.partial(gpu_state, index) if index else gpu_state)
 
 
 def crashed_record(op: str, shape: str, impl: str, message: str) -> dict[str, Any]:
@@ -169,70 +170,87 @@ def counters(*, op: str, shape: str, impls: Sequence[str], plan: Mapping[str, An
              settings: Mapping[str, Any]) -> None:
     """Nsight Compute counters of every kernel of every implementation of (op, shape) that passed its
     check, in one ncu process over the group process (no spans, one round): the .ncu-rep beside
-    `raw_out`, its raw CSV export in `raw_out`, and the counters table in `table_out`. Where counters
-    cannot be read here (no ncu, or the driver refuses counter access) the table holds one row per
-    implementation saying why, and the job succeeds: the rest of the pipeline does not need counters."""
+    `raw_out`, its raw CSV export in `raw_out`, and the counters table in `table_out`.
+
+    Counters never take the report down: where they cannot be read here (no ncu, or the driver
+    refuses counter access) each implementation's row says `unavailable` and why; where the
+    profile, its export or its attribution fails, `failed` and the one-sentence reason (the trust
+    rules' flags list both); an implementation whose check failed says `not measured`. The job
+    succeeds in every case."""
     record = json.loads(Path(record_json).read_text())
     passed = [i for i in impls if i in record.get("passed", [])]
     raw, table = Path(raw_out), Path(table_out)
     raw.parent.mkdir(parents=True, exist_ok=True)
 
-    def without(reason: str, status: str = "unavailable", which: Sequence[str] = tuple(impls)) -> list[dict[str, Any]]:
-        print(f"counters {status}: {reason}")
+    def without(reason: str, status: str, which: Sequence[str]) -> list[dict[str, Any]]:
+        if which:
+            print(f"counters {status}: {', '.join(which)}: {reason}")
         return [row for impl in which for row in counter_table.unavailable_rows(reason, metrics, namespace, op, shape, impl,
                                                                                   status=status)]
 
     rows = without("its check failed, so it was neither captured nor profiled", "not measured",
                    [i for i in impls if i not in passed])
-    if not passed:
+    if passed:
+        try:
+            rows += _profile_counters(op, shape, passed, plan, metrics, namespace, raw, log, settings, without)
+        except EvidenceError as exc:
+            rows += without(str(exc), "failed", passed)
+    if not raw.is_file():
         write_text("", raw)
-        write_csv(rows, counter_table.columns(metrics), table)
-        return
+    write_csv(rows, counter_table.columns(metrics), table)
+
+
+def _profile_counters(op: str, shape: str, passed: Sequence[str], plan: Mapping[str, Any], metrics: Mapping[str, str],
+                      namespace: str, raw: Path, log: str, settings: Mapping[str, Any],
+                      without: Any) -> list[dict[str, Any]]:
+    """The counters rows of the implementations that passed (see `counters`): `unavailable` rows
+    where counters cannot be read here; EvidenceError (one sentence) where the profile fails."""
     try:
         ncu_path = ncu.find_ncu(settings["ncu_path"])
     except ToolMissing as exc:
-        write_text("", raw)
-        write_csv(rows + without(str(exc), which=passed), counter_table.columns(metrics), table)
-        return
+        return list(without(str(exc), "unavailable", passed))
     rep = raw.with_suffix("").with_suffix(".ncu-rep")
     tmp_base = raw.with_name(raw.name + ".partial")
     tmp_rep = tmp_base.with_name(tmp_base.name + ".ncu-rep")
     tmp_rep.unlink(missing_ok=True)
     plan_path = raw.with_name(raw.name + ".plan.json")
-    write_json({**plan, "op": op, "shape": shape, "impls": passed, "profile": False, "spans": False, "check": False},
+    write_json({**plan, "op": op, "shape": shape, "impls": list(passed), "profile": False, "spans": False, "check": False},
                plan_path)
     argv = ncu.profile_command(ncu_path, metrics, group.RANGE, tmp_base, [sys.executable, "-m", "harness", "group", str(plan_path)])
-    with tempfile.TemporaryDirectory(prefix="evidence-ncu-") as private:
-        with lock(f"counters {op} {shape}", raw.parents[2], float(settings["gpu_lock_timeout_s"]), op, shape):
-            rc, output = run_command(clean_parent(argv), log, env=capture.private_env(Path(private)),
-                                     timeout=float(settings["ncu_timeout_s"]),
-                                     what=f"ncu profile of {op} {shape}")
-    plan_path.unlink(missing_ok=True)
-    reason = ncu.unavailable_reason(output)
-    if reason:
-        write_text("", raw)
-        write_csv(rows + without(reason, which=passed), counter_table.columns(metrics), table)
-        return
-    if rc != 0 or not tmp_rep.is_file():
-        raise EvidenceError(f"ncu profile of {op} {shape} failed (exit status {rc}, report "
-                            f"{'written' if tmp_rep.is_file() else 'not written'}); see the log.")
-    rc, export = run_command(ncu.export_command(ncu_path, tmp_rep), None, timeout=float(settings["ncu_timeout_s"]),
-                             what=f"ncu export of {op} {shape}")
-    if rc != 0:
-        raise EvidenceError(f"ncu --import of {tmp_rep.name} failed with exit status {rc}.")
-    write_text(export, raw)
-    kernels = counter_table.read_raw_csv(raw)
-    if not kernels:
-        raise EvidenceError(f"ncu profiled no kernel inside the NVTX range '{group.RANGE}' of {op} {shape}; see the log.")
-    os.replace(tmp_rep, rep)
+    try:
+        with tempfile.TemporaryDirectory(prefix="evidence-ncu-") as private:
+            with lock(f"counters {op} {shape}", raw.parents[2], float(settings["gpu_lock_timeout_s"]), op, shape):
+                rc, output = run_command(clean_parent(argv), log, env=capture.private_env(Path(private)),
+                                         timeout=float(settings["ncu_timeout_s"]),
+                                         what=f"ncu profile of {op} {shape}")
+        reason = ncu.unavailable_reason(output)
+        if reason:
+            return list(without(reason, "unavailable", passed))
+        if rc != 0 or not tmp_rep.is_file():
+            raise EvidenceError(f"ncu profile of {op} {shape} failed (exit status {rc}, report "
+                                f"{'written' if tmp_rep.is_file() else 'not written'}); see the log.")
+        rc, export = run_command(ncu.export_command(ncu_path, tmp_rep), None, timeout=float(settings["ncu_timeout_s"]),
+                                 what=f"ncu export of {op} {shape}")
+        if rc != 0:
+            raise EvidenceError(f"ncu --import of {tmp_rep.name} failed with exit status {rc}.")
+        write_text(export, raw)
+        kernels = counter_table.read_raw_csv(raw)
+        if not kernels:
+            raise EvidenceError(f"ncu profiled no kernel inside the NVTX range '{group.RANGE}' of {op} {shape}; see the log.")
+        found = counter_table.by_implementation(kernels, passed)
+        os.replace(tmp_rep, rep)
+    finally:
+        plan_path.unlink(missing_ok=True)
+        tmp_rep.unlink(missing_ok=True)
     for note in capture.keep_clean([rep, raw, Path(log)], capture.outside_values()):
         print(f"environment: {note}")
-    for impl, found in counter_table.by_implementation(kernels, passed).items():
-        got = counter_table.counter_rows(found, metrics, namespace, op, shape, impl)
+    rows: list[dict[str, Any]] = []
+    for impl, kernels_of in found.items():
+        got = counter_table.counter_rows(kernels_of, metrics, namespace, op, shape, impl)
         for row in got:
             print(f"counters: {impl}: {row['kernel'][:60]}: {row.get('duration_ns')} ns (ncu replay)")
         rows += got
-    write_csv(rows, counter_table.columns(metrics), table)
+    return rows
 
 
 def ceilings(*, out: str, same_size: Sequence[int], cache_mode: str, settings: Mapping[str, Any]) -> None:

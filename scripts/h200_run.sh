@@ -2,7 +2,8 @@
 # Run on the lent H200 (developers' device tool), from the repository root:
 #   source gpu-env.sh && bash scripts/h200_run.sh [snakemake targets...]
 # Environment: CONFIGFILE=F merges F over config.yaml; NAMESPACE=N writes namespace N (--config);
-# RUN_TESTS=0 skips the GPU tests (TEST_ARGS narrows them); STATS=1 runs nsys stats on every
+# RUN_TESTS=0 skips the GPU tests; TIERS (default "smoke full") names the tiers of scripts/gpu_tests.py
+# to run, TEST_ARGS narrows them (pytest arguments); STATS=1 runs nsys stats on every
 # capture; PIPELINE=0 skips the pipeline; CORES (default 4); GPU_SLOTS=K lets K GPU jobs start at
 # once (on one GPU the lock still lets one measure at a time: the others import and wait);
 # SNAKE_TIMEOUT (seconds, default 540) stops snakemake with SIGINT, so it removes incomplete
@@ -25,9 +26,10 @@ ns=${NAMESPACE:-$(python3 -c "import sys; from harness import config; c = config
 echo "namespace: $ns" | tee -a "$OUT/env.txt"
 rc=0
 if [ "${RUN_TESTS:-1}" = 1 ]; then
-  t0=$(date +%s)
-  python3 -m pytest -q -m gpu -p no:cacheprovider ${TEST_ARGS:-} 2>&1 | tee "$OUT/gpu-tests.txt" | tail -40
-  echo "gpu tests: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/gpu-tests.txt"
+  # each tier adds its section to docs/evidence/gpu-tests/<commit>.txt, copied to $OUT/gpu-tests/ to commit
+  for tier in ${TIERS:-smoke full}; do
+    python3 scripts/gpu_tests.py "$tier" --out "$OUT/gpu-tests" ${TEST_ARGS:+-- $TEST_ARGS} 2>&1 | tee -a "$OUT/gpu-tests.txt" | tail -25
+  done
 fi
 if [ "${PIPELINE:-1}" = 1 ]; then
   t1=$(date +%s)

@@ -61,8 +61,10 @@ def copy_repo(dest: Path) -> Path:
 
 
 def env(copy: Path, **extra: str) -> dict[str, str]:
-    """The environment in which the copy's `harness` is the one imported."""
-    return {**os.environ, "PYTHONPATH": str(copy), **extra}
+    """The environment in which the copy's `harness` is the one imported (the copy first on the
+    path, what was on it after, as the GPU machine's carried packages)."""
+    rest = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": f"{copy}:{rest}" if rest else str(copy), **extra}
 
 
 def standin_env(copy: Path, work: Path, **extra: str) -> dict[str, str]:

@@ -73,6 +73,8 @@ SKIP: list[tuple[str, str]] = [
     (r"^snakemake --profile profiles/kubernetes ",
      "needs snakemake-executor-plugin-kubernetes and the S3 storage plugin with credentials, which CI does not install"),
     # The GPU machine only.
+    (r"^python3 scripts/gpu_tests\.py (smoke|full)$",
+     "runs a GPU test tier, which needs a GPU (tests/test_gpu_tests_script.py runs the script on the CPU)"),
     (r"^source gpu-env\.sh && ", "runs on the lent GPU machine (docs/gpu-machine.md), with its carried wheels"),
     (r"^python3 scripts/gpu_load\.py ", "puts load on a GPU"),
 ]

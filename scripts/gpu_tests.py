@@ -1,0 +1,124 @@
+"""Run a GPU test tier and keep its evidence with the code.
+
+    python3 scripts/gpu_tests.py smoke     # every operation x implementation once, one end-to-end run
+    python3 scripts/gpu_tests.py full      # the whole GPU suite
+
+Each tier runs `python3 -m pytest -q -p no:cacheprovider -m <its marker>` (extra arguments after
+`--` are passed on), prints its wall time, and adds a section to
+`docs/evidence/gpu-tests/<full commit>.txt`: the commit, the GPU and its driver, the nsys and ncu
+versions, the Python packages, the tier, the wall time and pytest's summary line. The commit is
+EVIDENCE_GIT_COMMIT where it is set (a copy without .git, as on the lent GPU machine), else git's
+HEAD. `--out DIR` also writes the file into DIR (the device tool's $OUT). The exit status is
+pytest's. Commit the file: it is how a reviewer knows the GPU path passed at that commit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from harness.io import write_text  # noqa: E402
+from harness.tools import versions  # noqa: E402
+
+TIERS = {"smoke": "gpu and smoke", "full": "gpu"}
+"""Each tier's pytest marker expression."""
+
+TARGET_S = {"smoke": 60, "full": 180}
+"""The wall time each tier is meant to stay within on one H200."""
+
+SUMMARY = re.compile(r"^=*\s*(\d+ (passed|failed|skipped|error|errors|deselected)\b.*?)\s*=*$")
+
+
+def summary_line(output: str) -> str:
+    """pytest's closing summary line ('12 passed, 3 skipped in 40.1s'), or '' when it printed none."""
+    lines = [m.group(1) for m in map(SUMMARY.match, output.splitlines()) if m]
+    return lines[-1] if lines else ""
+
+
+def commit() -> str:
+    """The full commit the tree is at (module docstring)."""
+    given = os.environ.get("EVIDENCE_GIT_COMMIT", "")
+    if re.fullmatch(r"[0-9a-f]{40}", given):
+        return given
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _first_line(argv: list[str]) -> str:
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=60,
+                              env={"PATH": os.environ.get("PATH", ""),
+                                   "LD_LIBRARY_PATH": os.environ.get("LD_LIBRARY_PATH", "")})
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unavailable ({type(exc).__name__})"
+    lines = [line.strip() for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
+    return lines[-1] if lines else "unavailable"
+
+
+def machine() -> dict[str, str]:
+    """The GPU, its driver, nsys and ncu, as their own tools print them."""
+    facts = {"gpu": "none visible", "driver": "unknown"}
+    if shutil.which("nvidia-smi"):
+        line = _first_line(["nvidia-smi", "--query-gpu=name,uuid,driver_version", "--format=csv,noheader"])
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 3:
+            facts = {"gpu": f"{parts[0]} ({parts[1]})", "driver": parts[2]}
+    for tool in ("nsys", "ncu"):
+        path = shutil.which(tool)
+        facts[tool] = _first_line([path, "--version"]) if path else "not found"
+    return facts
+
+
+def section(tier: str, facts: dict[str, str], wall_s: float, summary: str, rc: int) -> str:
+    """The evidence file's section for one tier run."""
+    packages = ", ".join(f"{k} {v}" for k, v in versions().items())
+    return (f"tier: {tier} (pytest -m '{TIERS[tier]}'; meant to take at most {TARGET_S[tier]} s)\n"
+            f"date: {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n"
+            f"gpu: {facts['gpu']}\ndriver: {facts['driver']}\nnsys: {facts['nsys']}\nncu: {facts['ncu']}\n"
+            f"packages: {packages}\n"
+            f"wall time: {wall_s:.1f} s\npytest exit status: {rc}\npytest: {summary or '(no summary line)'}\n")
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description="Run a GPU test tier and write its evidence file; arguments "
+                                     "after -- go to pytest.")
+    parser.add_argument("tier", choices=sorted(TIERS))
+    parser.add_argument("--out", help="also write the evidence file into this folder")
+    parser.add_argument("--evidence-dir", default=str(ROOT / "docs" / "evidence" / "gpu-tests"),
+                        help="where the evidence file goes (default docs/evidence/gpu-tests)")
+    ours, passed_on = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    args = parser.parse_args(ours)
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", TIERS[args.tier], *passed_on]
+    start = time.monotonic()
+    proc = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wall = time.monotonic() - start
+    sys.stdout.write(proc.stdout)
+    summary = summary_line(proc.stdout)
+    print(f"gpu tests, {args.tier} tier: {wall:.1f} s (meant to take at most {TARGET_S[args.tier]} s): {summary}")
+    at = commit()
+    header = f"commit: {at}\n"
+    text = section(args.tier, machine(), wall, summary, proc.returncode)
+    folders = [Path(args.evidence_dir)] + ([Path(args.out)] if args.out else [])
+    for folder in folders:
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{at}.txt"
+        old = path.read_text() if path.is_file() else header
+        write_text(old + "\n" + text, path)
+        print(f"evidence: {path}")
+    return proc.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,80 @@
+"""The README's main command end to end on a real GPU, on the smoke configuration
+(workflow/configs/smoke.yaml: one small shape of one operation, counters on), in a copy of the
+repository: it finishes, renders every report, and every counters row is `ok`. The smoke tier
+(`-m 'gpu and smoke'`) holds it. The test holds the GPU's lock (tests/conftest.py), so the run
+takes its locks under the test's folder; the test process itself holds a CUDA context from earlier
+tests, which the run's quiet-GPU watch must take as its own (harness.gpu.watch.lineage)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import gpu_group
+import pandas as pd
+import pytest
+import repo_copy
+
+from harness import config
+from harness.errors import EvidenceError
+from harness.gpu.device import gpu_state
+from harness.gpu.watch import others_only, wait_until_quiet
+
+NS = "gpu-smoke"
+
+
+@pytest.mark.smoke
+def test_the_main_command_on_the_smoke_config_renders_with_every_counter(tmp_path: Path) -> None:
+    import torch
+
+    torch.zeros(1, device="cuda")  # this process holds a CUDA context, as a test run does
+    gpu_group.need_nsys(gpu_group.cfg_with())
+    copy = repo_copy.copy_repo(tmp_path / "repo")
+    environment = repo_copy.env(copy, EVIDENCE_LOCK_DIR=str(tmp_path / "locks"))
+    proc = repo_copy.snakemake(copy, environment, "--cores", "1", "report", "--configfile",
+                               "workflow/configs/smoke.yaml", "--config", f"namespace={NS}", timeout=540)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    for name in ("field_note.md", "issue_comment.md", "index.html"):
+        assert (copy / "report" / NS / name).is_file(), name
+    assert (copy / "artifacts" / NS / "summary.json").is_file()
+    counters = pd.read_csv(copy / "artifacts" / NS / "tables" / "counters.csv")
+    assert len(counters) > 0
+    assert set(counters["status"]) == {"ok"}, counters[["impl", "status", "reason"]].to_string()
+    assert "its check failed" not in proc.stdout + proc.stderr
+
+
+def _stranger(ready: Path) -> int:
+    """A process outside this one's lineage (its parent exits at once, so it is nobody's child
+    here) that holds a CUDA context until killed: its pid."""
+    code = (f"import torch, time, pathlib; torch.zeros(1, device='cuda'); torch.cuda.synchronize(); "
+            f"pathlib.Path({str(ready)!r}).write_text('ready'); time.sleep(120)")
+    sh = subprocess.run(["sh", "-c", f'"{sys.executable}" -c "{code}" >/dev/null 2>&1 & echo $!'],
+                        capture_output=True, text=True, check=True)
+    return int(sh.stdout.strip())
+
+
+def test_another_process_on_the_gpu_is_waited_for_and_this_one_is_not(tmp_path: Path) -> None:
+    import torch
+
+    torch.zeros(1, device="cuda")
+    policy = {**config.operational(gpu_group.cfg_with())["gpu_state"], "busy_utilization_pct": 100, "busy_wait_s": 3.0}
+    read = others_only(gpu_state)
+    state = read()
+    if "pids" not in state:
+        pytest.skip(f"NVML lists no compute processes here ({state.get('nvml')})")
+    if os.getpid() not in state["pids"]:
+        pytest.skip("NVML gives pids of another pid namespace here, so no process can be told apart")
+    state, waited = wait_until_quiet(read, policy)
+    assert state["other_processes"] == 0 and waited < 1.0  # this process and its context are the measurement's
+    pid = _stranger(tmp_path / "ready")
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "ready").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        with pytest.raises(EvidenceError, match=rf"pids \[{pid}\]"):
+            wait_until_quiet(read, policy)
+    finally:
+        os.kill(pid, 9)

@@ -1,0 +1,44 @@
+"""scripts/gpu_tests.py, the GPU test tiers' runner, on the CPU: it reads pytest's summary line,
+and writes the evidence file named by the commit with the tier, wall time and that line."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+from harness import ROOT
+
+SCRIPT = ROOT / "scripts" / "gpu_tests.py"
+
+
+def load() -> object:
+    spec = importlib.util.spec_from_file_location("gpu_tests", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_summary_line_is_pytests_last_one() -> None:
+    gpu_tests = load()
+    out = "....F\nFAILED tests/x.py::t - boom\n= 1 failed, 857 passed, 3 skipped in 171.20s (0:02:51) =\n"
+    assert gpu_tests.summary_line(out) == "1 failed, 857 passed, 3 skipped in 171.20s (0:02:51)"  # type: ignore[attr-defined]
+    assert gpu_tests.summary_line("24 passed in 41.07s\n") == "24 passed in 41.07s"  # type: ignore[attr-defined]
+    assert gpu_tests.summary_line("no tests here\n") == ""  # type: ignore[attr-defined]
+
+
+def test_a_tier_run_writes_its_evidence_file_under_the_commit(tmp_path: Path) -> None:
+    commit = "a" * 40
+    env = {"PATH": "/usr/bin:/bin", "EVIDENCE_GIT_COMMIT": commit, "HOME": str(tmp_path)}
+    proc = subprocess.run([sys.executable, str(SCRIPT), "smoke", "--evidence-dir", str(tmp_path / "ev"),
+                           "--out", str(tmp_path / "out"), "--", "tests/test_gpu_watch.py"],
+                          capture_output=True, text=True, env={**env, "PYTHONPATH": str(ROOT)}, timeout=300)
+    assert proc.returncode == 5, proc.stdout[-2000:]  # every test of the file deselected by the tier's marker
+    assert "gpu tests, smoke tier:" in proc.stdout
+    text = (tmp_path / "ev" / f"{commit}.txt").read_text()
+    assert text.startswith(f"commit: {commit}\n")
+    assert "tier: smoke (pytest -m 'gpu and smoke'" in text and "wall time: " in text
+    assert "pytest exit status: 5" in text and "deselected" in text.split("pytest: ")[-1]
+    assert (tmp_path / "out" / f"{commit}.txt").read_text() == text

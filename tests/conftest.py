@@ -14,6 +14,13 @@ import pytest
 
 from harness.gpu.device import has_gpu
 
+# The build cache of the whole test run (and of every Snakemake it starts) lies in a folder of its
+# own, never the user's: tests see builds of their own making only.
+if "EVIDENCE_BUILD_CACHE" not in os.environ:
+    import tempfile
+
+    os.environ["EVIDENCE_BUILD_CACHE"] = tempfile.mkdtemp(prefix="evidence-build-cache-")
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:  # a file named test_*_gpu.py holds GPU tests only

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.build import cache
 from harness.build import external as build_external
 from harness.build.build import build_census
 from harness.io import write_csv, write_json
@@ -19,7 +20,9 @@ def build(op: str, impls: Sequence[str], shapes: Sequence[str], arch: str, block
           census_out: str) -> None:
     """Build and census every implementation of `op` that has a build (ours, their variants and an
     external kernel; the library call has none) for `shapes`, into one census file. `block` is the
-    part of the operation's config block the build reads (harness.config.build_block)."""
+    part of the operation's config block the build reads (harness.config.build_block). Ours come
+    from the build cache where nothing they depend on changed (harness.build.cache); each row's
+    `build` says which ('cache <key>' or 'built')."""
     outdir = Path(census_out).parent
     outdir.mkdir(parents=True, exist_ok=True)
     dims = [parse_shape(s) for s in shapes]
@@ -29,13 +32,15 @@ def build(op: str, impls: Sequence[str], shapes: Sequence[str], arch: str, block
         if impl == "torch":
             continue
         if impl == "external":
-            rows += build_external.census_rows(op, block.get("external") or {}, arch, folder, shapes=dims)
-        elif variants.split(impl)[1] is not None:
-            base, _ = variants.split(impl)
-            rows += build_census(op, base, dims, arch=arch, outdir=folder,
-                                 variant=(impl, variants.compiler_options(block, impl)))
-        else:
-            rows += build_census(op, impl, dims, arch=arch, outdir=folder)
+            got = build_external.census_rows(op, block.get("external") or {}, arch, folder, shapes=dims)
+            rows += [{**row, "build": cache.describe("", False)} for row in got]
+            continue
+        base, name = variants.split(impl)
+        variant = (impl, variants.compiler_options(block, impl)) if name is not None else None
+        key = cache.key(op, base, dims, arch, variant=variant)
+        got, hit = cache.built(key, folder, lambda: build_census(op, base, dims, arch=arch, outdir=folder, variant=variant))
+        print(f"build: {op} {impl}: {'from the build cache (' + key[:16] + ')' if hit else 'built'}")
+        rows += [{**row, "build": cache.describe(key, hit)} for row in got]
     for row in rows:
         print(f"census: {row['impl']}: {row['kernel']} [{row['specialization']}] registers={row['registers']} "
               f"spills={row['spill_stores']}/{row['spill_loads']} ld128={row['ld_global_128']} ld32={row['ld_global_32']}")

@@ -99,3 +99,12 @@ def test_the_census_table_says_which_builds_came_from_the_cache(tmp_path: Path) 
     assert set(second.loc[~ours, "build"]) == {"built"}
     rest = [c for c in first.columns if c not in ("namespace", "build")]
     pd.testing.assert_frame_equal(first[rest], second[rest])
+
+
+def test_a_cache_folder_that_cannot_be_written_leaves_the_build_standing(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv(cache.ENV, str(blocker / "cache"))
+    rows, hit, _ = build_in(tmp_path / "one")
+    assert rows and not hit

@@ -111,8 +111,11 @@ def built(key_: str, outdir: Path, build: Callable[[], list[dict[str, Any]]]) ->
 def _store(entry: Path, rows: list[dict[str, Any]], outdir: Path) -> None:
     """Write the entry under a private partial name and rename it into place whole; a writer that
     finds the entry already there (another build of the same key) leaves that one."""
-    entry.parent.mkdir(parents=True, exist_ok=True)
-    partial = Path(tempfile.mkdtemp(prefix=f".{entry.name}.partial-", dir=entry.parent))
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        partial = Path(tempfile.mkdtemp(prefix=f".{entry.name}.partial-", dir=entry.parent))
+    except OSError:
+        return  # a cache folder that cannot be written: the build stands without an entry
     try:
         if outdir.is_dir():
             shutil.copytree(outdir, partial / "files")

@@ -371,6 +371,8 @@ class ExternalLauncher:
             raise EvidenceError(f"The external launcher got no value for the dimension "
                                 f"{missing[0]!r}.")
         self._check_tensors(inputs, out)
+        if out.numel() == 0:  # an empty problem: no kernel runs (its grid would hold a zero)
+            return cuda_module.nothing(out)
         grid, block, shared, args = plan_launch(self.ext_cfg, dims, inputs, out, params)
         index = cuda_module.device_index(out.device)
         kernel = _kernel(self.path, self.ext_cfg["entry"], index, shared)

@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from harness.errors import EvidenceError
@@ -40,7 +41,7 @@ SLOWING_REASONS = {
 def _parent(pid: int) -> int | None:
     """The parent of `pid` from /proc (None where it cannot be read)."""
     try:
-        stat = open(f"/proc/{pid}/stat", encoding="ascii", errors="replace").read()  # noqa: SIM115
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
     except OSError:
         return None
     fields = stat.rpartition(")")[2].split()  # the name in parentheses may hold spaces

@@ -20,6 +20,7 @@ import pytest
 from harness.build import census, toolchain
 from harness.errors import EvidenceError, ToolMissing
 from harness.launch import cuda as cuda_module
+from harness.launch import sources
 from harness.ops.layernorm.kernels import (
     MAX_WIDTH,
     CudaInstance,
@@ -445,7 +446,7 @@ def test_build_census_cuda(tmp_path: Path, compiler: str) -> None:
         assert row["registers"] > 0 and row["block"] in (128, 256, 512, 1024)
         assert (row["spill_stores"], row["spill_loads"], row["stack_bytes"], row["sass_local"]) == (0, 0, 0, 0)
         assert row["source_sha256"] == hashlib.sha256(
-            (cuda_module.KERNELS_DIR / "layernorm/layernorm.cu").read_bytes()).hexdigest()
+            (sources.kernels_dir() / "layernorm/layernorm.cu").read_bytes()).hexdigest()
     written = {p.name for p in tmp_path.iterdir()}
     for suffix in ("ptx", "sass", "ptxas.log", "res-usage.txt", "cubin"):
         assert f"cuda_layernorm_fwd_vec4_128_2_true.{suffix}" in written

@@ -20,6 +20,7 @@ import pytest
 from harness.build import census, toolchain
 from harness.errors import EvidenceError, ToolMissing
 from harness.launch import cuda as cuda_module
+from harness.launch import sources
 from harness.ops.matmul.kernels import (
     CUDA_THREADS,
     CUDA_TILE,
@@ -189,7 +190,7 @@ def test_build_census_cuda(tmp_path: Path) -> None:
         assert row["barriers"] == 2 and row["sass_bar"] == 2
         assert "-ftz=true" in row["options"] and "-arch=sm_90" in row["options"]
         assert row["source_sha256"] == hashlib.sha256(
-            (cuda_module.KERNELS_DIR / "matmul/matmul.cu").read_bytes()).hexdigest()
+            (sources.kernels_dir() / "matmul/matmul.cu").read_bytes()).hexdigest()
     assert (vec4["st_global_128"], vec4["st_global_32"], vec4["sass_stg_128"]) == (4, 0, 4)
     assert (vec1["st_global_128"], vec1["st_global_32"], vec1["sass_stg_32"]) == (0, 16, 16)
 

@@ -17,6 +17,7 @@ import pytest
 
 from harness.errors import EvidenceError, ToolMissing
 from harness.launch import cuda as cuda_module
+from harness.launch import sources
 from harness.ops.softmax.kernels import (
     MAX_WIDTH,
     ONLINE_UNROLL,
@@ -231,7 +232,7 @@ def test_build_census_cuda(tmp_path: Path) -> None:
     plan = [item.instance for item in instances_for("cuda", shapes)]
     assert [r["kernel"] for r in rows] == [v.kernel for v in plan]
     assert [tuple(r) for r in rows] == [CENSUS_COLUMNS] * len(plan)
-    sha = hashlib.sha256((cuda_module.KERNELS_DIR / "softmax/softmax.cu").read_bytes()).hexdigest()
+    sha = hashlib.sha256((sources.kernels_dir() / "softmax/softmax.cu").read_bytes()).hexdigest()
     for row, v in zip(rows, plan, strict=True):
         wide, narrow = ("ld_global_128", "ld_global_32") if v.vec == 4 else ("ld_global_32", "ld_global_128")
         st_wide = "st_global_128" if v.vec == 4 else "st_global_32"

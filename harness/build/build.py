@@ -25,6 +25,7 @@ from harness import ops
 from harness.build import census, toolchain
 from harness.errors import EvidenceError, ToolMissing
 from harness.launch import cuda as cuda_module
+from harness.launch import sources
 from harness.launch.instances import CudaSpec, TritonSpec, InstanceShapes
 
 CENSUS_COLUMNS: tuple[str, ...] = (
@@ -54,7 +55,8 @@ def kernels_module(op: str) -> Any:
 
 def build_census(op: str, impl: str, shapes: Sequence[Sequence[int]], arch: str = "sm_90",
                  outdir: Path | None = None, *, cuda_compiler: str = "auto",
-                 variant: tuple[str, tuple[str, ...]] | None = None) -> list[dict[str, Any]]:
+                 variant: tuple[str, tuple[str, ...]] | None = None,
+                 sources_root: Path | None = None) -> list[dict[str, Any]]:
     """Compile, offline, every specialization of `impl` that `shapes` need and return one census
     row per compiled kernel function (keys: CENSUS_COLUMNS). With `outdir`, the PTX, SASS, cubin,
     ptxas log and resource report of each specialization are written there.
@@ -62,9 +64,16 @@ def build_census(op: str, impl: str, shapes: Sequence[Sequence[int]], arch: str 
     `cuda_compiler` ('auto', 'nvrtc' or 'nvcc') picks the CUDA compiler; 'auto' prefers NVRTC,
     the one CuPy uses at run time. `variant` = (implementation name, extra options) builds a named
     variant of the CUDA kernels (harness.ops.variants): the same specializations with its -D options,
-    the rows named after the variant. Raises ToolMissing (one sentence) if no compiler or
-    disassembler is available.
+    the rows named after the variant. `sources_root` builds the kernel sources under that tree's
+    kernels/ (another revision's, harness.baseline) with this checkout's dispatch. Raises
+    ToolMissing (one sentence) if no compiler or disassembler is available.
     """
+    with sources.at(sources_root):
+        return _build_census(op, impl, shapes, arch, outdir, cuda_compiler, variant)
+
+
+def _build_census(op: str, impl: str, shapes: Sequence[Sequence[int]], arch: str, outdir: Path | None,
+                  cuda_compiler: str, variant: tuple[str, tuple[str, ...]] | None) -> list[dict[str, Any]]:
     module = kernels_module(op)
     if impl not in IMPLS:
         raise EvidenceError(f"The census builds our implementations {', '.join(IMPLS)}, "

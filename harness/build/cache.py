@@ -70,13 +70,19 @@ def _digests(paths: Sequence[str], base: Path) -> dict[str, str]:
 
 def key(op: str, impl: str, shapes: Sequence[Sequence[int]], arch: str, *,
         variant: tuple[str, Sequence[str]] | None = None, cuda_compiler: str = "auto",
-        base: Path = ROOT) -> str:
-    """The cache key of one build (module docstring)."""
+        base: Path = ROOT, sources_root: Path | None = None) -> str:
+    """The cache key of one build (module docstring); `sources_root`: the kernels come from that
+    tree's kernels/ (build_census's `sources_root`), the host code from `base`."""
     code = sorted(str(p.relative_to(base)) for d in CODE_DIRS for p in (base / d).glob("*.py"))
+    digest = ops.source_digest(op, base)
+    if sources_root is not None:
+        digest = {rel: sha for rel, sha in digest.items() if not rel.startswith("kernels/")}
+        digest.update({f"at:{rel}": sha for rel, sha in ops.source_digest(op, sources_root).items()
+                       if rel.startswith("kernels/")})
     parts = {
         "op": op, "impl": impl, "shapes": [list(s) for s in shapes], "arch": arch,
         "variant": [variant[0], list(variant[1])] if variant else None, "cuda_compiler": cuda_compiler,
-        "sources": ops.source_digest(op, base), "code": _digests(code, base), "compilers": compilers(),
+        "sources": digest, "code": _digests(code, base), "compilers": compilers(),
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 

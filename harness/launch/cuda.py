@@ -21,14 +21,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness import ROOT
 from harness.errors import EvidenceError
+from harness.launch import sources
 
 if TYPE_CHECKING:
     from torch import Tensor
-
-KERNELS_DIR = ROOT / "kernels"
-"""Folder holding the `.cu` sources."""
 
 RUNTIME_OPTIONS: tuple[str, ...] = ("-std=c++17",)
 """Options we give NVRTC (through cupy.RawModule) for every kernel file."""
@@ -42,8 +39,9 @@ code): the census compile adds them too, since `-ftz=true` changes the generated
 
 
 def source_path(filename: str) -> Path:
-    """Path of a kernel source under `kernels/`; EvidenceError if it does not exist."""
-    path = KERNELS_DIR / filename
+    """Path of a kernel source under the `kernels/` in force (harness.launch.sources); EvidenceError
+    if it does not exist."""
+    path = sources.kernels_dir() / filename
     if not path.is_file():
         raise EvidenceError(f"Kernel source {path} does not exist.")
     return path
@@ -63,8 +61,9 @@ def source_sha256(filename: str) -> str:
 
 
 @functools.cache
-def _raw_module(filename: str, options: tuple[str, ...], name_expressions: tuple[str, ...]) -> Any:
-    """A `cupy.RawModule` for one source, option set and set of name expressions (cached)."""
+def _raw_module(filename: str, options: tuple[str, ...], name_expressions: tuple[str, ...], tag: str) -> Any:
+    """A `cupy.RawModule` for one source (of the sources `tag` names), option set and set of name
+    expressions (cached)."""
     import cupy
 
     return cupy.RawModule(code=read_source(filename), options=options, backend="nvrtc",
@@ -116,7 +115,7 @@ def get_function(filename: str, name_expression: str,
     CuPy's current device when first used; CuPy also keeps compiled cubins in its disk cache.
     Inside `variant_options(...)` the variant's options are added.
     """
-    module = _raw_module(filename, (*options, *_VARIANT_OPTIONS), (name_expression,))
+    module = _raw_module(filename, (*options, *_VARIANT_OPTIONS), (name_expression,), sources.tag())
     return module.get_function(name_expression)
 
 

@@ -7,13 +7,13 @@ and the census use the same descriptions, so the census describes the code that 
 
 from __future__ import annotations
 
-import importlib
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from harness.errors import EvidenceError
+from harness.launch import sources
 from harness.launch.cuda import dispatch_define
 
 
@@ -115,8 +115,7 @@ class SimpleTritonSpec:
         return " ".join(parts)
 
     def jit_function(self) -> Any:
-
-        return getattr(importlib.import_module(self.module), self.kernel)
+        return getattr(sources.module(self.module), self.kernel)
 
     def signature(self) -> dict[str, str]:
         return dict(self.arg_types)

@@ -30,6 +30,7 @@ import numpy
 
 from harness.errors import EvidenceError
 from harness.launch import cuda as cuda_launch
+from harness.launch import sources
 from harness.launch import triton as triton_launch
 from harness.launch.checks import check_apart, check_tensors
 from harness.launch.cuda import Launch, dispatch_define
@@ -141,7 +142,8 @@ class TritonInstance:
     source: str = TRITON_SOURCE
 
     def jit_function(self) -> Any:
-        from kernels.layernorm.layernorm_triton import layernorm_fwd
+        _kernels = sources.module("kernels.layernorm.layernorm_triton")
+        layernorm_fwd = _kernels.layernorm_fwd
 
         return layernorm_fwd
 
@@ -194,7 +196,8 @@ def cuda_instance(n: int) -> CudaInstance:
 
 def triton_instance(n: int) -> TritonInstance:
     """The Triton instance that serves rows of width n."""
-    from kernels.layernorm.layernorm_triton import block_n_for, num_warps_for
+    _kernels = sources.module("kernels.layernorm.layernorm_triton")
+    block_n_for, num_warps_for = _kernels.block_n_for, _kernels.num_warps_for
 
     _check_width(n)
     block_n = block_n_for(n)
@@ -259,7 +262,8 @@ def bind_cuda(inputs: Mapping[str, Any], out: Tensor, params: Mapping[str, Any])
 def bind_triton(inputs: Mapping[str, Any], out: Tensor, params: Mapping[str, Any]) -> Launch:
     """Layer norm of inputs x, w, b into `out` with our Triton kernel, bound once (the first
     launch happens here, through the JIT; harness.launch.triton)."""
-    from kernels.layernorm.layernorm_triton import layernorm_fwd
+    _kernels = sources.module("kernels.layernorm.layernorm_triton")
+    layernorm_fwd = _kernels.layernorm_fwd
 
     x, w, b, eps = inputs["x"], inputs["w"], inputs["b"], float(params["eps"])
     rows, n = validate(x, w, b, eps, out)

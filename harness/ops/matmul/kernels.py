@@ -38,6 +38,7 @@ import numpy
 
 from harness.errors import EvidenceError
 from harness.launch import cuda as cuda_launch
+from harness.launch import sources
 from harness.launch import triton as triton_launch
 from harness.launch.checks import check_apart, check_tensors
 from harness.launch.cuda import Launch, dispatch_define
@@ -180,7 +181,8 @@ class TritonInstance:
     # The TritonSpec interface (harness.launch.instances) the offline build compiles from.
 
     def jit_function(self) -> Any:
-        from kernels.matmul.matmul_triton import matmul_fwd
+        _kernels = sources.module("kernels.matmul.matmul_triton")
+        matmul_fwd = _kernels.matmul_fwd
 
         return matmul_fwd
 
@@ -246,7 +248,8 @@ def cuda_grid(m: int, n: int, tile: int | tuple[int, int] = CUDA_TILE[0]) -> int
 
 def triton_instance(m: int, n: int, k: int) -> TritonInstance:
     """The Triton instance that serves an M x N x K product."""
-    from kernels.matmul.matmul_triton import config_for
+    _kernels = sources.module("kernels.matmul.matmul_triton")
+    config_for = _kernels.config_for
 
     _check_dims(m, n, k)
     block_m, block_n, block_k, group_m, warps, stages = config_for(m, n, k)
@@ -317,7 +320,8 @@ def bind_cuda(inputs: Mapping[str, Any], out: Tensor, params: Mapping[str, Any])
 
 def bind_triton(inputs: Mapping[str, Any], out: Tensor, params: Mapping[str, Any]) -> Launch:
     """out = a @ b with our Triton kernel, bound once (harness.launch.triton)."""
-    from kernels.matmul.matmul_triton import matmul_fwd
+    _kernels = sources.module("kernels.matmul.matmul_triton")
+    matmul_fwd = _kernels.matmul_fwd
 
     a, b = inputs["a"], inputs["b"]
     m, n, k = validate(a, b, out)

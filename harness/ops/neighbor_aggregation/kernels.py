@@ -40,6 +40,7 @@ import numpy
 
 from harness.errors import EvidenceError
 from harness.launch import cuda as cuda_launch
+from harness.launch import sources
 from harness.launch import triton as triton_launch
 from harness.launch.checks import check_apart, check_tensors
 from harness.launch.cuda import Launch
@@ -164,16 +165,17 @@ _TRITON_ZERO_ARGS = (("INDPTR", "*i32"), ("OUT", "*fp32"), ("nodes", "i32"), ("F
                      ("BLOCK_F", "constexpr"), ("BLOCK_R", "constexpr"), ("CHUNK", "constexpr"))
 
 
-@functools.lru_cache(maxsize=None)
 def triton_instances(features: int) -> tuple[SimpleTritonSpec, SimpleTritonSpec]:
-    """The (sum, zero) Triton specializations that serve feature width F."""
-    from kernels.neighbor_aggregation.neighbor_aggregation_triton import (
-        ZERO_WARPS,
-        block_e_for,
-        block_f_for,
-        block_r_for,
-        num_warps_for,
-    )
+    """The (sum, zero) Triton specializations that serve feature width F (the heuristics of the
+    Triton source in force, harness.launch.sources)."""
+    return _triton_instances(features, sources.tag())
+
+
+@functools.lru_cache(maxsize=None)
+def _triton_instances(features: int, tag: str) -> tuple[SimpleTritonSpec, SimpleTritonSpec]:
+    _kernels = sources.module("kernels.neighbor_aggregation.neighbor_aggregation_triton")
+    (ZERO_WARPS, block_e_for, block_f_for, block_r_for, num_warps_for) = (
+        _kernels.ZERO_WARPS, _kernels.block_e_for, _kernels.block_f_for, _kernels.block_r_for, _kernels.num_warps_for)
 
     _check_features(features)
     block_f = block_f_for(features)
@@ -305,10 +307,8 @@ def bind_cuda(inputs: Mapping[str, Any], out: Tensor, params: Mapping[str, Any])
 def bind_triton(inputs: Mapping[str, Any], out: Tensor, params: Mapping[str, Any]) -> Launch:
     """Aggregate input x over the CSR graph into `out` with our Triton kernels, bound once
     (harness.launch.triton)."""
-    from kernels.neighbor_aggregation.neighbor_aggregation_triton import (
-        neighbor_sum,
-        neighbor_zero_long_rows,
-    )
+    _kernels = sources.module("kernels.neighbor_aggregation.neighbor_aggregation_triton")
+    neighbor_sum, neighbor_zero_long_rows = _kernels.neighbor_sum, _kernels.neighbor_zero_long_rows
 
     x, indptr, indices, max_degree = inputs["x"], inputs["indptr"], inputs["indices"], _max_degree(inputs)
     nodes, edges, features = validate(x, indptr, indices, out, max_degree)

@@ -32,6 +32,7 @@ import numpy
 
 from harness.errors import EvidenceError
 from harness.launch import cuda as cuda_launch
+from harness.launch import sources
 from harness.launch import triton as triton_launch
 from harness.launch.checks import check_apart, check_tensors
 from harness.launch.cuda import Launch, dispatch_define
@@ -168,14 +169,9 @@ def cuda_instance(n: int) -> CudaInstance:
 
 def triton_instance(n: int) -> SimpleTritonSpec:
     """The Triton instance that serves rows of width n."""
-    from kernels.softmax.softmax_triton import (
-        ONLINE_BLOCK_N,
-        ONLINE_STAGES,
-        ONLINE_WARPS,
-        REGISTER_MAX_N,
-        block_n_for,
-        num_warps_for,
-    )
+    _kernels = sources.module("kernels.softmax.softmax_triton")
+    (ONLINE_BLOCK_N, ONLINE_STAGES, ONLINE_WARPS, REGISTER_MAX_N, block_n_for, num_warps_for) = (
+        _kernels.ONLINE_BLOCK_N, _kernels.ONLINE_STAGES, _kernels.ONLINE_WARPS, _kernels.REGISTER_MAX_N, _kernels.block_n_for, _kernels.num_warps_for)
 
     _check_width(n)
     types = (("X", "*fp32"), ("Y", "*fp32"), ("N", "constexpr"), ("BLOCK_N", "constexpr"))

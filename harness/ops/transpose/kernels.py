@@ -24,6 +24,7 @@ import numpy
 
 from harness.errors import EvidenceError
 from harness.launch import cuda as cuda_launch
+from harness.launch import sources
 from harness.launch import triton as triton_launch
 from harness.launch.checks import check_apart, check_tensors
 from harness.launch.cuda import Launch
@@ -107,7 +108,8 @@ def cuda_instance(r: int, c: int) -> CudaInstance:
 
 def triton_instance(r: int, c: int) -> SimpleTritonSpec:
     """The Triton instance that serves an [r, c] input."""
-    from kernels.transpose.transpose_triton import block_for, num_warps_for
+    _kernels = sources.module("kernels.transpose.transpose_triton")
+    block_for, num_warps_for = _kernels.block_for, _kernels.num_warps_for
 
     _check_dims(r, c)
     bm, bn = block_for(r), block_for(c)

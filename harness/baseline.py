@@ -1,0 +1,124 @@
+"""Baseline revisions: another revision's kernel sources, read from git, to be built and measured
+beside this checkout's in the same run (a pull request's kernels against its base commit's).
+
+`resolve` turns what a user wrote (a branch, tag or commit) into a `Revision` with its full commit
+and the label its implementations carry (`cuda@main`); a name git does not know is one sentence.
+`extract` writes that commit's `kernels/` into a folder from git's objects alone (`git ls-tree`
+and `git cat-file`), so neither the work tree nor the index is touched. The kernels there are
+built and launched with this checkout's host code (harness.launch.sources), so a kernel whose
+launcher changed since cannot be measured at that revision, and says why.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness import ROOT
+from harness.errors import ConfigError, EvidenceError
+
+SEPARATOR = "@"
+"""Between an implementation of ours and a revision's label: 'cuda@main'."""
+
+_LABEL_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+@dataclass(frozen=True)
+class Revision:
+    given: str
+    """What the user wrote ('main', 'v0.3', 'HEAD~1', a commit)."""
+    commit: str
+    """Its full commit."""
+    label: str
+    """What its implementations carry after '@': `given` with every run of characters other than
+    letters, digits, '.', '_' and '-' made one '-' ('HEAD~1' -> 'HEAD-1')."""
+
+
+def label(given: str) -> str:
+    """The label of a revision as written (Revision.label)."""
+    return _LABEL_SAFE.sub("-", given).strip("-") or "revision"
+
+
+def _git(args: Sequence[str], repo: Path, what: str) -> subprocess.CompletedProcess[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") or k == "GIT_DIR"}
+    try:
+        return subprocess.run(["git", *args], cwd=repo, capture_output=True, env=env, timeout=60)
+    except FileNotFoundError:
+        raise EvidenceError(f"git is not installed, so {what} cannot be read.") from None
+    except subprocess.TimeoutExpired:
+        raise EvidenceError(f"git took longer than 60 s to read {what}.") from None
+
+
+def resolve(revisions: str | Sequence[str], repo: Path = ROOT) -> list[Revision]:
+    """Each revision as a Revision, in the order given; ConfigError (one sentence) for one that is
+    not a commit of the repository, and for two that share a label."""
+    given = [revisions] if isinstance(revisions, str) else list(revisions)
+    out: list[Revision] = []
+    for rev in given:
+        if not isinstance(rev, str) or not rev.strip() or rev.startswith("-"):
+            raise ConfigError(f"config: baseline {rev!r} is not a git revision (a branch, tag or commit).")
+        proc = _git(["rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], repo, f"the baseline {rev!r}")
+        commit = proc.stdout.decode().strip()
+        if proc.returncode != 0 or not re.fullmatch(r"[0-9a-f]{40}", commit):
+            raise ConfigError(f"config: baseline {rev!r} is no commit of the repository at {repo} "
+                              f"(git rev-parse found none).")
+        out.append(Revision(given=rev, commit=commit, label=label(rev)))
+    labels = [r.label for r in out]
+    twice = sorted({x for x in labels if labels.count(x) > 1})
+    if twice:
+        raise ConfigError(f"config: the baselines {', '.join(r.given for r in out if r.label in twice)} share the "
+                          f"label {twice[0]!r}; name each revision once.")
+    return out
+
+
+def extract(commit: str, dest: Path, ops: Sequence[str], repo: Path = ROOT) -> Path:
+    """`commit`'s kernels/<op>/ files of each of `ops` under `dest`/kernels/, from git's objects
+    (module docstring); returns `dest`. Written into a partial folder and renamed whole; an
+    existing `dest` is replaced. EvidenceError (one sentence) where git cannot read them, or the
+    commit has no kernels/<op>/ for one of `ops`."""
+    paths = [f"kernels/{op}" for op in ops]
+    proc = _git(["ls-tree", "-r", "-z", "--full-tree", commit, "--", *paths], repo, f"the kernels of {commit[:12]}")
+    if proc.returncode != 0:
+        why = (proc.stderr.decode(errors="replace").strip().splitlines() or ["no reason given"])[0]
+        raise EvidenceError(f"git cannot list the kernels of {commit[:12]}: {why}.")
+    entries = []
+    for record in filter(None, proc.stdout.split(b"\0")):
+        meta, _, raw_name = record.partition(b"\t")
+        mode, kind, sha = meta.decode().split()
+        entries.append((mode, kind, sha, raw_name.decode()))
+    missing = [op for op, path in zip(ops, paths) if not any(e[3].startswith(path + "/") for e in entries)]
+    if missing:
+        raise EvidenceError(f"commit {commit[:12]} has no kernels/{missing[0]}/, so its {missing[0]} kernels cannot be "
+                            f"built there.")
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=f".{dest.name}.partial-", dir=dest.parent))
+    try:
+        for mode, kind, sha, name in entries:
+            if kind != "blob" or mode == "120000":  # a submodule or a link: nothing of ours to build
+                continue
+            blob = _git(["cat-file", "blob", sha], repo, f"{name} at {commit[:12]}")
+            if blob.returncode != 0:
+                raise EvidenceError(f"git cannot read {name} at {commit[:12]}.")
+            target = partial / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(blob.stdout)
+        (partial / "COMMIT").write_text(commit + "\n")
+        if dest.exists():
+            shutil.rmtree(dest)
+        os.rename(partial, dest)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return dest
+
+
+def split(impl: str) -> tuple[str, str | None]:
+    """('cuda', 'main') for 'cuda@main'; ('cuda', None) for 'cuda'."""
+    base, sep, name = impl.partition(SEPARATOR)
+    return base, (name if sep else None)

@@ -1,0 +1,104 @@
+"""Baseline revisions (harness.baseline) on the CPU: revisions resolve to full commits with a label
+or are refused in one sentence; a commit's kernels are read from git's objects without touching
+the work tree or the index; and the offline build compiles the kernels of another revision with
+this checkout's dispatch (harness.launch.sources), CUDA through NVRTC and Triton through its
+compiler, where the two revisions' sources differ (layer norm's CUDA kernel changed in 0fcfb63)."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from harness import ROOT, baseline
+from harness.build import toolchain
+from harness.build.build import build_census
+from harness.errors import ConfigError, EvidenceError
+from harness.launch import sources
+
+CHANGED = "0fcfb63"
+"""A commit that changed kernels/layernorm/layernorm.cu: its parent has the earlier source."""
+
+
+def git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+
+
+def has_history() -> bool:
+    return subprocess.run(["git", "cat-file", "-e", f"{CHANGED}^"], cwd=ROOT, capture_output=True).returncode == 0
+
+
+needs_history = pytest.mark.skipif(not has_history(), reason="this clone lacks the history the test reads")
+
+
+def test_a_revision_resolves_to_its_full_commit_and_a_label() -> None:
+    (head,) = baseline.resolve("HEAD")
+    assert head.commit == git("rev-parse", "HEAD").strip() and head.label == "HEAD"
+    assert baseline.label("HEAD~1") == "HEAD-1" and baseline.label("feature/x y") == "feature-x-y"
+    assert baseline.split("cuda@main") == ("cuda", "main") and baseline.split("cuda") == ("cuda", None)
+
+
+@pytest.mark.parametrize(("given", "says"), [
+    ("nosuch-branch-xyz", "baseline 'nosuch-branch-xyz' is no commit of the repository"),
+    ("--output=/tmp/x", "is not a git revision"),
+    ("", "is not a git revision"),
+])
+def test_a_revision_git_does_not_know_is_one_sentence(given: str, says: str) -> None:
+    with pytest.raises(ConfigError, match=says) as info:
+        baseline.resolve([given])
+    assert "\n" not in str(info.value)
+
+
+def test_two_revisions_of_one_label_are_refused() -> None:
+    with pytest.raises(ConfigError, match="share the label"):
+        baseline.resolve(["HEAD~0", "HEAD^0"])  # both label to 'HEAD-0'
+
+
+@needs_history
+def test_a_commits_kernels_come_from_git_without_touching_the_work_tree(tmp_path: Path) -> None:
+    before = (git("status", "--porcelain=v1", "-z"), (ROOT / ".git" / "index").stat().st_mtime_ns)
+    (rev,) = baseline.resolve(f"{CHANGED}^")
+    root = baseline.extract(rev.commit, tmp_path / "at", ["layernorm", "transpose"])
+    old = (root / "kernels" / "layernorm" / "layernorm.cu").read_bytes()
+    assert old == subprocess.run(["git", "show", f"{rev.commit}:kernels/layernorm/layernorm.cu"], cwd=ROOT,
+                                 capture_output=True, check=True).stdout
+    assert old != (ROOT / "kernels" / "layernorm" / "layernorm.cu").read_bytes()
+    assert (root / "kernels" / "transpose" / "transpose_triton.py").is_file()
+    assert not (root / "kernels" / "matmul").exists()  # only the operations asked for
+    assert (root / "COMMIT").read_text().strip() == rev.commit
+    assert (git("status", "--porcelain=v1", "-z"), (ROOT / ".git" / "index").stat().st_mtime_ns) == before
+    assert not [p for p in tmp_path.iterdir() if ".partial-" in p.name]
+
+
+@needs_history
+def test_an_operation_the_commit_lacks_is_one_sentence(tmp_path: Path) -> None:
+    (rev,) = baseline.resolve("HEAD")
+    with pytest.raises(EvidenceError, match=r"has no kernels/nosuch/"):
+        baseline.extract(rev.commit, tmp_path / "at", ["nosuch"])
+
+
+@needs_history
+@pytest.mark.skipif(toolchain.load_nvrtc() is None, reason="no NVRTC here to build with")
+def test_the_build_compiles_another_revisions_kernels_with_this_dispatch(tmp_path: Path) -> None:
+    (rev,) = baseline.resolve(f"{CHANGED}^")
+    root = baseline.extract(rev.commit, tmp_path / "at", ["layernorm"])
+    shapes = [(4096, 768)]
+    now = build_census("layernorm", "cuda", shapes)
+    then = build_census("layernorm", "cuda", shapes, sources_root=root)
+    old_sha = hashlib.sha256((root / "kernels" / "layernorm" / "layernorm.cu").read_bytes()).hexdigest()
+    assert [r["source_sha256"] for r in then] == [old_sha] * len(then)
+    assert {r["source_sha256"] for r in now}.isdisjoint({old_sha})
+    assert [r["kernel"] for r in then] == [r["kernel"] for r in now]  # the same dispatch chose them
+    assert sources.kernels_dir() == ROOT / "kernels"  # the build's sources are this checkout's again
+    triton_then = build_census("layernorm", "triton", shapes, sources_root=root)
+    triton_sha = hashlib.sha256((root / "kernels" / "layernorm" / "layernorm_triton.py").read_bytes()).hexdigest()
+    assert triton_then and {r["source_sha256"] for r in triton_then} == {triton_sha}
+
+
+def test_a_module_the_tree_lacks_is_one_sentence(tmp_path: Path) -> None:
+    (tmp_path / "kernels").mkdir()
+    with sources.at(tmp_path), pytest.raises(EvidenceError, match="have no kernels/layernorm/layernorm_triton.py"):
+        sources.module("kernels.layernorm.layernorm_triton")
+    assert sources.tag() == ""

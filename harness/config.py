@@ -17,7 +17,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from harness import ROOT, ops
+from harness import ROOT, baseline, ops
 from harness.errors import ConfigError, EvidenceError
 from harness.launch.external import validate_external
 from harness.namespaces import check_name
@@ -285,9 +285,31 @@ def shapes(cfg: Mapping[str, Any], op: str) -> list[str]:
 
 def implementations(cfg: Mapping[str, Any], op: str) -> list[str]:
     """The implementations compared for one operation: its own list, else the top-level one, then
-    the variants of it this run enables (named '<base>.<variant>', e.g. 'cuda.min_blocks_16')."""
+    the variants of it this run enables (named '<base>.<variant>', e.g. 'cuda.min_blocks_16'), then
+    ours at each baseline revision (named '<impl>@<label>', e.g. 'cuda@main'; harness.baseline)."""
     base = list(cfg["operations"][op].get("implementations") or cfg["implementations"])
-    return base + variant_impls(cfg, op)
+    at = [f"{impl}{baseline.SEPARATOR}{label}" for label in baseline_labels(cfg) for impl in base if impl in ops.OURS]
+    return base + variant_impls(cfg, op) + at
+
+
+def baseline_revisions(cfg: Mapping[str, Any]) -> list[str]:
+    """The baseline revisions as written, a list (the config takes one or several)."""
+    value = cfg.get("baseline") or []
+    return [value] if isinstance(value, str) else list(value)
+
+
+def baseline_labels(cfg: Mapping[str, Any]) -> list[str]:
+    """The labels of the baseline revisions (harness.baseline.label), in the order written."""
+    return [baseline.label(rev) for rev in baseline_revisions(cfg)]
+
+
+BASELINE_DIR = "baseline"
+"""Under a namespace's artifacts/<ns>/, the folder of each baseline revision's kernel sources."""
+
+
+def baseline_roots(cfg: Mapping[str, Any]) -> dict[str, str]:
+    """label -> the folder of that revision's kernel sources, relative to the repository root."""
+    return {label: f"artifacts/{cfg['namespace']}/{BASELINE_DIR}/{label}" for label in baseline_labels(cfg)}
 
 
 def variant_impls(cfg: Mapping[str, Any], op: str) -> list[str]:
@@ -364,7 +386,10 @@ def variant_descriptions(cfg: Mapping[str, Any]) -> dict[str, dict[str, str]]:
 
 def measure_plan(cfg: Mapping[str, Any], op: str) -> dict[str, Any]:
     """What a measurement group of `op` depends on (harness.measure.group's plan, less the group)."""
-    return {"params": operation_block(cfg, op), "seed": cfg["seed"], "cache_mode": cfg["cache_mode"],
+    params = operation_block(cfg, op)
+    if baseline_labels(cfg):
+        params["baselines"] = baseline_roots(cfg)
+    return {"params": params, "seed": cfg["seed"], "cache_mode": cfg["cache_mode"],
             "capture": dict(cfg["capture"]), "span": {k: v for k, v in cfg["span"].items() if k != "exclusive"},
             "cross_check": {k: cfg["cross_check"][k] for k in ("enabled", "calls", "replays", "max_seconds")},
             "nsys": {"trace": list(cfg["nsys"]["trace"]), "extra_args": list(cfg["nsys"]["extra_args"])}}

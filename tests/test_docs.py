@@ -72,6 +72,9 @@ SKIP: list[tuple[str, str]] = [
     # Kubernetes: its executor plugin and an S3 bucket (every input and output goes through it).
     (r"^snakemake --profile profiles/kubernetes ",
      "needs snakemake-executor-plugin-kubernetes and the S3 storage plugin with credentials, which CI does not install"),
+    (r"--config baseline=main$",
+     "needs the repository's git history, which this test's copy lacks (tests/test_baseline_pipeline.py runs a "
+     "baseline in a copy made a git repository of its own)"),
     # The GPU machine only.
     (r"^python3 scripts/gpu_tests\.py (smoke|full)$",
      "runs a GPU test tier, which needs a GPU (tests/test_gpu_tests_script.py runs the script on the CPU)"),

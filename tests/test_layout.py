@@ -20,7 +20,7 @@ HARNESS = ROOT / "harness"
 
 LAYERS: list[tuple[str, ...]] = [
     ("harness", "harness.errors", "harness.io", "harness.shapes", "harness.tools", "harness.jobs", "harness.namespaces",
-     "harness.runlog"),
+     "harness.runlog", "harness.baseline"),
     ("harness.launch",),
     ("harness.ops",),
     ("harness.config",),

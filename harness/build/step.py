@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness import baseline
 from harness.build import cache
 from harness.build import external as build_external
 from harness.build.build import build_census
@@ -17,12 +18,14 @@ from harness.shapes import parse_shape
 
 
 def build(op: str, impls: Sequence[str], shapes: Sequence[str], arch: str, block: Mapping[str, Any],
-          census_out: str) -> None:
+          census_out: str, baselines: Mapping[str, str] | None = None) -> None:
     """Build and census every implementation of `op` that has a build (ours, their variants and an
     external kernel; the library call has none) for `shapes`, into one census file. `block` is the
     part of the operation's config block the build reads (harness.config.build_block). Ours come
     from the build cache where nothing they depend on changed (harness.build.cache); each row's
-    `build` says which ('cache <key>' or 'built')."""
+    `build` says which ('cache <key>' or 'built'). Ours at a baseline revision ('cuda@main') are
+    built from the kernel sources in `baselines[label]` (harness.baseline) with this dispatch."""
+    baselines = baselines or {}
     outdir = Path(census_out).parent
     outdir.mkdir(parents=True, exist_ok=True)
     dims = [parse_shape(s) for s in shapes]
@@ -35,12 +38,15 @@ def build(op: str, impls: Sequence[str], shapes: Sequence[str], arch: str, block
             got = build_external.census_rows(op, block.get("external") or {}, arch, folder, shapes=dims)
             rows += [{**row, "build": cache.describe("", False)} for row in got]
             continue
-        base, name = variants.split(impl)
-        variant = (impl, variants.compiler_options(block, impl)) if name is not None else None
-        key = cache.key(op, base, dims, arch, variant=variant)
-        got, hit = cache.built(key, folder, lambda: build_census(op, base, dims, arch=arch, outdir=folder, variant=variant))
+        ours, revision = baseline.split(impl)
+        root = Path(baselines[revision]) if revision is not None else None
+        base, name = variants.split(ours)
+        variant = (impl, variants.compiler_options(block, ours)) if name is not None else None
+        key = cache.key(op, base, dims, arch, variant=variant, sources_root=root)
+        got, hit = cache.built(key, folder, lambda: build_census(op, base, dims, arch=arch, outdir=folder, variant=variant,
+                                                                 sources_root=root))
         print(f"build: {op} {impl}: {'from the build cache (' + key[:16] + ')' if hit else 'built'}")
-        rows += [{**row, "build": cache.describe(key, hit)} for row in got]
+        rows += [{**row, "impl": impl, "build": cache.describe(key, hit)} for row in got]
     for row in rows:
         print(f"census: {row['impl']}: {row['kernel']} [{row['specialization']}] registers={row['registers']} "
               f"spills={row['spill_stores']}/{row['spill_loads']} ld128={row['ld_global_128']} ld32={row['ld_global_32']}")

@@ -33,10 +33,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from harness import ROOT
+from harness import ROOT, baseline
 from harness.errors import EvidenceError
 from harness.launch import cuda as cuda_launch
 from harness.launch import external
+from harness.launch import sources as kernel_sources
 from harness.ops import variants
 
 if TYPE_CHECKING:
@@ -190,7 +191,9 @@ def grow_rows(inputs: Tensors, out: Any, fraction: float) -> tuple[Tensors, Any,
 def launcher(op: Operation, impl: str, params: Params | None = None, shape: str | None = None) -> Bind:
     """The Bind of one implementation; 'external' is built from the op's config block, its launch
     geometry evaluated on the dimensions of `shape`; a variant ('cuda.block512') binds its base
-    with the variant's defines in force, so its dispatch and compile see them."""
+    with the variant's defines in force, so its dispatch and compile see them; ours at a baseline
+    revision ('cuda@main') binds ours with that revision's kernel sources in force (the folder
+    `params['baselines'][label]` names, harness.launch.sources), dispatched by this checkout."""
     if impl == "external":
         if not params or "external" not in params:
             raise EvidenceError(f"operation {op.name!r} has no 'external' block in the config, so it has no external implementation.")
@@ -198,6 +201,22 @@ def launcher(op: Operation, impl: str, params: Params | None = None, shape: str 
         dims = external.dims_from_shape(shape, op.dim_names) if shape else None
         return lambda inputs, out, p: ext.bind(inputs, out, p, dims=dims)
 
+    ours, revision = baseline.split(impl)
+    if revision is not None:
+        roots = (params or {}).get("baselines") or {}
+        if revision not in roots:
+            raise EvidenceError(f"implementation {impl!r} is ours at the baseline {revision!r}, which this run does "
+                                f"not build (its baselines: {', '.join(roots) or 'none'}).")
+        root = Path(roots[revision])
+        root = root if root.is_absolute() else ROOT / root
+        at_bind = launcher(op, ours, params, shape)
+
+        def bind_at_revision(inputs: Tensors, out: Tensor, p: Params) -> Call:
+            with kernel_sources.at(root):  # that revision's kernel sources, compiled and loaded now
+                return at_bind(inputs, out, p)
+
+        bind_at_revision.__name__ = f"{impl} (kernels of {root})"
+        return bind_at_revision
     base, name = variants.split(impl)
     if name is not None:
         options = variants.compiler_options(params, impl)

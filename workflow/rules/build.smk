@@ -1,7 +1,22 @@
-# The build stage: every kernel of ours built offline and censused (no GPU needed).
+# The build stage: every kernel of ours built offline and censused (no GPU needed), with the kernels
+# of each baseline revision read from git first.
+
+
+rule baseline_sources:
+    output:
+        commit=f"{A}/baseline/{{label}}/COMMIT",
+    log:
+        f"{A}/logs/baseline/{{label}}.log",
+    params:
+        commit=lambda wc: BASELINES[wc.label].commit,
+        ops=BUILT_OPS,
+    script:
+        "../scripts/baseline_sources.py"
 
 
 rule build:
+    input:
+        baselines=baseline_sources(),
     output:
         census=f"{A}/build/{{op}}/census.json",
     log:
@@ -14,6 +29,7 @@ rule build:
         shapes=lambda wc: shapes_of(wc.op),
         arch=CFG["arch"],
         block=lambda wc: hconfig.build_block(CFG, wc.op),
+        baselines=hconfig.baseline_roots(CFG),
     script:
         "../scripts/build.py"
 

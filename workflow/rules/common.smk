@@ -11,6 +11,7 @@ sys.path.insert(0, workflow.basedir)
 
 from harness import config as hconfig  # noqa: E402
 from harness import namespaces, runlog  # noqa: E402
+from harness import baseline as hbaseline  # noqa: E402
 from harness import ops as hops  # noqa: E402
 from harness.gpu import preflight  # noqa: E402
 from harness.tables import trust  # noqa: E402
@@ -30,6 +31,18 @@ if "gpu" not in workflow.global_resources:
 
 NS = hconfig.resolve_namespace(CFG, workflow.basedir)
 CFG["namespace"] = NS
+# Baseline revisions (--config baseline=main): each resolved to its commit now, so a name git does
+# not know stops the run in one sentence before any job.
+try:
+    BASELINES = {
+        r.label: r
+        for r in hbaseline.resolve(
+            hconfig.baseline_revisions(CFG), Path(workflow.basedir)
+        )
+    }
+except ConfigError as exc:
+    print(exc, file=sys.stderr)
+    sys.exit(1)
 try:
     trust.check_earlier(
         Path(workflow.basedir) / "artifacts", NS, CFG["trust"]["earlier"]
@@ -75,6 +88,7 @@ TABLES = TABLE_NAMES
 wildcard_constraints:
     op="|".join(OPS),
     shape=r"[0-9]+(x[0-9]+)+(-[a-z]+)?",
+    label=r"[A-Za-z0-9._-]+",
 
 
 def shapes_of(op):
@@ -93,6 +107,11 @@ def counter_parts():
         for op in OPS
         for shape in hconfig.group_shapes(CFG, op, c["shapes"])
     ]
+
+
+def baseline_sources():
+    """The kernel sources of every baseline revision (rule baseline_sources)."""
+    return [f"{A}/baseline/{label}/COMMIT" for label in BASELINES]
 
 
 def sources_of(wildcards):

@@ -9,6 +9,8 @@
 
 
 rule measure:
+    input:
+        baselines=baseline_sources(),
     output:
         record=f"{A}/measure/{{op}}/{{shape}}/record.json",
         launches=f"{A}/measure/{{op}}/{{shape}}/launches.csv",

@@ -1,0 +1,80 @@
+"""The main command with a baseline revision (--config baseline=HEAD), on the CPU with the
+stand-in device, in a copy of the repository made a git repository of its own whose layer-norm
+CUDA kernel was then changed: the revision's kernels are read from git into the namespace, built
+and censused from that source, and measured as cuda@HEAD and triton@HEAD in the same groups as the
+current ones; the work tree is not touched; a revision git does not know stops the run first."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import repo_copy
+
+NS = repo_copy.PIPELINE_NS
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str], str]:
+    work = tmp_path_factory.mktemp("baseline")
+    copy = repo_copy.copy_repo(work / "repo")
+    (copy / "config.yaml").write_text(repo_copy.pipeline_config())
+    git = ["git", "-c", "user.name=test", "-c", "user.email=test@example.com"]
+    subprocess.run(["git", "init", "-q"], cwd=copy, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=copy, check=True)
+    subprocess.run([*git, "commit", "-qm", "base"], cwd=copy, check=True)
+    source = copy / "kernels" / "layernorm" / "layernorm.cu"
+    base_sha = hashlib.sha256(source.read_bytes()).hexdigest()
+    source.write_text(source.read_text() + "\n// changed after the base commit\n")
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=copy, capture_output=True, text=True).stdout
+    env = repo_copy.standin_env(copy, work)
+    proc = repo_copy.snakemake(copy, env, "--cores", "1", "report", "--config", "baseline=HEAD")
+    after = subprocess.run(["git", "status", "--porcelain"], cwd=copy, capture_output=True, text=True).stdout
+    written = ("?? artifacts/", "?? report/")  # what the run wrote; nothing git tracks changed
+    assert [line for line in after.splitlines() if not line.startswith(written)] == status.splitlines()
+    return copy, proc, base_sha
+
+
+def test_the_run_finishes(run: tuple[Path, subprocess.CompletedProcess[str], str]) -> None:
+    copy, proc, _ = run
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (copy / "report" / NS / "field_note.md").is_file()
+
+
+def test_the_revisions_kernels_are_read_from_git_and_built_from_that_source(
+        run: tuple[Path, subprocess.CompletedProcess[str], str]) -> None:
+    copy, _, base_sha = run
+    root = copy / "artifacts" / NS / "baseline" / "HEAD"
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=copy, capture_output=True, text=True).stdout.strip()
+    assert (root / "COMMIT").read_text().strip() == head
+    assert hashlib.sha256((root / "kernels" / "layernorm" / "layernorm.cu").read_bytes()).hexdigest() == base_sha
+    census = pd.read_csv(copy / "artifacts" / NS / "tables" / "census.csv")
+    at_head = census[census["impl"] == "cuda@HEAD"]
+    now = census[census["impl"] == "cuda"]
+    assert len(at_head) > 0 and set(at_head["source_sha256"]) == {base_sha}
+    assert base_sha not in set(now["source_sha256"])
+    assert list(at_head["kernel"]) == list(now["kernel"])  # this checkout's dispatch chose the same instances
+    assert len(census[census["impl"] == "triton@HEAD"]) > 0
+
+
+def test_the_revision_is_measured_in_the_same_groups(run: tuple[Path, subprocess.CompletedProcess[str], str]) -> None:
+    copy, _, _ = run
+    for shape in ("4096x768", "8192x768"):
+        record = json.loads((copy / "artifacts" / NS / "measure" / "layernorm" / shape / "record.json").read_text())
+        assert {"cuda", "triton", "cuda@HEAD", "triton@HEAD"} <= set(record["passed"])
+        assert record["calls_per_round"]["cuda@HEAD"] == record["calls_per_round"]["cuda"]
+    kt = pd.read_csv(copy / "artifacts" / NS / "tables" / "kernel_time.csv")
+    assert {"cuda@HEAD", "triton@HEAD"} <= set(kt["impl"])
+
+
+def test_a_revision_git_does_not_know_stops_the_run_in_one_sentence(tmp_path: Path) -> None:
+    copy = repo_copy.copy_repo(tmp_path / "repo")
+    subprocess.run(["git", "init", "-q"], cwd=copy, check=True)
+    proc = repo_copy.snakemake(copy, repo_copy.env(copy), "-n", "report", "--config", "baseline=no-such-branch")
+    assert proc.returncode != 0
+    assert "config: baseline 'no-such-branch' is no commit of the repository" in proc.stderr
+    assert not (copy / "artifacts").exists() or not any((copy / "artifacts").iterdir())

@@ -78,3 +78,19 @@ def test_a_revision_git_does_not_know_stops_the_run_in_one_sentence(tmp_path: Pa
     assert proc.returncode != 0
     assert "config: baseline 'no-such-branch' is no commit of the repository" in proc.stderr
     assert not (copy / "artifacts").exists() or not any((copy / "artifacts").iterdir())
+
+
+def test_the_change_table_sets_each_kernel_against_itself_at_the_revision(
+        run: tuple[Path, subprocess.CompletedProcess[str], str]) -> None:
+    copy, _, _ = run
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=copy, capture_output=True, text=True).stdout.strip()
+    change = pd.read_csv(copy / "artifacts" / NS / "tables" / "change.csv")
+    assert sorted(zip(change["shape"], change["impl"])) == [("4096x768", "cuda"), ("4096x768", "triton"),
+                                                             ("8192x768", "cuda"), ("8192x768", "triton")]
+    assert set(change["revision"]) == {"HEAD"} and set(change["commit"]) == {head}
+    kt = pd.read_csv(copy / "artifacts" / NS / "tables" / "kernel_time.csv").set_index(["shape", "impl"])
+    for row in change.to_dict("records"):
+        assert row["current_us"] == kt.loc[(row["shape"], row["impl"]), "kernel_time_us"]
+        assert row["baseline_us"] == kt.loc[(row["shape"], row["impl"] + "@HEAD"), "kernel_time_us"]
+        assert row["ratio_lo"] <= row["ratio"] <= row["ratio_hi"]
+        assert row["verdict"] in ("faster", "slower", "same", "can't tell")

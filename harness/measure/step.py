@@ -146,6 +146,7 @@ def measure(*, op: str, shape: str, impls: Sequence[str], plan: Mapping[str, Any
             "nsys": (info or {}).get("nsys"), "nsys_version": export.get("nsys_version"), "export": export,
             "env_rows_removed": (info or {}).get("env_rows_removed"), "environment_removed": leaks,
             "versions": versions(), "host": platform.node(), "cache_mode": plan["cache_mode"],
+            "baselines": _baseline_commits(plan),
         }
     finally:  # the group process's plan, progress and results: scratch, on every exit
         for name in SCRATCH:
@@ -155,6 +156,17 @@ def measure(*, op: str, shape: str, impls: Sequence[str], plan: Mapping[str, Any
         k = record["calls_per_round"].get(impl)
         print(f"measured: {op} {shape} {impl}: {record['rounds']} rounds of {k} calls, launch {record['launch_paths'].get(impl)}")
     return record
+
+
+def _baseline_commits(plan: Mapping[str, Any]) -> dict[str, str]:
+    """label -> the commit of each baseline revision the group measured (its sources' COMMIT file)."""
+    out = {}
+    for label, root in ((plan.get("params") or {}).get("baselines") or {}).items():
+        try:
+            out[label] = (Path(root) / "COMMIT").read_text().strip()
+        except OSError:
+            out[label] = "unknown"
+    return out
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness import ops
+from harness import baseline, ops
 from harness.ops import variants as config_variants
 from harness.tables import nsys, stats
 from harness.tables.cross_check import CROSS_CHECK_COLUMNS, compare
@@ -74,6 +74,12 @@ SWEEP_COLUMNS = [
 ]
 VARIANT_COLUMNS = ["namespace", "op", "shape", "variant", "base", "description", "cache_mode", "base_us",
                    "variant_us", "ratio", "ratio_lo", "ratio_hi", "verdict", "half_width", "margin"]
+
+CHANGE_COLUMNS = ["namespace", "op", "shape", "impl", "revision", "commit", "cache_mode", "current_us", "baseline_us",
+                  "ratio", "ratio_lo", "ratio_hi", "verdict", "half_width", "margin"]
+"""change.csv: each implementation of ours against itself at a baseline revision, measured in the
+same group: ratio = current / baseline (below 1: the change made it faster), its paired interval
+over the rounds and the verdict."""
 
 
 # ----------------------------------------------------------------------------------- one group
@@ -267,6 +273,27 @@ def _variant_rows(group: Group, kt_rows: list[dict[str, Any]], descriptions: Map
     return out
 
 
+def _change_rows(group: Group, kt_rows: list[dict[str, Any]], namespace: str, cache_mode: str,
+                 margin: float) -> list[dict[str, Any]]:
+    """change.csv rows of a group (CHANGE_COLUMNS): one per implementation '<impl>@<revision>' it
+    captured beside '<impl>'."""
+    op, shape = group.key
+    per_round = round_values(group)
+    t = {r["impl"]: r["kernel_time_us"] for r in kt_rows}
+    commits = group.record.get("baselines") or {}
+    out = []
+    for impl in per_round:
+        ours, revision = baseline.split(impl)
+        if revision is None:
+            continue
+        r = ratio(per_round, ours, impl, (op, shape), margin)
+        out.append({"namespace": namespace, "op": op, "shape": shape, "impl": ours, "revision": revision,
+                    "commit": commits.get(revision), "cache_mode": cache_mode, "current_us": t.get(ours),
+                    "baseline_us": t.get(impl), "ratio": r["ratio"], "ratio_lo": r["ratio_lo"], "ratio_hi": r["ratio_hi"],
+                    "verdict": r["verdict"], "half_width": r["half_width"], "margin": margin})
+    return out
+
+
 def _span_rows(group: Group, namespace: str, cache_mode: str) -> list[dict[str, Any]]:
     span_facts = group.record.get("span") or {}
     out: list[dict[str, Any]] = []
@@ -317,11 +344,13 @@ def cross_check_rows(group: Group, kt_rows: list[dict[str, Any]], rtol: float, a
 # ----------------------------------------------------------------------------------- a namespace
 
 
-TABLES = ("kernel_time_detail", "kernel_time", "rounds", "span", "check", "sweep", "variants", "cross_check", "gpu_state")
+TABLES = ("kernel_time_detail", "kernel_time", "rounds", "span", "check", "sweep", "variants", "change", "cross_check",
+          "gpu_state")
 """The tables `namespace_tables` derives (tables/<name>.csv)."""
 
 COLUMNS = {"kernel_time_detail": KERNEL_TIME_DETAIL_COLUMNS, "kernel_time": KERNEL_TIME_COLUMNS, "rounds": ROUND_COLUMNS,
            "span": SPAN_COLUMNS, "check": CHECK_COLUMNS, "sweep": SWEEP_COLUMNS, "variants": VARIANT_COLUMNS,
+           "change": CHANGE_COLUMNS,
            "cross_check": CROSS_CHECK_COLUMNS, "gpu_state": GPU_STATE_COLUMNS}
 
 
@@ -348,6 +377,7 @@ def namespace_tables(groups: Iterable[Group], *, namespace: str, cache_mode: str
         out["check"] += _check_rows(group, namespace)
         out["sweep"].append(_sweep_row(group, kt, namespace, cache_mode, margin))
         out["variants"] += _variant_rows(group, kt, descriptions.get(group.key[0], {}), namespace, cache_mode, margin)
+        out["change"] += _change_rows(group, kt, namespace, cache_mode, margin)
         out["cross_check"] += cross_check_rows(group, kt, float(cc["rtol"]), float(cc["atol_us_per_kernel"]),
                                                namespace, cache_mode)
         out["gpu_state"] += gpu_state_rows(group, namespace)

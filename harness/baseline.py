@@ -29,6 +29,12 @@ SEPARATOR = "@"
 _LABEL_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
+class CannotMeasure(EvidenceError):
+    """Ours at a baseline revision cannot be bound there (its kernel does not compile, or this
+    checkout's launcher no longer fits it): one sentence, 'cuda@main cannot be measured at main:
+    <reason>'. The check records it as failed with that sentence; the group goes on without it."""
+
+
 @dataclass(frozen=True)
 class Revision:
     given: str

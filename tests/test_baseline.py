@@ -102,3 +102,36 @@ def test_a_module_the_tree_lacks_is_one_sentence(tmp_path: Path) -> None:
     with sources.at(tmp_path), pytest.raises(EvidenceError, match="have no kernels/layernorm/layernorm_triton.py"):
         sources.module("kernels.layernorm.layernorm_triton")
     assert sources.tag() == ""
+
+
+def test_ours_at_a_revision_that_cannot_be_bound_says_so_in_one_sentence(tmp_path: Path) -> None:
+    """The launcher of cuda@old wraps whatever stops the bind there (here the CPU tensors the
+    launcher refuses) in one sentence naming the implementation and the revision."""
+    import torch
+
+    from harness import ops
+
+    op = ops.get("layernorm")
+    params = {"eps": 1e-5, "baselines": {"old": str(tmp_path)}}
+    x = torch.ones(4, 8)
+    with pytest.raises(baseline.CannotMeasure, match=r"^cuda@old cannot be measured at old: EvidenceError: ") as info:
+        ops.launcher(op, "cuda@old", params)({"x": x, "w": torch.ones(8), "b": torch.ones(8)}, torch.empty(4, 8), params)
+    assert "\n" not in str(info.value)
+    with pytest.raises(EvidenceError, match="which this run does not build"):
+        ops.launcher(op, "cuda@other", params)
+
+
+def test_a_check_that_cannot_bind_at_its_revision_is_recorded_and_the_group_goes_on(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.measure import group
+
+    def run_check(op: str, shape: str, impl: str, params: dict, seed: int) -> dict:
+        if impl == "cuda@old":
+            raise baseline.CannotMeasure("cuda@old cannot be measured at old: CompileException: no such template")
+        return {"op": op, "shape": shape, "impl": impl, "passed": True}
+
+    monkeypatch.setattr(group, "run_check", run_check)
+    plan = {"op": "layernorm", "shape": "8x8", "impls": ["cuda", "cuda@old", "triton"], "params": {}, "seed": 1}
+    records = group.checks(plan, group.Progress(None))
+    assert [records[i]["passed"] for i in plan["impls"]] == [True, False, True]
+    assert records["cuda@old"]["error"] == "cuda@old cannot be measured at old: CompileException: no such template"

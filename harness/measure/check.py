@@ -59,6 +59,15 @@ def run_check(op_name: str, shape: str, impl: str, params: dict[str, Any], seed:
     return record
 
 
+def unmeasured_record(op: str, shape: str, impl: str, message: str, **facts: Any) -> dict[str, Any]:
+    """The check record of an implementation that could not be checked (it crashed the GPU, or it
+    cannot be bound at its baseline revision): failed, with the sentence that says why, neither
+    captured nor timed; `facts` are added (crashed=True)."""
+    return {"op": op, "shape": shape, "impl": impl, "passed": False, "max_abs_err": None, "max_rel_err": None,
+            "rel_l2_err": None, "atol": None, "rtol": None, "nonfinite_outputs": None, "unwritten_outputs": None,
+            "elements": None, "error": message, **facts}
+
+
 def failure(record: dict[str, Any]) -> str:
     """The one-sentence reason a check failed ('' when it passed)."""
     if record["passed"]:

@@ -44,13 +44,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from harness import ops
+from harness import baseline, ops
 from harness.errors import EvidenceError
 from harness.gpu.deadline import deadline
 from harness.gpu.device import require_gpu
 from harness.io import write_json
 from harness.measure import graph_replay
-from harness.measure.check import crash_message, failure, run_check
+from harness.measure.check import crash_message, failure, run_check, unmeasured_record
 
 RANGE = "capture"
 """The NVTX range around the captured rounds (ncu's --nvtx-include selects it)."""
@@ -131,6 +131,12 @@ def checks(plan: Mapping[str, Any], progress: Progress) -> dict[str, dict[str, A
         try:
             with deadline(limit, f"the check of {plan['op']} {plan['shape']} {impl}", stop=hung):
                 record = run_check(plan["op"], plan["shape"], impl, plan["params"], plan["seed"])
+        except baseline.CannotMeasure as exc:
+            if crash_message(exc.__cause__ or exc, plan["op"], plan["shape"], impl) is not None:
+                raise
+            out[impl] = unmeasured_record(plan["op"], plan["shape"], impl, str(exc))
+            print(str(exc), file=sys.stderr, flush=True)
+            continue
         except Exception as exc:
             crashed = crash_message(exc, plan["op"], plan["shape"], impl)
             if crashed is None:

@@ -30,7 +30,7 @@ from harness.io import write_csv, write_json, write_text
 from harness.measure import capture, group
 from harness.measure import ceilings as ceilings_mod
 from harness.measure import counters as ncu
-from harness.measure.check import failure
+from harness.measure.check import failure, unmeasured_record
 from harness.tables import counters as counter_table
 from harness.tables import derive, nsys
 from harness.tools import clean_parent, run_command, versions
@@ -58,9 +58,7 @@ def _gpu_reader(uuid: str) -> Any:
 
 def crashed_record(op: str, shape: str, impl: str, message: str) -> dict[str, Any]:
     """The check record of an implementation that crashed the GPU: failed, neither captured nor timed."""
-    return {"op": op, "shape": shape, "impl": impl, "passed": False, "max_abs_err": None, "max_rel_err": None,
-            "rel_l2_err": None, "atol": None, "rtol": None, "nonfinite_outputs": None, "unwritten_outputs": None,
-            "elements": None, "error": message, "crashed": True}
+    return unmeasured_record(op, shape, impl, message, crashed=True)
 
 
 SCRATCH = ("results.json", "progress.json", "plan.json")

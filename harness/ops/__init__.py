@@ -212,8 +212,13 @@ def launcher(op: Operation, impl: str, params: Params | None = None, shape: str 
         at_bind = launcher(op, ours, params, shape)
 
         def bind_at_revision(inputs: Tensors, out: Tensor, p: Params) -> Call:
-            with kernel_sources.at(root):  # that revision's kernel sources, compiled and loaded now
-                return at_bind(inputs, out, p)
+            try:
+                with kernel_sources.at(root):  # that revision's kernel sources, compiled and loaded now
+                    return at_bind(inputs, out, p)
+            except Exception as exc:  # a kernel that does not compile there, a launcher that no longer fits
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+                raise baseline.CannotMeasure(f"{impl} cannot be measured at {revision}: {type(exc).__name__}: "
+                                             f"{first}") from exc
 
         bind_at_revision.__name__ = f"{impl} (kernels of {root})"
         return bind_at_revision

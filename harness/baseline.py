@@ -61,9 +61,14 @@ def _git(args: Sequence[str], repo: Path, what: str) -> subprocess.CompletedProc
         raise EvidenceError(f"git took longer than 60 s to read {what}.") from None
 
 
-def resolve(revisions: str | Sequence[str], repo: Path = ROOT) -> list[Revision]:
+def resolve(revisions: str | Sequence[str], repo: Path = ROOT, extracted: Path | None = None) -> list[Revision]:
     """Each revision as a Revision, in the order given; ConfigError (one sentence) for one that is
-    not a commit of the repository, and for two that share a label."""
+    not a commit of the repository, and for two that share a label.
+
+    `extracted` is the folder of the namespace's extracted baselines (artifacts/<ns>/baseline/):
+    where git cannot answer (a copy of the tree without its history, as on a lent GPU machine) a
+    revision whose sources a checkout with the history already extracted there (its COMMIT file)
+    is taken from there."""
     given = [revisions] if isinstance(revisions, str) else list(revisions)
     out: list[Revision] = []
     for rev in given:
@@ -72,8 +77,11 @@ def resolve(revisions: str | Sequence[str], repo: Path = ROOT) -> list[Revision]
         proc = _git(["rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], repo, f"the baseline {rev!r}")
         commit = proc.stdout.decode().strip()
         if proc.returncode != 0 or not re.fullmatch(r"[0-9a-f]{40}", commit):
-            raise ConfigError(f"config: baseline {rev!r} is no commit of the repository at {repo} "
-                              f"(git rev-parse found none).")
+            kept = _extracted_commit(extracted, label(rev))
+            if kept is None:
+                raise ConfigError(f"config: baseline {rev!r} is no commit of the repository at {repo} "
+                                  f"(git rev-parse found none).")
+            commit = kept
         out.append(Revision(given=rev, commit=commit, label=label(rev)))
     labels = [r.label for r in out]
     twice = sorted({x for x in labels if labels.count(x) > 1})
@@ -81,6 +89,17 @@ def resolve(revisions: str | Sequence[str], repo: Path = ROOT) -> list[Revision]
         raise ConfigError(f"config: the baselines {', '.join(r.given for r in out if r.label in twice)} share the "
                           f"label {twice[0]!r}; name each revision once.")
     return out
+
+
+def _extracted_commit(extracted: Path | None, name: str) -> str | None:
+    """The commit whose sources `extract` left under `extracted`/<name>/, or None."""
+    if extracted is None:
+        return None
+    try:
+        commit = (extracted / name / "COMMIT").read_text().strip()
+    except OSError:
+        return None
+    return commit if re.fullmatch(r"[0-9a-f]{40}", commit) else None
 
 
 def extract(commit: str, dest: Path, ops: Sequence[str], repo: Path = ROOT) -> Path:

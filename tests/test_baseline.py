@@ -135,3 +135,16 @@ def test_a_check_that_cannot_bind_at_its_revision_is_recorded_and_the_group_goes
     records = group.checks(plan, group.Progress(None))
     assert [records[i]["passed"] for i in plan["impls"]] == [True, False, True]
     assert records["cuda@old"]["error"] == "cuda@old cannot be measured at old: CompileException: no such template"
+
+
+@needs_history
+def test_a_copy_without_the_history_takes_the_sources_already_extracted(tmp_path: Path) -> None:
+    (rev,) = baseline.resolve("HEAD")
+    baseline.extract(rev.commit, tmp_path / "baseline" / "HEAD", ["layernorm"])
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=bare, check=True)  # a repository that does not know the commit
+    (again,) = baseline.resolve("HEAD", bare, tmp_path / "baseline")
+    assert again == rev
+    with pytest.raises(ConfigError, match="is no commit of the repository"):
+        baseline.resolve("main-of-nothing", bare, tmp_path / "baseline")

@@ -32,12 +32,15 @@ if "gpu" not in workflow.global_resources:
 NS = hconfig.resolve_namespace(CFG, workflow.basedir)
 CFG["namespace"] = NS
 # Baseline revisions (--config baseline=main): each resolved to its commit now, so a name git does
-# not know stops the run in one sentence before any job.
+# not know stops the run in one sentence before any job; a copy without the history (a lent GPU
+# machine) takes the sources a checkout with it extracted into the namespace (rule baseline_sources).
 try:
     BASELINES = {
         r.label: r
         for r in hbaseline.resolve(
-            hconfig.baseline_revisions(CFG), Path(workflow.basedir)
+            hconfig.baseline_revisions(CFG),
+            Path(workflow.basedir),
+            Path(workflow.basedir) / "artifacts" / NS / "baseline",
         )
     }
 except ConfigError as exc:

@@ -528,6 +528,13 @@ def cross_check_context(frame: Any, cc: Mapping[str, Any]) -> dict[str, Any] | N
             "atol_us_per_kernel": cc.get("atol_us_per_kernel", 0)}
 
 
+def _unsampled(row: Mapping[str, Any]) -> bool:
+    """A gpu_state row without NVML samples during its capture and without a flag: NVML could not
+    be read, so whether the capture was quiet is unknown."""
+    return ("during_samples" in row and not summary.number(row.get("during_samples"))
+            and summary.truth(row.get("disturbed")) is not True)
+
+
 def gpu_quiet(state: Any) -> dict[str, Any] | None:
     """The GPU's state before the captures, in ranges ('0' / '76-110' W), the captures marked
     disturbed, and a table with one row per (op, shape) group, from gpu_state.csv; None where the
@@ -555,7 +562,8 @@ def gpu_quiet(state: Any) -> dict[str, Any] | None:
                   span_of([r.get("before_compute_processes") for r in g]),
                   num(max((summary.number(r.get("waited_s")) or 0.0) for r in g), 1),
                   "; ".join(dict.fromkeys(safe.plain(r.get("flags")) for r in g if summary.truth(r.get("disturbed"))))
-                  or "no"] for (op, shape), g in groups.items()])
+                  or ("unknown (no NVML samples)" if any(_unsampled(r) for r in g) else "no")]
+                 for (op, shape), g in groups.items()])
     return {
         "captures": len(rows), "utilization": span_of([r.get("before_utilization_pct") for r in rows]),
         "power": span_of([r.get("before_power_w") for r in rows]),

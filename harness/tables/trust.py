@@ -3,8 +3,10 @@ flags a report must not hide. The rules, and why they are these, are in docs/tru
 
 * **Same-session controls with a known band.** One implementation (the control, `triton` by default)
   is captured in every session. Its band per (op, shape) is the min-max of its kernel time over
-  every earlier namespace whose captures there NVML saw quiet (same GPU model, cache mode and
-  control kernel), widened by a margin. The band is a function of that set only: the order in
+  every earlier namespace whose captures there NVML did not flag (same GPU model, cache mode and
+  control kernel), widened by a margin. A namespace without an NVML record there is unknown, not
+  quiet: it enters the band, which names it (`unrecorded`), unless it lies so far above the
+  median of the band's sessions that it reads as load. The band is a function of that set only: the order in
   which namespaces were captured or listed never changes it, and no namespace is left out for where
   its control fell against another band. Every namespace left out is listed with its reason.
 * **A control is judged by its band and by NVML.** Above its band while NVML saw nothing: `above`
@@ -28,17 +30,33 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import sqlite_utils
+import yaml
 
+from harness import ROOT
 from harness.errors import ConfigError, EvidenceError
 from harness.io import write_csv
 from harness.tables import history
+
+def _schema_margin() -> float:
+    with open(ROOT / "workflow" / "schemas" / "config.schema.yaml") as fh:
+        return float(yaml.safe_load(fh)["properties"]["trust"]["properties"]["margin"]["default"])
+
+
+MARGIN = _schema_margin()
+"""The control band's margin where none is given: the config schema's `trust.margin` default, the
+one place it is written."""
+
+OUTLIER_MADS = 3.0
+"""How far above the median of a band's sessions (in scaled median absolute deviations, and at least
+twice the margin) a session without an NVML record may lie before it is taken for load and set
+aside; sessions NVML saw quiet are never set aside for where they fell."""
 
 LIBRARY_IMPLS = ("torch",)
 """Library baselines: never compared across namespaces."""
@@ -50,9 +68,9 @@ LIBRARY_REASON = "the library is not ours and may change with the driver and lib
 LIBRARY_NOTE = f"{LIBRARY_REASON}, so library baselines are never compared across namespaces"
 
 BAND_COLUMNS = ["op", "shape", "control", "observed_min_us", "observed_max_us", "band_lo_us", "band_hi_us", "margin",
-                "n_namespaces", "namespaces", "min_namespace", "max_namespace", "set_aside"]
+                "n_namespaces", "namespaces", "unrecorded", "min_namespace", "max_namespace", "set_aside"]
 CONTROL_COLUMNS = ["op", "shape", "control", "kernel_time_us", "band_lo_us", "band_hi_us", "observed_min_us",
-                   "observed_max_us", "margin", "n_namespaces", "namespaces", "set_aside", "status", "under_load",
+                   "observed_max_us", "margin", "n_namespaces", "namespaces", "unrecorded", "set_aside", "status", "under_load",
                    "rankable", "suspect", "nvml", "nvml_flags", "ours", "ours_us", "ours_lo_us", "ours_hi_us",
                    "ours_namespaces", "ours_position", "split_gpus", "note", "claim_note"]
 DRIFT_COLUMNS = ["earlier", "current", "op", "shape", "impl", "before_us", "after_us", "change_pct",
@@ -176,6 +194,9 @@ class Retained:
         for rec in state.to_dict("records"):
             key = (str(rec["op"]), str(rec["shape"]), str(rec["impl"]))
             flagged = _truthy(rec.get("disturbed"))
+            samples = _float(rec.get("during_samples")) if "during_samples" in rec else 1.0
+            if not flagged and not samples:
+                continue  # NVML could not be read during this capture: unknown, never quiet
             text = "" if _missing(rec.get("flags")) else str(rec.get("flags"))
             old = self._state.get(key, (False, ""))
             self._state[key] = (old[0] or flagged, "; ".join(t for t in (old[1], text) if t))
@@ -187,7 +208,8 @@ class Retained:
         return any(flagged for flagged, _ in self._state.values())
 
     def watched(self, op: str, shape: str, impl: str) -> bool:
-        """NVML recorded this capture (gpu_state.csv has its row)."""
+        """NVML recorded this capture (gpu_state.csv has its row, with NVML samples during it or a
+        flag); a row with no samples is no record: what NVML would have seen is unknown."""
         return (op, shape, impl) in self._state
 
     def capture_flagged(self, op: str, shape: str, impl: str) -> bool:
@@ -312,7 +334,8 @@ def _as_set(exclude: str | Iterable[str] | None) -> set[str]:
 def _set_aside_reason(ns: Retained, rec: Mapping[str, Any], impl: str, current_census: pd.DataFrame | None,
                       gpu: str | None, cache_mode: str | None) -> str | None:
     """Why this namespace's capture of `impl` at (op, shape) is left out of a band; None when it
-    enters it (same GPU model, cache mode and kernel, and NVML saw its captures there quiet)."""
+    enters it (same GPU model, cache mode and kernel, and NVML flagged none of its captures there;
+    a capture NVML did not record is unknown, not loaded, and enters: `_far_above` guards it)."""
     op, shape = str(rec["op"]), str(rec["shape"])
     mode = rec.get("cache_mode")
     if gpu is not None and ns.gpu is not None and ns.gpu != gpu:
@@ -326,34 +349,50 @@ def _set_aside_reason(ns: Retained, rec: Mapping[str, Any], impl: str, current_c
             return "no census row for the kernel"
         if change is not None and change != "missing":
             return f"{impl} kernel {change.replace('changed ', 'changed its ')}"
-    if not ns.watched(op, shape, impl):
-        return "no NVML record"
     flagged = ns.group_flags(op, shape)
     if flagged:
         return f"NVML flagged its captures there: {_flag_text(flagged.values())}"
     return None
 
 
-def control_bands(history_like: Any, control: str = "triton", margin: float = 0.05,
+def _far_above(points: list[tuple[float, tuple[str, str], str, bool]], margin: float) -> set[str]:
+    """The sessions without an NVML record that lie so far above the median of all the band's
+    sessions that they are taken for load: more than OUTLIER_MADS scaled median absolute deviations
+    and more than twice the margin above it (with fewer than three sessions no centre is robust, so
+    none is). Load only slows a kernel, so only the upper side is tested; the median and the MAD are
+    symmetric in the sessions, so the band still depends on their set only."""
+    if len(points) < 3 or all(not unrecorded for *_, unrecorded in points):
+        return set()
+    values = sorted(p[0] for p in points)
+    mid = len(values) // 2
+    median = values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+    devs = sorted(abs(v - median) for v in values)
+    mad = devs[mid] if len(devs) % 2 else (devs[mid - 1] + devs[mid]) / 2
+    allowed = max(OUTLIER_MADS * 1.4826 * mad, 2 * margin * median)
+    return {name for value, _, name, unrecorded in points if unrecorded and value > median + allowed}
+
+
+def control_bands(history_like: Any, control: str = "triton", margin: float = MARGIN,
                   exclude: str | Iterable[str] | None = None, *, current_census: pd.DataFrame | None = None,
                   gpu: str | None = None, cache_mode: str | None = None) -> pd.DataFrame:
     """Per (op, shape): the min and max of `control`'s kernel_time_us over the namespaces of the
-    history (other than `exclude`) whose captures there NVML saw quiet, and the band widened by the
-    margin: lo·(1−margin), hi·(1+margin).
+    history (other than `exclude`) whose captures there NVML did not flag, and the band widened by
+    the margin: lo·(1−margin), hi·(1+margin). `unrecorded` names the band's namespaces without an
+    NVML record of the control's capture there (what NVML would have seen is unknown).
 
     A namespace that measured the control at an (op, shape) is set aside there, with its reason in
     `set_aside` ('name (why); name2 (why)'), when it ran on another GPU model than `gpu`, in another
     cache mode than `cache_mode`, with another control kernel serving that shape than
-    `current_census` names (kernel_identity; or without a census row for it), without an NVML record
-    of its control capture there ('no NVML record'), or with any of its captures there flagged by
-    NVML. Nothing else sets a namespace aside (never where its control fell against some other
-    band), so the band depends on the set of namespaces only: permuting the history gives the same
-    rows. Namespaces are listed by date, then name; rows are sorted by (op, shape). An (op, shape)
+    `current_census` names (kernel_identity; or without a census row for it), with any of its
+    captures there flagged by NVML, or, without an NVML record, far above the median of the band's
+    sessions (`_far_above`: one loaded session without a record cannot widen the band). Nothing else
+    sets a namespace aside (never where its control fell against some other band), so the band
+    depends on the set of namespaces only: permuting the history gives the same rows. Namespaces are listed by date, then name; rows are sorted by (op, shape). An (op, shape)
     where every namespace was set aside keeps a row with n_namespaces 0 and no band."""
     if not 0 <= margin < 1:
         raise EvidenceError(f"trust: the control band margin must be at least 0 and below 1, not {margin}.")
     skip = _as_set(exclude)
-    points: dict[tuple[str, str], list[tuple[float, tuple[str, str], str]]] = {}
+    points: dict[tuple[str, str], list[tuple[float, tuple[str, str], str, bool]]] = {}
     aside: dict[tuple[str, str], dict[str, tuple[tuple[str, str], str]]] = {}
     for ns in retained(history_like):
         if ns.namespace in skip:
@@ -368,17 +407,26 @@ def control_bands(history_like: Any, control: str = "triton", margin: float = 0.
             key = (str(rec["op"]), str(rec["shape"]))
             why = _set_aside_reason(ns, rec, control, current_census, gpu, cache_mode)
             if why is None:
-                points.setdefault(key, []).append((value, ns.order_key(), ns.namespace))
+                points.setdefault(key, []).append((value, ns.order_key(), ns.namespace,
+                                                   not ns.watched(key[0], key[1], control)))
             else:
                 aside.setdefault(key, {}).setdefault(ns.namespace, (ns.order_key(), why))
     out = []
     for key in sorted({*points, *aside}):
         pts = points.get(key, [])
-        used = {n for _, _, n in pts}
+        far = _far_above(pts, margin)
+        for value, order, name, _ in pts:
+            if name in far:
+                aside.setdefault(key, {})[name] = (order, f"no NVML record, and at {_us(value)} far above the other "
+                                                          f"sessions, as load would put it")
+        pts = [p for p in pts if p[2] not in far]
+        used = {n for _, _, n, _ in pts}
         left = sorted((k, n, why) for n, (k, why) in aside.get(key, {}).items() if n not in used)
-        names = [n for _, n in sorted({(k, n) for _, k, n in pts})]
+        names = [n for _, n in sorted({(k, n) for _, k, n, _ in pts})]
+        unrecorded = [n for _, n in sorted({(k, n) for _, k, n, u in pts if u})]
         row: dict[str, Any] = {"op": key[0], "shape": key[1], "control": control, "margin": margin,
                                "n_namespaces": len(names), "namespaces": ";".join(names),
+                               "unrecorded": ";".join(unrecorded),
                                "set_aside": "; ".join(f"{n} ({why})" for _, n, why in left)}
         if pts:
             lo = min(pts, key=lambda p: (p[0], p[1]))
@@ -396,15 +444,27 @@ def control_bands(history_like: Any, control: str = "triton", margin: float = 0.
 # Classifying the current namespace's control
 
 
-def _in_namespaces(n: int, names: str) -> str:
-    return f"across {n} quiet namespaces" if n != 1 else f"in the quiet namespace {names}"
+def _unrecorded(row: Mapping[str, Any], column: str = "unrecorded") -> list[str]:
+    return [n for n in str(row.get(column) or "").split(";") if n and not _missing(row.get(column))]
+
+
+def _in_namespaces(n: int, names: str, unrecorded: Sequence[str] = ()) -> str:
+    """Which sessions a band rests on: quiet ones (NVML saw them), or sessions NVML did not flag of
+    which some (or all) it did not record, which the sentence says."""
+    k = len(unrecorded)
+    if not k:
+        return f"across {n} quiet namespaces" if n != 1 else f"in the quiet namespace {names}"
+    if k == n:
+        return (f"across {n} namespaces without an NVML record" if n != 1
+                else f"in the namespace {names}, which has no NVML record")
+    return f"across {n} namespaces NVML did not flag, {k} of them without an NVML record"
 
 
 def _band_text(row: Mapping[str, Any]) -> str:
     lo, hi, n = float(row["band_lo_us"]), float(row["band_hi_us"]), int(row["n_namespaces"])
     omin, omax = float(row["observed_min_us"]), float(row["observed_max_us"])
-    observed = (f"observed {_span(omin, omax)} {_in_namespaces(n, row['namespaces'])}" if omin != omax
-                else f"observed at {_us(omin)} {_in_namespaces(n, row['namespaces'])}")
+    where = _in_namespaces(n, row["namespaces"], _unrecorded(row))
+    observed = f"observed {_span(omin, omax)} {where}" if omin != omax else f"observed at {_us(omin)} {where}"
     return f"its band of {_span(lo, hi)} ({observed}, widened by {float(row['margin']) * 100:g}%)"
 
 
@@ -427,8 +487,10 @@ def _ours_sentence(ours: str, value: float | None, position: str, row: Mapping[s
         return (f"Ours ({ours}) came back at {_us(value)}, but no earlier quiet namespace captured the same kernel "
                 f"at this shape, so whether the slowdown hit it too is unknown.")
     span = _span(float(row["ours_lo_us"]), float(row["ours_hi_us"]))
-    n = int(row["_ours_n"])
-    where = f"its own earlier range of {span} (the same kernel in {_count(n, 'quiet namespace')}, widened by the margin)"
+    n, k = int(row["_ours_n"]), len(row["_ours_unrecorded"])
+    sessions = (_count(n, "quiet namespace") if not k else _count(n, "namespace") + " without an NVML record" if k == n
+                else f"{_count(n, 'namespace')} NVML did not flag, {k} without an NVML record")
+    where = f"its own earlier range of {span} (the same kernel in {sessions}, widened by the margin)"
     if position == "above":
         return (f"Ours ({ours}) came back at {_us(value)}, above {where} too: ours moved with the control, so the "
                 f"whole operation's captures at this shape are suspect.")
@@ -473,7 +535,7 @@ def classify_controls(current_kernel_time: pd.DataFrame, bands: pd.DataFrame, co
         band = band_by_key.get((op, shape))
         has_band = band is not None and not _missing(band.get("band_lo_us"))
         flagged = now.group_flags(op, shape)
-        nvml = "disturbed" if flagged else ("quiet" if now.watched(op, shape, control) else "no record")
+        nvml = "disturbed" if flagged else ("quiet" if now.watched(op, shape, control) else "unknown")
         row: dict[str, Any] = {"op": op, "shape": shape, "control": control, "kernel_time_us": value,
                                "band_lo_us": None, "band_hi_us": None, "observed_min_us": None, "observed_max_us": None,
                                "margin": margin, "n_namespaces": 0, "namespaces": "",
@@ -481,11 +543,12 @@ def classify_controls(current_kernel_time: pd.DataFrame, bands: pd.DataFrame, co
                                "nvml_flags": _flag_text(flagged.values()) if flagged else "",
                                "ours": ours if ours != control else "", "ours_us": ours_value, "ours_lo_us": None,
                                "ours_hi_us": None, "ours_namespaces": "", "ours_position": "",
-                               "split_gpus": bool(ctl_gpu and ours_gpu and ctl_gpu != ours_gpu), "_ours_n": 0}
+                               "split_gpus": bool(ctl_gpu and ours_gpu and ctl_gpu != ours_gpu), "_ours_n": 0,
+                               "_ours_unrecorded": []}
         if has_band:
             assert band is not None  # has_band implies it
-            row.update({k: band[k] for k in ("band_lo_us", "band_hi_us", "observed_min_us", "observed_max_us",
-                                             "margin", "n_namespaces", "namespaces")})
+            row.update({k: band.get(k) for k in ("band_lo_us", "band_hi_us", "observed_min_us", "observed_max_us",
+                                                 "margin", "n_namespaces", "namespaces", "unrecorded")})
         obands = ours_by_key.get((op, shape))
         if ours != control:
             if ours_value is None:
@@ -495,7 +558,7 @@ def classify_controls(current_kernel_time: pd.DataFrame, bands: pd.DataFrame, co
             else:
                 olo, ohi = float(obands["band_lo_us"]), float(obands["band_hi_us"])
                 row.update({"ours_lo_us": olo, "ours_hi_us": ohi, "ours_namespaces": obands["namespaces"],
-                            "_ours_n": int(obands["n_namespaces"]),
+                            "_ours_n": int(obands["n_namespaces"]), "_ours_unrecorded": _unrecorded(obands),
                             "ours_position": "above" if ours_value > ohi else ("below" if ours_value < olo else "inside")})
 
         # status
@@ -535,7 +598,7 @@ def classify_controls(current_kernel_time: pd.DataFrame, bands: pd.DataFrame, co
             assert value is not None  # only status "missing" has no value
             sa = f" (set aside: {row['set_aside']})" if row["set_aside"] else ""
             nvml_said = {"quiet": "which saw no other process and no throttling during the captures at this shape",
-                         "no record": "which recorded nothing for its capture",
+                         "unknown": "which recorded nothing for its capture",
                          "disturbed": f"which flagged {flagged_captures} ({row['nvml_flags']})"}[nvml]
             parts.append(f"No earlier quiet namespace measured {who}{sa}: its band is being established with this "
                          f"run, at {_us(value)}, and until then it is judged by NVML alone, {nvml_said}.")
@@ -546,7 +609,7 @@ def classify_controls(current_kernel_time: pd.DataFrame, bands: pd.DataFrame, co
             if status == "inside":
                 if flagged:
                     parts.append(f"{head}, inside {text}, but {flag_clause}: not a clean capture.")
-                elif nvml == "no record":
+                elif nvml == "unknown":
                     parts.append(f"{head}, inside {text}: a clean capture by its band (NVML recorded nothing for it).")
                 else:
                     parts.append(f"{head}, inside {text}: a clean capture.")
@@ -584,7 +647,7 @@ def classify_controls(current_kernel_time: pd.DataFrame, bands: pd.DataFrame, co
                 assert value is not None  # only status "missing" has no value
                 reasons.append(f"{control}'s capture ({_us(value)}) came back above its band"
                                + (" under load" if status == "under load" else ", a suspect capture"))
-            elif status == "establishing" and nvml == "no record":
+            elif status == "establishing" and nvml == "unknown":
                 reasons.append(f"{control} has no band yet at this shape and NVML recorded nothing for its capture")
             if flagged and status != "under load":
                 reasons.append(flag_clause)
@@ -606,6 +669,7 @@ def classify_controls(current_kernel_time: pd.DataFrame, bands: pd.DataFrame, co
                                              ours_flagged))
             row["claim_note"] = " ".join(_sentence(c) for c in claims)
         row.pop("_ours_n")
+        row.pop("_ours_unrecorded")
         out.append(row)
     return pd.DataFrame(out, columns=CONTROL_COLUMNS)
 
@@ -938,7 +1002,7 @@ class _History:
         return self._controls[key]
 
 
-def namespace_controls(artifacts: str | Path, name: str, control: str = "triton", margin: float = 0.05,
+def namespace_controls(artifacts: str | Path, name: str, control: str = "triton", margin: float = MARGIN,
                        ours: str = OURS) -> pd.DataFrame:
     """The controls table of namespace `name` under `artifacts`: its control against the band of
     the namespaces retained before it (by provenance date), with ours against its own earlier range."""
@@ -975,7 +1039,7 @@ def _choose(hist: _History, current: str, configured: str | None, control: str, 
 
 
 def choose_earlier(artifacts: str | Path, current: str, configured: str | None = None, control: str = "triton",
-                   margin: float = 0.05) -> str | None:
+                   margin: float = MARGIN) -> str | None:
     """The namespace to bound drift against: `configured` when given (it must exist under
     `artifacts` with tables); else the most recent namespace dated before `current` (by provenance
     date; all others when `current` is not retained yet) that shares at least one (op, shape) with
@@ -1016,7 +1080,7 @@ def check_earlier(artifacts: Path, current: str, earlier: str | None) -> None:
 
 
 def trust_tables(artifacts: str | Path, current: str, controls_out: str | Path, drift_out: str | Path,
-                 control: str = "triton", margin: float = 0.05, earlier: str | None = None,
+                 control: str = "triton", margin: float = MARGIN, earlier: str | None = None,
                  ours: str = OURS) -> dict[str, Any]:
     """Write the current namespace's `controls.csv` (its control against the band of the quiet
     namespaces retained before it, same GPU model, cache mode and control kernel) and `drift.csv`

@@ -45,7 +45,7 @@ READING_LINK = "../../" + READING
 COMMENT_LIMIT = 65536
 """GitHub's limit on the characters of one issue comment."""
 
-NOT_RANKED = "not ranked"
+NOT_RANKED = summary.NOT_RANKED
 NO_VERDICT = "no verdict"
 COUNT_KEYS = (*stats.VERDICTS, NOT_RANKED, NO_VERDICT)
 
@@ -181,26 +181,57 @@ def _control_of(cfg: Mapping[str, Any]) -> str:
     return str((cfg.get("trust") or {}).get("control") or "triton")
 
 
+def not_ranked_reason(row: Mapping[str, Any] | None) -> str:
+    """Why a controls row ranks nothing, as a clause ('NVML flagged the captures there (...)'), from
+    its status, what NVML saw and whether ours and the control shared a GPU: the reason the trust
+    rules gave, not the band the control happened to fall in."""
+    if not row:
+        return "no control judged the captures there"
+    status, nvml = safe.plain(row.get("status")), safe.plain(row.get("nvml"))
+    flags = trust.flag_clause(row.get("nvml_flags"))
+    reasons = []
+    if status == "missing":
+        reasons.append("the control was not measured there")
+    elif status == "under load":
+        reasons.append(f"the control came back above its band under load ({flags or 'NVML flagged the captures'})")
+    elif status in ("above", "outside"):
+        reasons.append("the control came back above its band, a suspect capture")
+    elif status == "establishing" and nvml != "disturbed":
+        reasons.append("the control has no band yet and NVML recorded nothing for its capture")
+    if nvml == "disturbed" and status != "under load":
+        reasons.append(f"NVML flagged the captures there ({flags or 'disturbed'})")
+    if summary.truth(row.get("split_gpus")):
+        reasons.append("ours and the control ran on different GPUs")
+    return trust.and_(reasons) or f"the control's capture is {status or 'not judged'} there"
+
+
 def _shape_claim(op: str, shape: str, row: Mapping[str, Any] | None, tctx: Mapping[str, Any], judged: bool,
-                 control: str, checks: list[dict[str, Any]], disturbed: bool) -> dict[str, Any]:
+                 control: str, checks: list[dict[str, Any]], disturbed: bool,
+                 distrusted: Sequence[str] = ()) -> dict[str, Any]:
     """What a report says of ours against the control at one shape. `kind` 'ratio': the ratio
     with its interval and verdict (`disturbed` where NVML flagged captures there though the
     control's row ranks it, as tables from before NVML entered the ranking do); 'note': the
-    control is not rankable there, and `note` is the trust module's claim note; 'none': no verdict,
-    and `note` says why (no ratio, or a table that records none)."""
+    control is not rankable there, `reason` says why and `note` is the trust module's claim note;
+    'none': no verdict, and `note` says why (no ratio, or a table that records none). `shown` is
+    the verdict every reader and program sees: the ratio's verdict, 'not ranked' or 'no verdict'.
+    `distrusted`: the implementations of this claim whose kernel time at this shape disagrees with
+    its graph replay (the cross-check), marked wherever the claim is printed."""
     key = f"{op} {shape}"
     r = row or {}
     name = f"{OURS}_over_{control}"
     claim: dict[str, Any] = {
         "op": op, "shape": shape, "ours": num(r.get(f"{OURS}_us")), "control": num(r.get(f"{control}_us")),
         "library": num(r.get(f"{LIBRARY}_us")), "ratio_name": f"{OURS}/{control}",
+        "ours_us": summary.number(r.get(f"{OURS}_us")), "control_us": summary.number(r.get(f"{control}_us")),
+        "library_us": summary.number(r.get(f"{LIBRARY}_us")),
         "ratio": ratio_text(r.get(name), r.get(f"{name}_lo"), r.get(f"{name}_hi")),
         "ratio_value": summary.number(r.get(name)), "lo": summary.number(r.get(f"{name}_lo")),
         "hi": summary.number(r.get(f"{name}_hi")),
         "verdict": summary.verdict(r.get(f"{OURS}_vs_{control}")),
         "recorded": summary.text(r.get(f"{OURS}_vs_{control}")),
         "rankable": tctx["rankable"].get(key, False) if judged else None, "note": "", "kind": "ratio",
-        "disturbed": disturbed,
+        "disturbed": disturbed, "reason": "", "distrusted": list(distrusted),
+        "distrusted_text": trust.and_(list(distrusted)),
     }
     failed = [c for c in checks if summary.truth(c.get("passed")) is False and c.get("impl") in (OURS, control)]
     if claim["rankable"] is False:
@@ -213,7 +244,7 @@ def _shape_claim(op: str, shape: str, row: Mapping[str, Any] | None, tctx: Mappi
                     f"because the control's capture is {controls_row.get('status') or 'not judged'} there.")
         elif not note:
             note = f"No control judged the captures at {key}, so no ranking follows there."
-        claim.update(kind="note", note=arrows(note))
+        claim.update(kind="note", note=arrows(note), reason=not_ranked_reason(controls_row))
     elif claim["ratio_value"] is None or claim["verdict"] is None:
         if failed:
             why = "; ".join(f"{c['impl']}'s check failed" for c in failed)
@@ -226,7 +257,22 @@ def _shape_claim(op: str, shape: str, row: Mapping[str, Any] | None, tctx: Mappi
         else:
             note = f"No ratio: the comparison lacks a {OURS} or {control} kernel time at this shape."
         claim.update(kind="none", note=note)
+    claim["shown"] = claim["verdict"] if claim["kind"] == "ratio" else NOT_RANKED if claim["kind"] == "note" else NO_VERDICT
     return claim
+
+
+def _disagrees(row: Mapping[str, Any]) -> bool:
+    """A cross-check row compared (status ok) whose kernel time disagrees with its graph replay."""
+    return row.get("status") == "ok" and summary.truth(row.get("agree")) is not True
+
+
+def distrust_mark(claim: Mapping[str, Any]) -> str:
+    """What a verdict cell carries where the cross-check distrusts a kernel time of the claim."""
+    return f" ({claim['distrusted_text']} distrusted by the cross-check)" if claim.get("distrusted") else ""
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def _count(claims: list[dict[str, Any]]) -> dict[str, int]:
@@ -347,8 +393,12 @@ def _op_context(cfg: Mapping[str, Any], op: str, spec: Mapping[str, Any], tables
     sweep_rows = {str(r["shape"]): r for r in _rows(sweep, op=op)}
     op_checks = _order(_rows(check, op=op), shapes)
     flagged = {str(r.get("shape")) for r in _rows(tables.get("gpu_state"), op=op) if summary.truth(r.get("disturbed"))}
+    distrust = [r for r in _rows(tables.get("cross_check"), op=op) if _disagrees(r)]
+    claim_impls = (OURS, control, LIBRARY)
     claims = [_shape_claim(op, s, sweep_rows.get(s), tctx, judged, control,
-                           [c for c in op_checks if str(c.get("shape")) == s], s in flagged) for s in shapes]
+                           [c for c in op_checks if str(c.get("shape")) == s], s in flagged,
+                           [i for i in claim_impls if any(str(r.get("shape")) == s and str(r.get("impl")) == i
+                                                          for r in distrust)]) for s in shapes]
     counts = _count(claims)
     op_kt = _order(_rows(kt, op=op), shapes)
     base_impls = [i for i in IMPL_ORDER if any(summary.number(r.get(f"{i}_us")) is not None for r in sweep_rows.values())
@@ -370,12 +420,12 @@ def _op_context(cfg: Mapping[str, Any], op: str, spec: Mapping[str, Any], tables
             row.append(ratio_text(r.get(name), r.get(f"{name}_lo"), r.get(f"{name}_hi")))
             if (a, b) == (OURS, control):
                 if c["rankable"] is False:
-                    status = (tctx["by_key"].get(f"{op} {c['shape']}") or {}).get("status")
-                    row.append(f"not ranked (control {status})" if status else "not ranked (no control row)")
+                    row.append(f"{NOT_RANKED} ({c['reason']})")
                 elif c["verdict"] is None:
                     row.append(c["recorded"] or "n/a")
                 else:
-                    row.append(c["verdict"] + (f" (recorded: {c['recorded']})" if c["recorded"] != c["verdict"] else ""))
+                    row.append(c["verdict"] + (f" (recorded: {c['recorded']})" if c["recorded"] != c["verdict"] else "")
+                               + distrust_mark(c))
         rows.append(row)
     sweep_table = table(cols, rows)
 
@@ -455,6 +505,8 @@ def _op_context(cfg: Mapping[str, Any], op: str, spec: Mapping[str, Any], tables
         bits.append(f"control above its band at {len(above)}")
     if disturbed:
         bits.append(f"{len({(str(r['shape'])) for r in disturbed})} disturbed group(s)")
+    if distrust:
+        bits.append(f"{_plural(len(distrust), 'kernel time')} the cross-check distrusts")
     return {
         "name": op, "default": default, "shapes": shapes, "claims": claims, "claim": claims[0], "counts": counts,
         "summary_line": f"{op}: " + "; ".join(bits), "figure": figure, "sweep": sweep_table, "rates": rates,
@@ -512,7 +564,7 @@ def cross_check_context(frame: Any, cc: Mapping[str, Any]) -> dict[str, Any] | N
         return None
     rows = _records(frame)
     compared = [r for r in rows if r.get("status") == "ok"]
-    disagree = [r for r in compared if summary.truth(r.get("agree")) is not True]
+    disagree = [r for r in compared if _disagrees(r)]
     shown = rows if cc.get("enabled", True) else []
     tab = table([("op", "l"), ("shape", "l"), ("impl", "l"), ("kernels per call", "r"), ("nsys kernel µs", "r"),
                  ("graph replay µs (median, min–max)", "l"), ("difference µs", "r"), ("allowed µs", "r"), ("agree", "l")],
@@ -533,6 +585,16 @@ def _unsampled(row: Mapping[str, Any]) -> bool:
     be read, so whether the capture was quiet is unknown."""
     return ("during_samples" in row and not summary.number(row.get("during_samples"))
             and summary.truth(row.get("disturbed")) is not True)
+
+
+def cross_check_flag(cross: Mapping[str, Any]) -> str:
+    """The flag line of the kernel times the cross-check distrusts, each (op, shape) named once."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for r in cross["disagree"]:
+        groups.setdefault((safe.plain(r.get("op")), safe.plain(r.get("shape"))), []).append(safe.plain(r.get("impl")))
+    where = [f"{op} {shape} {trust.and_(impls)}" for (op, shape), impls in groups.items()]
+    return sentence(f"Cross-check: {len(cross['disagree'])} of {cross['compared']} kernel times disagree with their "
+                    f"graph replay and should not be trusted until the difference is explained: {'; '.join(where)}")
 
 
 def gpu_quiet(state: Any) -> dict[str, Any] | None:
@@ -588,6 +650,15 @@ def _drift_rows(rows: list[dict[str, Any]]) -> list[list[Any]]:
         out.append([r.get("op"), r.get("shape"), r.get("impl"), num(r.get("before_us")), num(r.get("after_us")),
                     f"{change:+.1f}%" if change is not None else "n/a", _yes(r.get("unchanged_kernel")), bounds])
     return out
+
+
+def dirty_unknown(git: Mapping[str, Any]) -> str:
+    """What the header says where the provenance records no dirty state: why it is not recorded."""
+    if safe.plain(git.get("source")) == "EVIDENCE_GIT_COMMIT":
+        return ("the run's copy had no .git: the commit is what EVIDENCE_GIT_COMMIT named, and with "
+                "EVIDENCE_GIT_DIRTY unset uncommitted changes were not recorded; the kernel sources' sha256 are in "
+                "the provenance")
+    return "no git state was recorded, so whether the tree had uncommitted changes is unknown"
 
 
 def _trust_section(tctx: Mapping[str, Any]) -> dict[str, Any]:
@@ -646,11 +717,17 @@ def build_context(cfg: Mapping[str, Any], tables: Mapping[str, Any], provenance:
     cross = cross_check_context(tables.get("cross_check"), cfg.get("cross_check") or {})
     commands = summary.commands(provenance)
     counters_states = {o["counters"]["state"] for o in operations}
+    flag_lines = list(tctx["flags"])
+    if cross and cross["disagree"]:
+        flag_lines.append(cross_check_flag(cross))
+    if not judged:
+        flag_lines.append("No controls table: no band judged these captures.")
     return {
         "namespace": cfg["namespace"], "cache_mode": cfg.get("cache_mode", "hot"), "capture": cfg.get("capture") or {},
         "span_cfg": cfg.get("span") or {}, "arch": cfg.get("arch") or (provenance.get("config") or {}).get("arch"),
         "operations": operations, "provenance": provenance, "gpu_name": gpu_label(gpus),
         "commit": safe.plain(git.get("commit")) or "unknown", "dirty": git.get("dirty"),
+        "dirty_unknown": dirty_unknown(git),
         "date": safe.plain(provenance.get("date_utc")) or "unknown", "host": safe.plain(provenance.get("host")),
         "versions": provenance.get("versions") or {}, "commands": commands,
         "config_sha256": provenance.get("config_sha256") or "n/a",
@@ -659,7 +736,7 @@ def build_context(cfg: Mapping[str, Any], tables: Mapping[str, Any], provenance:
         "interval": kind, "legacy": legacy, "judged": judged, "rounds": "/".join(str(r) for r in rounds),
         "margin": kind["margin"], "margin_pct": f"{kind['margin'] * 100:g}%" if kind["margin"] is not None else None,
         "counts": total, "count_keys": COUNT_KEYS, "verdicts": stats.VERDICTS,
-        "flags": tctx["flags"], "trust": tctx, "trust_section": _trust_section(tctx), "toc": toc, "sections": sections,
+        "flags": flag_lines, "trust": tctx, "trust_section": _trust_section(tctx), "toc": toc, "sections": sections,
         "ceilings": _records(tables.get("ceilings")), "gpu_quiet": gpu_quiet(tables.get("gpu_state")),
         "cross_check": cross, "variants": variants_context(tables.get("variants")),
         "gpu_groups": gpu_groups(tables.get("kernel_time")),
@@ -862,12 +939,40 @@ def render_reports(cfg: Mapping[str, Any], inputs: Mapping[str, str], field_note
                 svgs[op] = paths.get(op) or todo[op]
             write_text(render_html(ctx, svgs), html)
     if summary is not None:
-        _write_summary(cfg, loaded, provenance, summary)
+        _write_summary(cfg, loaded, provenance, summary, ctx)
+
+
+def headline(ctx: Mapping[str, Any]) -> dict[str, Any]:
+    """What the first screen of every report says, as data for summary.json: the flag lines, one
+    claim per (operation, shape) with the verdict a reader sees ('not ranked' and its reason where
+    the pairing is not rankable), the counts, the disturbed captures and the kernel times the
+    cross-check distrusts. The reports print these same values."""
+    claims = []
+    for o in ctx["operations"]:
+        for i, c in enumerate(o["claims"]):
+            claims.append({"op": c["op"], "shape": c["shape"], "default": i == 0, "ours": OURS, "control": ctx["control"],
+                           "library": LIBRARY, "ours_us": c["ours_us"], "control_us": c["control_us"],
+                           "library_us": c["library_us"], "ratio": c["ratio_value"], "lo": c["lo"], "hi": c["hi"],
+                           "verdict": c["shown"], "verdict_recorded": c["recorded"], "rankable": c["rankable"],
+                           "reason": c["reason"] or None, "note": c["note"] or None, "disturbed": bool(c["disturbed"]),
+                           "distrusted": list(c["distrusted"])})
+    cross = ctx.get("cross_check") or {}
+    return {
+        "flags": list(ctx["flags"]),
+        "claims": claims,
+        "counts": {**{o["name"]: dict(o["counts"]) for o in ctx["operations"]}, "all": dict(ctx["counts"])},
+        "disturbed": [{"op": d["op"], "shape": d["shape"], "impl": d["impl"], "flags": summary.text(d.get("flags"))}
+                      for d in (ctx.get("gpu_quiet") or {}).get("disturbed", [])],
+        "cross_check_disagree": [{"op": r.get("op"), "shape": r.get("shape"), "impl": r.get("impl"),
+                                  "kernel_time_us": summary.number(r.get("kernel_time_us")),
+                                  "graph_median_us": summary.number(r.get("graph_median_us"))}
+                                 for r in cross.get("disagree", [])],
+    }
 
 
 def _write_summary(cfg: Mapping[str, Any], loaded: Mapping[str, Any], provenance: Mapping[str, Any],
-                   path: str | Path) -> None:
-    summary.write(summary.build(loaded, provenance, control=_control_of(cfg)), path)
+                   path: str | Path, ctx: Mapping[str, Any]) -> None:
+    summary.write(summary.build(loaded, provenance, control=_control_of(cfg), headline=headline(ctx)), path)
 
 
 def _link(path: str) -> str:

@@ -159,6 +159,16 @@ def _flag_text(flags: Iterable[Any]) -> str:
     return "; ".join(seen) or "flagged disturbed"
 
 
+def and_(items: Iterable[str]) -> str:
+    """'a', 'a and b', 'a, b and c' (empty items dropped)."""
+    return _and(items)
+
+
+def flag_clause(text: Any) -> str:
+    """NVML's flags of a table cell made fit to sit inside a sentence ('' where there are none)."""
+    return "" if _missing(text) or not str(text).strip() else _flag_text([text])
+
+
 def _float(value: Any) -> float | None:
     if _missing(value):
         return None
@@ -654,13 +664,14 @@ def classify_controls(current_kernel_time: pd.DataFrame, bands: pd.DataFrame, co
             if row["split_gpus"]:
                 reasons.append(f"ours ran on {ours_gpu} and {control} on {ctl_gpu}")
             because = _and(reasons)
-            if ours_value is not None and has_band:
+            if ours_value is not None and has_band and status in ABOVE:
                 claim = (f"Ours ({ours}) at {_us(ours_value)} against the control's band of "
                          f"{_span(float(row['band_lo_us']), float(row['band_hi_us']))}; no ranking follows from this "
                          f"pairing, because {because}.")
             elif ours_value is not None and value is not None:
-                claim = (f"Ours ({ours}) at {_us(ours_value)} against {control} at {_us(value)} (no band yet); no ranking "
-                         f"follows from this pairing, because {because}.")
+                # the band is not what stops the ranking here, so ours is not set against it
+                claim = (f"Ours ({ours}) at {_us(ours_value)} and {control} at {_us(value)}"
+                         f"{'' if has_band else ' (no band yet)'}; no ranking follows from this pairing, because {because}.")
             else:
                 claim = f"No ranking against {control} follows at {op} {shape}, because {because}."
             claims = [claim]
@@ -1268,7 +1279,7 @@ def report_context(controls: str | Path | pd.DataFrame | None, drifted: str | Pa
 
 
 __all__ = [
-    "ABOVE", "BAND_COLUMNS", "CONTROL_COLUMNS", "DRIFT_COLUMNS", "LIBRARY_IMPLS", "LIBRARY_NOTE", "LIBRARY_REASON", "OURS",
+    "ABOVE", "BAND_COLUMNS", "MARGIN", "and_", "flag_clause", "CONTROL_COLUMNS", "DRIFT_COLUMNS", "LIBRARY_IMPLS", "LIBRARY_NOTE", "LIBRARY_REASON", "OURS",
     "ROLES", "STATUSES", "Retained", "check_earlier", "choose_earlier", "classify_controls", "control_bands", "drift",
     "drift_bound", "earlier_namespaces", "flags", "identity_change", "kernel_identity", "load_namespace",
     "namespace_controls", "rankable", "report_context", "retained", "retained_inputs", "trust_tables",

@@ -54,7 +54,7 @@ class _Text(html.parser.HTMLParser):
 def page_text(page: str) -> str:
     p = _Text()
     p.feed(page[page.index("<body"):])
-    return " ".join(" ".join(p.parts).split())
+    return " ".join("".join(p.parts).split())
 
 
 def expected(s: dict[str, Any]) -> dict[str, list[str]]:
@@ -98,10 +98,10 @@ def expected(s: dict[str, Any]) -> dict[str, list[str]]:
             if c["distrusted"]:
                 tail += f" The cross-check distrusts the kernel time of {' and '.join(c['distrusted'])} here (see the flags)."
             note.append(f"- **{md(c['op'])} {md(c['shape'])}**: {text}**{c['verdict']}**{tail}")
-            page.append(f"{c['op']} {c['shape']} : {text}{c['verdict']} {tail}".replace(" .", "."))
+            page.append(f"{c['op']} {c['shape']}: {text}{c['verdict']}{tail}")
         else:
             note.append(f"- **{md(c['op'])} {md(c['shape'])}**: {md(c['note'])}")
-            page.append(" ".join(f"{c['op']} {c['shape']} : {c['note'].replace('->', '→')}".split()))
+            page.append(f"{c['op']} {c['shape']}: {c['note'].replace('->', '→')}")
     a = counts["all"]
     line = f"all {a['faster']} faster, {a['slower']} slower, {a['same']} same, {a[stats_cant()]} can't tell"
     if a["not ranked"]:

@@ -193,13 +193,14 @@ def not_ranked_reason(row: Mapping[str, Any] | None) -> str:
     if status == "missing":
         reasons.append("the control was not measured there")
     elif status == "under load":
-        reasons.append(f"the control came back above its band under load ({flags or 'NVML flagged the captures'})")
+        reasons.append(f"the control came back above its band under load: {flags}" if flags
+                       else "the control came back above its band under load")
     elif status in ("above", "outside"):
         reasons.append("the control came back above its band, a suspect capture")
     elif status == "establishing" and nvml != "disturbed":
         reasons.append("the control has no band yet and NVML recorded nothing for its capture")
     if nvml == "disturbed" and status != "under load":
-        reasons.append(f"NVML flagged the captures there ({flags or 'disturbed'})")
+        reasons.append(f"NVML flagged the captures there: {flags}" if flags else "NVML flagged the captures there")
     if summary.truth(row.get("split_gpus")):
         reasons.append("ours and the control ran on different GPUs")
     return trust.and_(reasons) or f"the control's capture is {status or 'not judged'} there"
@@ -655,9 +656,7 @@ def _drift_rows(rows: list[dict[str, Any]]) -> list[list[Any]]:
 def dirty_unknown(git: Mapping[str, Any]) -> str:
     """What the header says where the provenance records no dirty state: why it is not recorded."""
     if safe.plain(git.get("source")) == "EVIDENCE_GIT_COMMIT":
-        return ("the run's copy had no .git: the commit is what EVIDENCE_GIT_COMMIT named, and with "
-                "EVIDENCE_GIT_DIRTY unset uncommitted changes were not recorded; the kernel sources' sha256 are in "
-                "the provenance")
+        return "uncommitted changes not recorded: the run's copy had no .git and EVIDENCE_GIT_DIRTY was unset"
     return "no git state was recorded, so whether the tree had uncommitted changes is unknown"
 
 

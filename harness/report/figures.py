@@ -18,6 +18,7 @@ for the same table: fixed hash salt, no date, text as text.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -182,8 +183,6 @@ def svg_text_px(svg: str, display_px: float | None = None) -> float | None:
     `display_px` is the width the page gives the figure (measured in a browser); without it, the
     SVG's natural width (its width in pt, 4/3 px each) scaled down to PAGE_CONTENT_PX. None for an
     SVG without text."""
-    import re
-
     head = re.search(r"<svg\b[^>]*>", svg)
     sizes = [float(v) for v in re.findall(r"font-size:\s*([0-9.]+)px", svg)]
     if head is None or not sizes:

@@ -19,7 +19,7 @@ import pandas as pd
 from harness import ROOT, config
 from harness.io import write_csv
 from harness.report import render as report
-from harness.report import safe
+from harness.report import safe, trust_context
 from harness.tables import counters as ctr
 from harness.tables import derive, stats, trust
 from harness.tables import variants as variants_table
@@ -392,7 +392,7 @@ def test_span_facts_are_never_inferred_from_the_commands(tmp_path: Path) -> None
 def test_drift_and_controls_are_printed_from_the_trust_tables(tmp_path: Path) -> None:
     note, _, inputs = render(tmp_path)
     t = tables_of(inputs)
-    ctx = trust.report_context(t["controls"], t["drift"])
+    ctx = trust_context.report_context(t["controls"], t["drift"])
     sentence = ctx["bound"]["sentence"].replace("->", "→")
     assert sentence.endswith(".") and safe.md_text(sentence) + " Only our kernels" in note
     lines = note.splitlines()

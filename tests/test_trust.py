@@ -14,6 +14,7 @@ import pytest
 
 from harness import ROOT
 from harness.errors import EvidenceError
+from harness.report import trust_context
 from harness.tables import derive, history, trust
 
 REAL = ROOT / "artifacts"
@@ -528,7 +529,7 @@ def test_drift_is_bounded_by_ours_not_the_control_nor_a_disturbed_capture(tmp_pa
         "not drift.")
     assert bound["sentence"] == f"{bound['summary']} {bound['control']['summary']}"
     assert bound["excluded_summary"] == "1 capture of ours left out of the bound: cuda at neighbor_aggregation 1024x8192x32 (disturbed)."
-    ctx = trust.report_context(art / "e2" / "tables" / "controls.csv", art / "e2" / "tables" / "drift.csv",
+    ctx = trust_context.report_context(art / "e2" / "tables" / "controls.csv", art / "e2" / "tables" / "drift.csv",
                                gpu_state=art / "e2" / "tables" / "gpu_state.csv")
     assert ctx["bound"]["summary"] == bound["summary"] and ctx["earlier"] == "e1"
     assert [r["shape"] for r in ctx["above"]] == [MM[1]] and ctx["under_load"] == []
@@ -706,7 +707,7 @@ def test_real_loaded_namespace(tmp_path: Path) -> None:
     impls = state["impl"].tolist()
     assert got == [f"Disturbed capture: layernorm 4096x768 {impls[0]}, {impls[1]} and {impls[2]} ({PROCESS}).",
                    f"Drift not bounded: {out['bound']['summary']}"]
-    ctx = trust.report_context(t / "controls.csv", t / "drift.csv")
+    ctx = trust_context.report_context(t / "controls.csv", t / "drift.csv")
     assert ctx["set_aside_summary"] == ""  # h200-layernorm-1, unrecorded, is in the band, not left out of it
     assert_one_period([*sentences_of(out), *got])
 
@@ -774,7 +775,7 @@ def test_trust_tables_on_retained_copy(tmp_path: Path) -> None:
     new_kt = pd.read_csv(art / cur / "tables" / "kernel_time.csv")
     assert len(controls) == len(new_kt[["op", "shape"]].drop_duplicates())
     assert set(controls["status"]) <= set(trust.STATUSES) and set(drifted["role"]) <= set(trust.ROLES)
-    ctx = trust.report_context(c_out, d_out)
+    ctx = trust_context.report_context(c_out, d_out)
     assert ctx["earlier"] == WATCHED[1] and ctx["bound"]["summary"] == out["bound"]["summary"]
     assert len(ctx["controls"]) == len(controls)
     assert ctx["set_aside"] == [] and set(controls["unrecorded"].dropna()) == {OLD}
@@ -783,8 +784,8 @@ def test_trust_tables_on_retained_copy(tmp_path: Path) -> None:
     first = trust.trust_tables(art, OLD, tmp_path / "c.csv", tmp_path / "d.csv")
     assert first["earlier"] is None and set(first["controls"]["status"]) == {"establishing"}
     assert pd.read_csv(tmp_path / "d.csv").empty
-    assert trust.report_context(tmp_path / "c.csv", tmp_path / "d.csv")["bound"] is None
-    assert trust.report_context(None, tmp_path / "absent.csv")["controls"] == []
+    assert trust_context.report_context(tmp_path / "c.csv", tmp_path / "d.csv")["bound"] is None
+    assert trust_context.report_context(None, tmp_path / "absent.csv")["controls"] == []
     # trust tables enter the history index like any other table
     db = history.build_index(art, tmp_path / "h.sqlite")
     import sqlite_utils
@@ -877,7 +878,7 @@ def test_every_sentence_on_the_retained_namespaces_ends_with_one_period(tmp_path
     for ns in ("h200-validate-1", "h200-ops-1", "h200-ops-solo-1", "h200-loaded-1", "h200-ops-2", "h200-ops-3"):
         out = tables(art, ns)
         t = art / ns / "tables"
-        ctx = trust.report_context(t / "controls.csv", t / "drift.csv", counters=t / "counters.csv", check=t / "check.csv",
+        ctx = trust_context.report_context(t / "controls.csv", t / "drift.csv", counters=t / "counters.csv", check=t / "check.csv",
                                    kernel_time=t / "kernel_time.csv", gpu_state=t / "gpu_state.csv")
         found += [*sentences_of(out), *ctx["flags"]]
         if ctx["set_aside_summary"]:

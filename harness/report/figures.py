@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import EvidenceError
+from harness.report.words import number
 
 IMPLS = ("cuda", "triton", "torch", "external")
 """Implementations in drawing order; each is a column '<impl>_us' of the sweep table."""
@@ -41,12 +42,9 @@ NO_INTERVAL_LABEL = "none (the table records no interval)"
 
 
 def _number(value: Any) -> float:
-    """A float, NaN for anything that is not a finite number."""
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return math.nan
-    return out if math.isfinite(out) else math.nan
+    """A table cell as a float to draw (harness.report.words.number), NaN where it holds no finite number."""
+    out = number(value)
+    return math.nan if out is None else out
 
 
 def implementations(table: Any) -> list[str]:

@@ -25,6 +25,7 @@ from typing import Any
 
 from harness.errors import EvidenceError
 from harness.io import write_text
+from harness.report.words import NOT_RANKED, integer, missing, number, text, truth
 from harness.tables import stats, trust
 
 SCHEMA = "kernel-evidence-summary/1"
@@ -47,9 +48,6 @@ and the verdict `<a>_vs_<b>`."""
 PROVENANCE_KEYS = ("namespace", "git", "date_utc", "host", "gpus", "versions", "config_sha256", "commands")
 """The provenance keys a summary carries."""
 
-NOT_RANKED = "not ranked"
-"""The verdict of a ratio over the control that the controls table does not rank."""
-
 HEADLINE_KEYS = ("flags", "claims", "counts", "disturbed", "cross_check_disagree")
 """What a rendered summary carries beside its rows: the reports' first screen, as data."""
 
@@ -59,51 +57,6 @@ ROW_KEYS = ("op", "shape", "impl", "base", "default", "kernel_time_us", "kernel_
 
 
 # ------------------------------------------------------------------------------ shared readings
-
-
-def missing(value: Any) -> bool:
-    """None, NaN or pandas' NA."""
-    if value is None:
-        return True
-    if isinstance(value, float) and math.isnan(value):
-        return True
-    return type(value).__name__ in ("NAType", "NaTType")
-
-
-def number(value: Any) -> float | None:
-    """A finite float, or None."""
-    if missing(value) or isinstance(value, bool):
-        return None
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return out if math.isfinite(out) else None
-
-
-def integer(value: Any) -> int | None:
-    """A whole number, or None."""
-    v = number(value)
-    return None if v is None else round(v)
-
-
-def text(value: Any) -> str | None:
-    """Text of a table cell, None where it is empty."""
-    return None if missing(value) or str(value) == "" else str(value)
-
-
-def truth(value: Any) -> bool | None:
-    """A boolean cell (True/False, true/false, 1/0), None where it is empty."""
-    if missing(value):
-        return None
-    if isinstance(value, str):
-        low = value.strip().lower()
-        if low in ("true", "1", "yes"):
-            return True
-        if low in ("false", "0", "no"):
-            return False
-        return None
-    return bool(value)
 
 
 def verdict(value: Any) -> str | None:

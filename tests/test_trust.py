@@ -887,3 +887,18 @@ def test_every_sentence_on_the_retained_namespaces_ends_with_one_period(tmp_path
     assert any("without an NVML record" in s for s in found)
     assert_one_period(found)
     assert len(found) > 250
+
+
+def test_the_margin_default_is_written_once() -> None:
+    """The control band's default margin is the config schema's `trust.margin` default; no module
+    of harness/ writes the number again."""
+    import re
+
+    import yaml
+
+    schema = yaml.safe_load((ROOT / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    assert trust.MARGIN == schema["properties"]["trust"]["properties"]["margin"]["default"]
+    again = [f"{p.relative_to(ROOT)}:{i + 1}" for p in sorted((ROOT / "harness").rglob("*.py"))
+             for i, line in enumerate(p.read_text().splitlines())
+             if re.search(r"margin\W[^\n]*\b0\.05\b", line)]
+    assert again == []

@@ -16,6 +16,9 @@ configfile: "config.yaml"
 include: "workflow/rules/common.smk"
 
 
+report: results.WORKFLOW_CAPTION
+
+
 rule report:
     default_target: True
     input:

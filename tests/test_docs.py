@@ -75,6 +75,9 @@ SKIP: list[tuple[str, str]] = [
     (r"--config baseline=main$",
      "needs the repository's git history, which this test's copy lacks (tests/test_baseline_pipeline.py runs a "
      "baseline in a copy made a git repository of its own)"),
+    # Snakemake's report reads the metadata a run leaves in .snakemake/, which this test's copy has not.
+    (r"^snakemake --report report\.(html|zip)$",
+     "needs a finished run's .snakemake/ metadata; tests/test_snakemake_report.py runs both after the stand-in run"),
     # The GPU machine only.
     (r"^python3 scripts/gpu_tests\.py (smoke|full)$",
      "runs a GPU test tier, which needs a GPU (tests/test_gpu_tests_script.py runs the script on the CPU)"),

@@ -15,9 +15,11 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
+from harness import ROOT
 from harness.errors import EvidenceError
 from harness.report import figures
 from harness.report.figures import overview_figure, sweep_figure
+from harness.tables import history
 
 NAN = math.nan
 SHAPES = ["4096x768", "8192x768", "1024x2048", "4096x4096"]
@@ -190,3 +192,54 @@ def test_overview_of_an_older_table_and_a_missing_ratio(tmp_path: Path) -> None:
     assert any(t.endswith("can't tell") for t in found)  # an older 'no difference' is read as can't tell
     with pytest.raises(EvidenceError, match="at least one operation"):
         overview_figure(table(), {}, tmp_path / "none.svg")
+
+
+# ------------------------------------------------------------------------------ legible at the page's width
+
+
+PLAIN = re.compile(r"^-?\d+(\.\d+)?$")
+
+
+def assert_legible(lay: dict, svg: Path) -> None:
+    """The text of the figure is at least figures.LEGIBLE_PX high on the page at a 1400 px window,
+    every log axis is labelled in plain numbers (two or more inside its range), and the band of
+    'same' lies inside the axis of every panel that draws one."""
+    px = lay["min_font_pt"] * figures.page_scale(lay["width_pt"])
+    assert px >= figures.LEGIBLE_PX, f"{svg.name}: smallest text {px:.1f} px at the page's width"
+    assert figures.svg_text_px(svg.read_text()) == pytest.approx(px, rel=0.01)  # the SVG itself says the same
+    for panel in lay["panels"]:
+        lo, hi = panel["ylim"]
+        if panel["yscale"] == "log":
+            labels = panel["yticklabels"]
+            assert len(labels) >= 2 and all(PLAIN.match(t) for t in labels), (svg.name, panel["title"], labels)
+        if panel["band"] is not None:
+            a, b = sorted(panel["ylim"] if panel["band_axis"] == "y" else panel["xlim"])
+            assert a <= panel["band"][0] and panel["band"][1] <= b, (svg.name, panel["title"], (a, b))
+
+
+COMMITTED_SWEEPS = sorted(p.parent.parent.name for p in (ROOT / "artifacts").glob("*/tables/sweep.csv"))
+
+
+@pytest.mark.parametrize("name", COMMITTED_SWEEPS)
+def test_every_committed_sweep_figure_is_legible_at_the_page_width(name: str, tmp_path: Path) -> None:
+    sweep = history.read_table(ROOT / "artifacts" / name / "tables" / "sweep.csv")
+    for op in dict.fromkeys(sweep["op"].astype(str)):
+        svg = tmp_path / f"{op}.svg"
+        if not any(sweep.loc[sweep["op"] == op, f"{i}_us"].notna().any() for i in figures.IMPLS if f"{i}_us" in sweep):
+            continue
+        assert_legible(sweep_figure(sweep, op, svg), svg)
+
+
+def test_the_synthetic_and_overview_figures_are_legible(tmp_path: Path) -> None:
+    svg = tmp_path / "sweep.svg"
+    assert_legible(sweep_figure(table(), "layernorm", svg), svg)
+    over = tmp_path / "overview.svg"
+    assert_legible(overview_figure(table(), {"layernorm": SHAPES[0], "softmax": "1x1"}, over), over)
+
+
+def test_the_legibility_check_fails_on_the_old_layout(tmp_path: Path) -> None:
+    """Three panels across 17 in with 8 pt text, as the figures were drawn before: about 8 px at the
+    page's width, which the check refuses; a log axis spanning less than a decade gets plain labels."""
+    assert 8 * figures.page_scale(17 * 72) < figures.LEGIBLE_PX
+    assert all(PLAIN.match(f"{t:g}") for t in figures.plain_log_ticks(0.55, 0.65))
+    assert len(figures.plain_log_ticks(0.55, 0.65)) >= 3

@@ -19,7 +19,7 @@ import pandas as pd
 from harness import ROOT, config
 from harness.io import write_csv
 from harness.report import render as report
-from harness.report import safe
+from harness.report import safe, trust_context
 from harness.tables import counters as ctr
 from harness.tables import derive, stats, trust
 from harness.tables import variants as variants_table
@@ -323,7 +323,7 @@ def test_a_control_above_its_band_quotes_the_band_not_a_ratio(tmp_path: Path) ->
     assert comment.index(safe.md_text(flag)) < comment.index("| operation | shape |")
     assert "| layernorm | 4 | 0 | 1 | 1 | 1 | 1 | 0 |" in note  # the shape is not ranked, not faster
     row_line = next(line for line in comment.splitlines() if line.startswith(f"| layernorm | {SHAPES[0]}"))
-    assert row_line.endswith("| not ranked |")
+    assert row_line.endswith("| not ranked (the control came back above its band, a suspect capture) |")
     assert "probably ran under load" not in note + comment
     assert safe.md_text(row["note"]) in note  # the row's note under the controls table
 
@@ -392,7 +392,7 @@ def test_span_facts_are_never_inferred_from_the_commands(tmp_path: Path) -> None
 def test_drift_and_controls_are_printed_from_the_trust_tables(tmp_path: Path) -> None:
     note, _, inputs = render(tmp_path)
     t = tables_of(inputs)
-    ctx = trust.report_context(t["controls"], t["drift"])
+    ctx = trust_context.report_context(t["controls"], t["drift"])
     sentence = ctx["bound"]["sentence"].replace("->", "→")
     assert sentence.endswith(".") and safe.md_text(sentence) + " Only our kernels" in note
     lines = note.splitlines()

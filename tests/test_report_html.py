@@ -4,6 +4,8 @@ same page as a real headless Chromium parses and draws it."""
 
 from __future__ import annotations
 
+import html
+import json
 import re
 import shutil
 import struct
@@ -17,6 +19,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_report import HOSTILE, NS, SHAPES, build_namespace, copy_namespace, small_config
 
+from harness.report import figures
 from harness.report import html as page_tool
 from harness.report import render as report
 
@@ -143,9 +146,39 @@ def test_chromium_finds_the_summary_and_every_figure_and_draws_the_page(tmp_path
         assert after.index("<svg") < after.index("</figure>"), fig
     assert "img" not in {t for t, _ in e.tags}
     assert "Claims at the default shapes" in dom and "Verdicts across the shapes" in dom
-    png = page_tool.screenshot(page, tmp_path / "shots" / "page.png", 1280, 2000)
+    png = page_tool.screenshot(page, tmp_path / "shots" / "page.png", 1400, 2000)
     assert png.stat().st_size > 10_000
-    assert _png_size(png) == (1280, 2000)
+    assert _png_size(png) == (1400, 2000)
+    assert_figures_legible_at(page, 1400, [*cfg["operations"], "overview"])
+
+
+MEASURE = """<pre id="measured"></pre><script>
+const out = {};
+for (const fig of document.querySelectorAll("figure")) {
+  const svg = fig.querySelector("svg");
+  if (!svg) continue;
+  const shown = svg.getBoundingClientRect().width, box = svg.viewBox.baseVal.width;
+  const sizes = [...svg.querySelectorAll("text")].map(t => parseFloat(getComputedStyle(t).fontSize)).filter(v => v > 0);
+  out[fig.id] = {shown: shown, box: box, min_font: Math.min(...sizes), text_px: Math.min(...sizes) * shown / box};
+}
+document.getElementById("measured").textContent = JSON.stringify(out);
+</script>"""
+
+
+def assert_figures_legible_at(page: Path, width: int, names: list[str]) -> None:
+    """Every figure's smallest text as Chromium lays the page out in a window `width` px wide: its
+    font size in the SVG's units times the width the page gives the SVG over its viewBox, at least
+    figures.LEGIBLE_PX; and the same number figures.svg_text_px computes from the SVG alone."""
+    probe = page.with_name("measure.html")
+    text = page.read_text().replace("style-src 'unsafe-inline'", "style-src 'unsafe-inline'; script-src 'unsafe-inline'")
+    probe.write_text(text.replace("</body>", MEASURE + "</body>"))  # the page runs no script: only this copy
+    dom = page_tool.dump_dom(probe, width=width)
+    measured = json.loads(html.unescape(dom.split('<pre id="measured">', 1)[1].split("</pre>", 1)[0]))
+    for name in names:
+        m = measured[f"figure-{name}"]
+        assert m["text_px"] >= figures.LEGIBLE_PX, f"{name}: smallest text {m['text_px']:.1f} px at {width} px"
+        svg = page.parent / "figures" / ("overview.svg" if name == "overview" else f"{name}_sweep.svg")
+        assert figures.svg_text_px(svg.read_text(), m["shown"]) == pytest.approx(m["text_px"], rel=0.01)
 
 
 @pytest.mark.skipif(page_tool.chromium() is None, reason="Chromium is not installed (no chromium or chromium-browser "

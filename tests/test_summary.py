@@ -54,7 +54,10 @@ def test_every_row_comes_from_the_tables(tmp_path: Path) -> None:
         assert control["over"] == "triton"
         assert (control["ratio"], control["lo"], control["hi"]) == pytest.approx(
             (w["cuda_over_triton"], w["cuda_over_triton_lo"], w["cuda_over_triton_hi"]))
-        assert control["verdict"] == w["cuda_vs_triton"] == control["verdict_recorded"]
+        assert control["verdict_recorded"] == w["cuda_vs_triton"]
+        ranked = trust.rankable(t["controls"], "layernorm", shape)
+        # a pairing the controls do not rank carries the verdict "not ranked", never the table's
+        assert control["verdict"] == (w["cuda_vs_triton"] if ranked else "not ranked")
         assert control["rankable"] is trust.rankable(t["controls"], "layernorm", shape)
         library = [x for x in r["ratios"] if x["role"] == "library"]
         if shape == SHAPES[1]:  # torch failed its check there: no ratio to it

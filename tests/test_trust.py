@@ -14,6 +14,7 @@ import pytest
 
 from harness import ROOT
 from harness.errors import EvidenceError
+from harness.report import trust_context
 from harness.tables import derive, history, trust
 
 REAL = ROOT / "artifacts"
@@ -156,9 +157,9 @@ def test_band_excludes_namespaces() -> None:
     assert trust.control_bands(two_sessions(), exclude=["s1", "s2"]).empty
 
 
-def test_band_needs_nvml_to_show_a_namespace_quiet() -> None:
-    """A namespace without an NVML record of its control capture, or whose captures NVML flagged
-    there, is set aside at that shape, with its reason; quiet namespaces still make the band."""
+def test_a_namespace_without_an_nvml_record_is_unknown_not_set_aside() -> None:
+    """A namespace without an NVML record of its control capture enters the band, and the band says
+    it rests on it; one whose captures NVML flagged there is set aside, with its reason."""
     s1 = [kt(*LN, "triton", 5.0), kt(*SM, "triton", 7.0)]
     s3 = [kt(*LN, "triton", 9.0), kt(*LN, "cuda", 9.5), kt(*SM, "triton", 7.2)]
     hist = [("s1", frame(s1), None, None, quiet("s1", s1)),
@@ -166,10 +167,86 @@ def test_band_needs_nvml_to_show_a_namespace_quiet() -> None:
             ("s3", frame(s3), None, None, pd.DataFrame(state_rows("s3", s3, {(*LN, "cuda"): f"{PROCESS} (2 at once; pids seen [7, 9])"})))]
     bands = trust.control_bands(hist).set_index(["op", "shape"])
     ln = bands.loc[LN]
-    assert ln["namespaces"] == "s1" and ln["observed_max_us"] == 5.0
-    assert ln["set_aside"] == f"s2 (no NVML record); s3 (NVML flagged its captures there: {PROCESS})"
+    assert ln["namespaces"] == "s1;s2" and ln["unrecorded"] == "s2" and ln["observed_max_us"] == 5.2
+    assert ln["set_aside"] == f"s3 (NVML flagged its captures there: {PROCESS})"
     sm = bands.loc[SM]  # s3 was quiet at softmax: it enters that band
-    assert sm["namespaces"] == "s1;s3" and sm["observed_max_us"] == 7.2 and sm["set_aside"] == ""
+    assert sm["namespaces"] == "s1;s3" and sm["observed_max_us"] == 7.2 and sm["set_aside"] == "" and sm["unrecorded"] == ""
+    cur = [kt(*LN, "triton", 5.1)]
+    note = trust.classify_controls(frame(cur), trust.control_bands(hist), gpu_state=quiet("now", cur)).iloc[0]["note"]
+    assert "across 2 namespaces NVML did not flag, 1 of them without an NVML record" in note
+
+
+def test_a_capture_with_no_nvml_samples_is_unknown_never_quiet() -> None:
+    """NVML could not be read during the capture: its gpu_state row has 0 samples and disturbed
+    False. That is no record, so the control is judged 'unknown', and with no band it is not ranked."""
+    cur = [kt(*LN, "triton", 5.1), kt(*LN, "cuda", 5.0)]
+    blind = quiet("now", cur).assign(during_samples=0)
+    row = trust.classify_controls(frame(cur), trust.control_bands([]), gpu_state=blind).iloc[0]
+    assert row["nvml"] == "unknown" and row["status"] == "establishing" and not bool(row["rankable"])
+    assert "NVML recorded nothing for its capture" in row["claim_note"]
+    seen = trust.classify_controls(frame(cur), trust.control_bands([]), gpu_state=quiet("now", cur)).iloc[0]
+    assert seen["nvml"] == "quiet" and bool(seen["rankable"])  # the same row with samples is quiet
+    # an earlier namespace whose rows have no samples enters a band as unrecorded, not as quiet
+    earlier = [kt(*LN, "triton", 5.0)]
+    bands = trust.control_bands([("e", frame(earlier), None, None, quiet("e", earlier).assign(during_samples=0))])
+    assert bands.iloc[0]["unrecorded"] == "e"
+
+
+STUDY_CONTROL = {"s1": 71.94, "s2": 84.10, "s3": 90.09, "s4": 77.52}
+"""The study's Triton matmul control in four earlier sessions (71.94-90.09 µs); the host had no NVML."""
+STUDY_LN = {"s1": 7.99, "s2": 8.32, "s3": 8.10, "s4": 8.21}
+"""Its layer-norm control in the same sessions (7.99-8.32 µs)."""
+MM = ("matmul", "1024x1024x1024")
+
+
+def study(tmp_path: Path) -> Path:
+    """The study replayed as retained namespaces without gpu_state.csv, and the current session
+    (no NVML either): the control at 100.80 µs on matmul, and layer norm with ours at 8.97 µs
+    against the control's 8.32 µs."""
+    art = tmp_path / "artifacts"
+    for i, name in enumerate(STUDY_CONTROL):
+        rows = [kt(*MM, "triton", STUDY_CONTROL[name]), kt(*MM, "cuda", STUDY_CONTROL[name] * 1.1),
+                kt(*LN, "triton", STUDY_LN[name]), kt(*LN, "cuda", STUDY_LN[name] * 1.08)]
+        write_namespace(art, name, day(i + 1), rows, census=census_of(rows), nvml=False)
+    now = [kt(*MM, "triton", 100.80), kt(*MM, "cuda", 88.0), kt(*LN, "triton", 8.32), kt(*LN, "cuda", 8.97)]
+    write_namespace(art, "now", day(9), now, census=census_of(now), nvml=False)
+    return art
+
+
+def test_the_replayed_study_reaches_the_careful_humans_conclusions(tmp_path: Path) -> None:
+    art = study(tmp_path)
+    out = tables(art, "now")
+    c = out["controls"].set_index(["op", "shape"])
+    mm, ln = c.loc[MM], c.loc[LN]
+    # the 100.80 µs control is above its band from the four earlier sessions: flagged, not ranked
+    assert mm["n_namespaces"] == 4 and mm["unrecorded"] == "s1;s2;s3;s4" and mm["set_aside"] == ""
+    assert (mm["observed_min_us"], mm["observed_max_us"]) == (71.94, 90.09)
+    assert mm["status"] == "above" and mm["nvml"] == "unknown" and not bool(mm["rankable"])
+    assert "across 4 namespaces without an NVML record" in mm["note"]
+    flagged = trust.flags(out["controls"])
+    assert len(flagged) == 1 and flagged[0].startswith("Control above its band: triton at matmul 1024x1024x1024 came back "
+                                                       "at 100.80 µs against its band of 68.34-94.59 µs")
+    # layer norm: the control inside its earlier 7.99-8.32 µs, so ours is ranked against it
+    assert ln["status"] == "inside" and bool(ln["rankable"]) and ln["n_namespaces"] == 4
+    # drift: bounded by ours, which did not change (no NVML record in either is no flag)
+    assert out["bound"]["count"] == 2 and out["earlier"] == "s4"
+
+
+def test_one_loaded_session_without_a_record_cannot_widen_the_band(tmp_path: Path) -> None:
+    """A session without an NVML record far above the median of the others is taken for load and
+    set aside, with its reason; the band is the others', whatever the order of the history."""
+    hist = []
+    for i, (name, us) in enumerate({**STUDY_CONTROL, "s5": 160.0}.items()):
+        hist.append((name, frame([kt(*MM, "triton", us)]), None, None, None, day(i + 1)))
+    band = trust.control_bands(hist).iloc[0]
+    assert band["namespaces"] == "s1;s2;s3;s4" and band["observed_max_us"] == 90.09
+    assert band["set_aside"] == "s5 (no NVML record, and at 160.00 µs far above the other sessions, as load would put it)"
+    for perm in itertools.permutations(hist):
+        pd.testing.assert_frame_equal(trust.control_bands(list(perm)), trust.control_bands(hist))
+    # the same session seen quiet by NVML is vouched for: it widens the band
+    s5 = [kt(*MM, "triton", 160.0)]
+    vouched = [*hist[:4], ("s5", frame(s5), None, None, quiet("s5", s5), day(5))]
+    assert trust.control_bands(vouched).iloc[0]["observed_max_us"] == 160.0
 
 
 def test_band_does_not_depend_on_the_order_of_the_history() -> None:
@@ -452,7 +529,7 @@ def test_drift_is_bounded_by_ours_not_the_control_nor_a_disturbed_capture(tmp_pa
         "not drift.")
     assert bound["sentence"] == f"{bound['summary']} {bound['control']['summary']}"
     assert bound["excluded_summary"] == "1 capture of ours left out of the bound: cuda at neighbor_aggregation 1024x8192x32 (disturbed)."
-    ctx = trust.report_context(art / "e2" / "tables" / "controls.csv", art / "e2" / "tables" / "drift.csv",
+    ctx = trust_context.report_context(art / "e2" / "tables" / "controls.csv", art / "e2" / "tables" / "drift.csv",
                                gpu_state=art / "e2" / "tables" / "gpu_state.csv")
     assert ctx["bound"]["summary"] == bound["summary"] and ctx["earlier"] == "e1"
     assert [r["shape"] for r in ctx["above"]] == [MM[1]] and ctx["under_load"] == []
@@ -594,13 +671,14 @@ def test_real_namespaces_controls_and_choice(tmp_path: Path) -> None:
     assert trust.choose_earlier(art, OLD) is None  # nothing retained before it
     out = trust.namespace_controls(art, cur).set_index(["op", "shape"])
     new_kt = pd.read_csv(REAL / cur / "tables" / "kernel_time.csv", dtype={"shape": str})
-    earlier = pd.concat([pd.read_csv(REAL / n / "tables" / "kernel_time.csv", dtype={"shape": str}) for n in WATCHED[:2]])
+    # h200-layernorm-1 has no gpu_state.csv: what NVML would have seen is unknown, so it enters the
+    # bands (none of its sessions lies far above the others) and the band names it as unrecorded
+    earlier = pd.concat([pd.read_csv(REAL / n / "tables" / "kernel_time.csv", dtype={"shape": str}) for n in (OLD, *WATCHED[:2])])
     earlier = earlier[earlier["impl"] == "triton"].groupby(["op", "shape"])["kernel_time_us"]
     unwatched = pd.read_csv(REAL / OLD / "tables" / "kernel_time.csv", dtype={"shape": str})
     unwatched = set(zip(unwatched[unwatched["impl"] == "triton"]["op"], unwatched[unwatched["impl"] == "triton"]["shape"]))
     for (op, shape), row in out.iterrows():
-        # h200-layernorm-1 has no gpu_state.csv: NVML never showed it quiet, so it is set aside, named
-        assert (f"{OLD} (no NVML record)" in str(row["set_aside"])) is ((op, shape) in unwatched)
+        assert (str(row["unrecorded"]) == OLD) is ((op, shape) in unwatched) and row["set_aside"] == ""
         lo, hi = earlier.min()[(op, shape)] * 0.95, earlier.max()[(op, shape)] * 1.05
         value = new_kt[(new_kt["op"] == op) & (new_kt["shape"] == shape) & (new_kt["impl"] == "triton")]["kernel_time_us"].iloc[0]
         assert row["status"] == ("inside" if lo <= value <= hi else "above" if value > hi else "below")
@@ -618,7 +696,7 @@ def test_real_loaded_namespace(tmp_path: Path) -> None:
     out = tables(art, "h200-loaded-1")
     row = out["controls"].iloc[0]
     assert (row["status"], row["nvml"], row["suspect"], bool(row["rankable"])) == ("inside", "disturbed", "group", False)
-    assert row["namespaces"] == ";".join(WATCHED)
+    assert row["namespaces"] == ";".join((OLD, *WATCHED)) and row["unrecorded"] == OLD
     d = out["drift"].set_index("impl")
     assert out["earlier"] == "h200-ops-solo-1"
     assert (d.loc["cuda", "role"], d.loc["cuda", "reason"]) == ("excluded", "disturbed")
@@ -629,8 +707,8 @@ def test_real_loaded_namespace(tmp_path: Path) -> None:
     impls = state["impl"].tolist()
     assert got == [f"Disturbed capture: layernorm 4096x768 {impls[0]}, {impls[1]} and {impls[2]} ({PROCESS}).",
                    f"Drift not bounded: {out['bound']['summary']}"]
-    ctx = trust.report_context(t / "controls.csv", t / "drift.csv")
-    assert ctx["set_aside_summary"] == f"Left out of the control bands: {OLD} at layernorm 4096x768 (no NVML record)."
+    ctx = trust_context.report_context(t / "controls.csv", t / "drift.csv")
+    assert ctx["set_aside_summary"] == ""  # h200-layernorm-1, unrecorded, is in the band, not left out of it
     assert_one_period([*sentences_of(out), *got])
 
 
@@ -697,17 +775,17 @@ def test_trust_tables_on_retained_copy(tmp_path: Path) -> None:
     new_kt = pd.read_csv(art / cur / "tables" / "kernel_time.csv")
     assert len(controls) == len(new_kt[["op", "shape"]].drop_duplicates())
     assert set(controls["status"]) <= set(trust.STATUSES) and set(drifted["role"]) <= set(trust.ROLES)
-    ctx = trust.report_context(c_out, d_out)
+    ctx = trust_context.report_context(c_out, d_out)
     assert ctx["earlier"] == WATCHED[1] and ctx["bound"]["summary"] == out["bound"]["summary"]
     assert len(ctx["controls"]) == len(controls)
-    assert {(s["namespace"], s["reason"]) for s in ctx["set_aside"]} == {(OLD, "no NVML record")}
+    assert ctx["set_aside"] == [] and set(controls["unrecorded"].dropna()) == {OLD}
     assert_one_period(sentences_of(out))
     # the oldest namespace has nothing before it: every control establishing, drift header only
     first = trust.trust_tables(art, OLD, tmp_path / "c.csv", tmp_path / "d.csv")
     assert first["earlier"] is None and set(first["controls"]["status"]) == {"establishing"}
     assert pd.read_csv(tmp_path / "d.csv").empty
-    assert trust.report_context(tmp_path / "c.csv", tmp_path / "d.csv")["bound"] is None
-    assert trust.report_context(None, tmp_path / "absent.csv")["controls"] == []
+    assert trust_context.report_context(tmp_path / "c.csv", tmp_path / "d.csv")["bound"] is None
+    assert trust_context.report_context(None, tmp_path / "absent.csv")["controls"] == []
     # trust tables enter the history index like any other table
     db = history.build_index(art, tmp_path / "h.sqlite")
     import sqlite_utils
@@ -800,9 +878,27 @@ def test_every_sentence_on_the_retained_namespaces_ends_with_one_period(tmp_path
     for ns in ("h200-validate-1", "h200-ops-1", "h200-ops-solo-1", "h200-loaded-1", "h200-ops-2", "h200-ops-3"):
         out = tables(art, ns)
         t = art / ns / "tables"
-        ctx = trust.report_context(t / "controls.csv", t / "drift.csv", counters=t / "counters.csv", check=t / "check.csv",
+        ctx = trust_context.report_context(t / "controls.csv", t / "drift.csv", counters=t / "counters.csv", check=t / "check.csv",
                                    kernel_time=t / "kernel_time.csv", gpu_state=t / "gpu_state.csv")
-        found += [*sentences_of(out), *ctx["flags"], ctx["set_aside_summary"]]
-        assert ctx["set_aside_summary"].startswith("Left out of the control bands: ")
+        found += [*sentences_of(out), *ctx["flags"]]
+        if ctx["set_aside_summary"]:
+            found.append(ctx["set_aside_summary"])
+            assert ctx["set_aside_summary"].startswith("Left out of the control bands: ")
+    assert any("without an NVML record" in s for s in found)
     assert_one_period(found)
     assert len(found) > 250
+
+
+def test_the_margin_default_is_written_once() -> None:
+    """The control band's default margin is the config schema's `trust.margin` default; no module
+    of harness/ writes the number again."""
+    import re
+
+    import yaml
+
+    schema = yaml.safe_load((ROOT / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    assert trust.MARGIN == schema["properties"]["trust"]["properties"]["margin"]["default"]
+    again = [f"{p.relative_to(ROOT)}:{i + 1}" for p in sorted((ROOT / "harness").rglob("*.py"))
+             for i, line in enumerate(p.read_text().splitlines())
+             if re.search(r"margin\W[^\n]*\b0\.05\b", line)]
+    assert again == []

@@ -27,6 +27,7 @@ from harness.namespaces import namespace_dir, refuse_retained
 from harness.report import step as report_step
 from harness.report.render import output_paths, table_inputs
 from harness.tables import step as tables_step
+from harness.tables import trust
 
 
 def retrust(namespace: str, artifacts: str | Path = ROOT / "artifacts", reports: str | Path = ROOT / "report",
@@ -45,7 +46,7 @@ def retrust(namespace: str, artifacts: str | Path = ROOT / "artifacts", reports:
         raise EvidenceError(f"retrust: the provenance of {namespace} does not hold that namespace's configuration.")
     tdir = ns_dir / "tables"
     t = cfg.get("trust") or {}
-    tables_step.controls_and_drift(namespace=namespace, control=t.get("control", "triton"), margin=float(t.get("margin", 0.05)),
+    tables_step.controls_and_drift(namespace=namespace, control=t.get("control", "triton"), margin=float(t.get("margin", trust.MARGIN)),
                                    earlier=t.get("earlier"), controls_out=str(tdir / "controls.csv"),
                                    drift_out=str(tdir / "drift.csv"))
     inputs = table_inputs(ns_dir)

@@ -1,9 +1,11 @@
 """Figures of the report, drawn from the sweep table only.
 
-* `sweep_figure`: one SVG per operation. Left, each implementation's kernel time per shape
-  (grouped bars, log axis). Right, each implementation's kernel time over the control's per shape,
-  with the ratio's interval as error bars where the table has one (`<a>_over_<b>_lo/_hi`) and a
-  shaded band for the verdict "same" (1 +/- the table's `margin`).
+* `sweep_figure`: one SVG per operation, three panels one above the other (each the page's
+  width, so its text stays legible there): each implementation's kernel time per shape (grouped
+  bars, log axis); ours over the control per shape, with the ratio's interval as error bars where
+  the table has one (`<a>_over_<b>_lo/_hi`) and a shaded band for the verdict "same" (1 +/- the
+  table's `margin`); and every other ratio, on a log axis. Log axes are labelled in plain numbers
+  (0.5, 1, 2), and every ratio axis holds its band of "same".
 * `overview_figure`: one SVG for the namespace: every operation's ratio of ours over the control
   at its default shape, with its interval and the same band.
 
@@ -16,12 +18,14 @@ for the same table: fixed hash salt, no date, text as text.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from harness.errors import EvidenceError
+from harness.report.words import number
 
 IMPLS = ("cuda", "triton", "torch", "external")
 """Implementations in drawing order; each is a column '<impl>_us' of the sweep table."""
@@ -38,12 +42,9 @@ NO_INTERVAL_LABEL = "none (the table records no interval)"
 
 
 def _number(value: Any) -> float:
-    """A float, NaN for anything that is not a finite number."""
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return math.nan
-    return out if math.isfinite(out) else math.nan
+    """A table cell as a float to draw (harness.report.words.number), NaN where it holds no finite number."""
+    out = number(value)
+    return math.nan if out is None else out
 
 
 def implementations(table: Any) -> list[str]:
@@ -117,7 +118,103 @@ class _Point:
     ranked: bool
 
 
-STYLE = {"svg.hashsalt": HASH_SALT, "svg.fonttype": "none", "font.family": "DejaVu Sans"}
+FONT_PT = 11.0
+"""The smallest text of a figure, in points (tick labels and legends; titles are larger)."""
+
+SWEEP_SIZE_IN = (11.0, 13.5)
+"""The sweep figure's size: the page's width (at most 1192 px of content, the page's 1240 px less
+its padding) holds its 11 in (792 pt) at full size, so 11 pt text is 14.7 px high there."""
+
+PAGE_CONTENT_PX = 1192.0
+"""The width of the page's content at a 1400 px window (report/templates/page.html.j2: a body of at
+most 1240 px, 24 px padding either side); a figure wider than this is scaled down to it."""
+
+LEGIBLE_PX = 11.0
+"""The least height of a figure's text on the page (CSS px) that a test accepts as legible."""
+
+STYLE = {"svg.hashsalt": HASH_SALT, "svg.fonttype": "none", "font.family": "DejaVu Sans", "font.size": FONT_PT,
+         "axes.titlesize": FONT_PT + 1, "axes.labelsize": FONT_PT, "xtick.labelsize": FONT_PT,
+         "ytick.labelsize": FONT_PT, "legend.fontsize": FONT_PT, "legend.title_fontsize": FONT_PT}
+
+
+def page_scale(width_pt: float, content_px: float = PAGE_CONTENT_PX) -> float:
+    """CSS px per point of a figure `width_pt` wide on the page: an SVG's natural size is 4/3 px
+    per pt, scaled down (max-width: 100%) where that is wider than the content."""
+    natural = width_pt * 4.0 / 3.0
+    return min(natural, content_px) / width_pt
+
+
+def plain_log_ticks(lo: float, hi: float) -> list[float]:
+    """Tick positions for a log axis from lo to hi, each a plain number: the 1-2-5 series where
+    three of it fall inside, else 1-9 times the powers of ten where three to ten of those do, else
+    evenly spaced round numbers (a step of 1, 2 or 5 times a power of
+    ten, four to ten of them) for an axis that spans too little for that series."""
+    if not (lo > 0 and hi > lo):
+        return []
+    first, last = math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1
+    for subs in ((1.0, 2.0, 5.0), (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0)):
+        ticks = sorted({round(m * 10.0 ** e, 12) for e in range(first, last + 1) for m in subs
+                        if lo <= m * 10.0 ** e <= hi})
+        if 3 <= len(ticks) <= 10:
+            return ticks
+    raw = (hi - lo) / 6
+    power = 10.0 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1.0, 2.0, 5.0, 10.0) if m * power >= raw)
+    start = math.ceil(lo / step)
+    return [round(k * step, 12) for k in range(start, math.floor(hi / step + 1e-9) + 1)]
+
+
+def _plain_log_axis(ax: Any, lo: float, hi: float) -> None:
+    """A log y axis from lo to hi labelled in plain numbers ('0.5', '2', '100'), never '6×10⁻¹'."""
+    from matplotlib import ticker
+
+    ax.set_yscale("log")
+    ax.set_ylim(lo, hi)
+    ax.yaxis.set_major_locator(ticker.FixedLocator(plain_log_ticks(lo, hi)))
+    ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+
+
+def svg_text_px(svg: str, display_px: float | None = None) -> float | None:
+    """The height in CSS px of the smallest text of an SVG as the page shows it: the least
+    font-size of its text (in viewBox units) times the displayed width over the viewBox width.
+    `display_px` is the width the page gives the figure (measured in a browser); without it, the
+    SVG's natural width (its width in pt, 4/3 px each) scaled down to PAGE_CONTENT_PX. None for an
+    SVG without text."""
+    head = re.search(r"<svg\b[^>]*>", svg)
+    sizes = [float(v) for v in re.findall(r"font-size:\s*([0-9.]+)px", svg)]
+    if head is None or not sizes:
+        return None
+    box = re.search(r'viewBox="[-0-9.]+ [-0-9.]+ ([0-9.]+) [0-9.]+"', head.group(0))
+    width = re.search(r'width="([0-9.]+)pt"', head.group(0))
+    if box is None or width is None:
+        raise EvidenceError("The figure's SVG names no viewBox or width in pt, so its text size on the page is unknown.")
+    shown = display_px if display_px is not None else min(float(width.group(1)) * 4.0 / 3.0, PAGE_CONTENT_PX)
+    return min(sizes) * shown / float(box.group(1))
+
+
+def layout(fig: Any) -> dict[str, Any]:
+    """What a legibility check needs of a drawn figure: its width in points, its smallest text in
+    points, and per axes its y scale, limits, tick labels and the 'same' band (None without one) on
+    its axis (`band_axis`, 'y' or 'x')."""
+    from matplotlib.text import Text
+
+    fig.canvas.draw()
+    sizes = [t.get_fontsize() for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+    panels = []
+    for ax in fig.axes:
+        band, axis = None, "y"
+        for p in ax.patches:
+            if str(p.get_label()).startswith("same:"):
+                across = abs(p.get_x()) < 1e-9 and abs(p.get_width() - 1.0) < 1e-9  # axhspan: x spans the axes
+                band, axis = ((p.get_y(), p.get_y() + p.get_height()) if across
+                              else (p.get_x(), p.get_x() + p.get_width())), ("y" if across else "x")
+        lo, hi = ax.get_ylim()
+        panels.append({"title": ax.get_title(), "yscale": ax.get_yscale(), "ylim": (lo, hi), "xlim": ax.get_xlim(),
+                       "band": band, "band_axis": axis,
+                       "yticklabels": [t.get_text() for t in ax.get_yticklabels()
+                                       if t.get_text() and lo <= t.get_position()[1] <= hi]})
+    return {"width_pt": fig.get_figwidth() * 72.0, "min_font_pt": min(sizes) if sizes else None, "panels": panels}
 
 
 OURS = "cuda"
@@ -126,14 +223,15 @@ RATIOS = (("cuda", "triton"), ("cuda", "torch"), ("external", "triton"))
 
 
 def sweep_figure(sweep: Any, op: str, out_svg: Path | str, control: str = "triton",
-                 cache_mode: str = "hot") -> None:
-    """One SVG for one operation, three panels over the shapes (in table order): kernel time per
-    implementation (log µs); ours over the control, its axis zoomed to the intervals so that the
-    band of 'same' (1 +/- the table's margin) shows; and every other ratio of the table (ours over
-    the library, an external kernel over the control) on a log axis. Each ratio carries its
-    interval as error bars where the table has one, and is drawn hollow, '(no interval)', where it
-    has none. Implementations without any time are left out. EvidenceError (one sentence) where
-    the table has no rows or no times for `op`."""
+                 cache_mode: str = "hot") -> dict[str, Any]:
+    """One SVG for one operation, three panels one above the other, over the shapes (in table
+    order): kernel time per implementation (log µs); ours over the control, its axis zoomed to the
+    intervals so that the band of 'same' (1 +/- the table's margin) shows; and every other ratio of
+    the table (ours over the library, an external kernel over the control) on a log axis that holds
+    the band too. Each ratio carries its interval as error bars where the table has one, and is
+    drawn hollow, '(no interval)', where it has none. Implementations without any time are left
+    out. Returns the figure's `layout`. EvidenceError (one sentence) where the table has no rows or
+    no times for `op`."""
     plt = _pyplot()
     table = sweep[sweep["op"] == op].reset_index(drop=True)
     if table.empty:
@@ -143,13 +241,14 @@ def sweep_figure(sweep: Any, op: str, out_svg: Path | str, control: str = "trito
         raise EvidenceError(f"The sweep table has no kernel times for operation {op!r}.")
     shapes = [str(s) for s in table["shape"]]
     with plt.rc_context(STYLE):
-        fig, (left, middle, right) = plt.subplots(1, 3, figsize=(17, 4.8))
+        fig, (left, middle, right) = plt.subplots(3, 1, figsize=SWEEP_SIZE_IN)
         try:
             _time_panel(left, table, shapes, impls, op, cache_mode)
             _control_panel(middle, table, shapes, impls, control, op, cache_mode)
             _other_panel(right, table, shapes, impls, control, op, cache_mode)
             fig.tight_layout()
             _save(fig, out_svg)
+            return layout(fig)
         finally:
             plt.close(fig)
 
@@ -166,12 +265,14 @@ def _time_panel(ax: Any, table: Any, shapes: list[str], impls: list[str], op: st
         xs = [i + offset for i, t in enumerate(times) if math.isfinite(t) and t > 0]
         ys = [t for t in times if math.isfinite(t) and t > 0]
         ax.bar(xs, ys, width=width, label=impl, color=COLORS[impl])
-    ax.set_yscale("log")
-    ax.set_xticks(range(len(shapes)), shapes, rotation=30, ha="right")
+    drawn = [t for impl in impls for t in _times(table, impl) if math.isfinite(t) and t > 0]
+    if drawn:
+        _plain_log_axis(ax, min(drawn) / 1.6, max(drawn) * 1.6)
+    ax.set_xticks(range(len(shapes)), shapes, rotation=15, ha="right")
     ax.set_ylabel("kernel time (µs, log scale)")
     ax.set_xlabel("shape")
-    ax.set_title(f"{op}: kernel time (Nsight Systems), {cache_mode} cache", fontsize=10)
-    ax.legend(title="implementation", fontsize=8)
+    ax.set_title(f"{op}: kernel time (Nsight Systems), {cache_mode} cache")
+    ax.legend(title="implementation", ncols=min(len(impls), 4))
     ax.grid(axis="y", which="both", alpha=0.3)
 
 
@@ -217,12 +318,12 @@ def _control_panel(ax: Any, table: Any, shapes: list[str], impls: list[str], con
     high = max([*drawn, 1.0 + (margin or 0.0)])
     pad = max((high - low) * 0.12, 0.005)
     ax.set_ylim(low - pad, high + pad)
-    ax.set_xticks(range(len(shapes)), shapes, rotation=30, ha="right")
+    ax.set_xticks(range(len(shapes)), shapes, rotation=15, ha="right")
     ax.set_xlim(-0.6, len(shapes) - 0.4)
-    ax.set_ylabel(f"{OURS} kernel time / {control} kernel time (< 1: faster)")
+    ax.set_ylabel(f"{OURS} / {control} (< 1: faster)")
     ax.set_xlabel("shape")
-    ax.set_title(f"{op}: ours over the control, {cache_mode} cache\nerror bars: {interval_label(table)}", fontsize=10)
-    ax.legend(fontsize=8)
+    ax.set_title(f"{op}: ours over the control, {cache_mode} cache; error bars: {interval_label(table)}")
+    ax.legend()
     ax.grid(axis="y", alpha=0.3)
 
 
@@ -240,19 +341,23 @@ def _other_panel(ax: Any, table: Any, shapes: list[str], impls: list[str], contr
     if not drawn:
         ax.text(0.5, 0.5, "no other ratio in the table", transform=ax.transAxes, ha="center", va="center")
     else:
-        ax.set_yscale("log")
-        ax.legend(fontsize=8)
-    ax.set_xticks(range(len(shapes)), shapes, rotation=30, ha="right")
+        # the axis holds every ratio drawn and the band of "same", with room in log space
+        positive = [v for v in drawn if v > 0]
+        low = min([*positive, 1.0 - (margin or 0.0)])
+        high = max([*positive, 1.0 + (margin or 0.0)])
+        _plain_log_axis(ax, low / 1.15, high * 1.15)
+        ax.legend()
+    ax.set_xticks(range(len(shapes)), shapes, rotation=15, ha="right")
     ax.set_xlim(-0.6, len(shapes) - 0.4)
-    ax.set_ylabel("kernel time ratio (log scale; < 1: the first is faster)")
+    ax.set_ylabel("ratio (log scale; < 1: first faster)")
     ax.set_xlabel("shape")
-    ax.set_title(f"{op}: other ratios, {cache_mode} cache\nerror bars: {interval_label(table)}", fontsize=10)
+    ax.set_title(f"{op}: other ratios, {cache_mode} cache; error bars: {interval_label(table)}")
     ax.grid(axis="y", which="both", alpha=0.3)
 
 
 def overview_figure(sweep: Any, defaults: Mapping[str, str], out_svg: Path | str, control: str = "triton",
                     ours: str = "cuda", cache_mode: str = "hot",
-                    not_ranked: Collection[tuple[str, str]] = ()) -> None:
+                    not_ranked: Collection[tuple[str, str]] = ()) -> dict[str, Any]:
     """One SVG of every operation in `defaults` (op -> its default shape), top to bottom in that
     order: ours over the control at the default shape with its interval, a line at 1 and the band
     of 'same' where the table records a margin. An (op, shape) in `not_ranked` (its control was not
@@ -273,7 +378,7 @@ def overview_figure(sweep: Any, defaults: Mapping[str, str], out_svg: Path | str
                            ranked=(op, str(shape)) not in not_ranked))
     margin = table_margin(sweep)
     with plt.rc_context(STYLE):
-        fig, ax = plt.subplots(figsize=(9, 1.1 + 0.75 * len(rows)))
+        fig, ax = plt.subplots(figsize=(11, 1.4 + 0.8 * len(rows)))
         try:
             _band(ax, margin, vertical=True)
             ax.axvline(1.0, color="black", linewidth=1, linestyle="--")
@@ -294,7 +399,7 @@ def overview_figure(sweep: Any, defaults: Mapping[str, str], out_svg: Path | str
                     text += "" if row.ranked else " not ranked"
                 else:
                     text = "no ratio"
-                ax.annotate(text, xy=(1.03, y), xycoords=("axes fraction", "data"), va="center", fontsize=9,
+                ax.annotate(text, xy=(1.03, y), xycoords=("axes fraction", "data"), va="center", fontsize=FONT_PT,
                             color=color, annotation_clip=False)
             ax.set_yticks(range(len(rows)), [row.label for row in rows])
             ax.set_ylim(len(rows) - 0.5, -0.5)
@@ -302,10 +407,11 @@ def overview_figure(sweep: Any, defaults: Mapping[str, str], out_svg: Path | str
             ax.set_xlabel(f"{ours} kernel time / {control} kernel time (< 1: faster)")
             ax.set_title(f"Ours over the control at each default shape, {cache_mode} cache\n"
                          f"error bars: {interval_label(sweep)}"
-                         + (f"; band: same within 1 ± {margin * 100:g}%" if margin is not None else ""), fontsize=10)
+                         + (f"; band: same within 1 ± {margin * 100:g}%" if margin is not None else ""))
             ax.grid(axis="x", alpha=0.3)
             fig.tight_layout()
             fig.subplots_adjust(right=0.68)
             _save(fig, out_svg)
+            return layout(fig)
         finally:
             plt.close(fig)

@@ -64,9 +64,11 @@ def _run(page: Path, *args: str, timeout: float = TIMEOUT_S) -> subprocess.Compl
     return done
 
 
-def dump_dom(page: str | Path) -> str:
-    """The DOM of the page as headless Chromium parsed it (serialised HTML)."""
-    return _run(Path(page), "--dump-dom").stdout
+def dump_dom(page: str | Path, width: int | None = None, height: int = 2000) -> str:
+    """The DOM of the page as headless Chromium parsed it (serialised HTML), its scripts run; with
+    `width`, laid out in a window of width x height."""
+    size = [f"--window-size={width},{height}"] if width else []
+    return _run(Path(page), "--dump-dom", *size).stdout
 
 
 def screenshot(page: str | Path, png: str | Path, width: int = 1280, height: int = 2000) -> Path:

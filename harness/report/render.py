@@ -27,16 +27,16 @@ from harness import ROOT
 from harness.errors import EvidenceError
 from harness.io import write_text
 from harness.report import figures as figs
-from harness.report import safe, summary
+from harness.report import safe, summary, trust_context
+from harness.report.sections import (_order, _records, _rows, _span_facts, _trust_section, counters_context,
+                                     cross_check_context, gpu_groups, gpu_quiet, table, variants_context)
+from harness.report.words import (IMPL_LABEL, IMPL_ORDER, LIBRARY, OURS, arrows, cross_check_flag, dirty_unknown, disagrees, distrust_mark, interval, md,
+                                  not_ranked_reason, num, pct, pct_points, plural, ratio_text, scaled, sci, sentence,
+                                  unsampled, us_text, yes)
 from harness.tables import counters as ctr
 from harness.tables import history, stats, trust, variants
 
 TEMPLATES = ROOT / "report" / "templates"
-IMPL_ORDER = ["cuda", "triton", "torch", "external"]
-IMPL_LABEL = {"cuda": "cuda (ours, CUDA C++)", "triton": "triton (ours, Triton)", "torch": "torch (library)",
-              "external": "external (PTX/cubin from another toolchain)"}
-OURS = "cuda"
-LIBRARY = "torch"
 
 READING = "docs/reading-a-report.md"
 READING_LINK = "../../" + READING
@@ -45,69 +45,12 @@ READING_LINK = "../../" + READING
 COMMENT_LIMIT = 65536
 """GitHub's limit on the characters of one issue comment."""
 
-NOT_RANKED = "not ranked"
+NOT_RANKED = summary.NOT_RANKED
 NO_VERDICT = "no verdict"
 COUNT_KEYS = (*stats.VERDICTS, NOT_RANKED, NO_VERDICT)
 
 
 # ------------------------------------------------------------------------------ formatting
-
-
-def num(value: Any, digits: int = 2) -> str:
-    """A number with thousands separators and `digits` decimals; 'n/a' for none."""
-    v = summary.number(value)
-    return "n/a" if v is None else f"{v:,.{digits}f}"
-
-
-def md(value: Any) -> str:
-    """Text safe inside a markdown table cell (safe.md_cell)."""
-    return safe.md_cell(value)
-
-
-def scaled(value: Any, divisor: float) -> float | None:
-    """A table's number over `divisor` (ns to µs, bytes to MB), None where there is none."""
-    v = summary.number(value)
-    return None if v is None else v / divisor
-
-
-def pct(fraction: Any, digits: int = 1) -> str:
-    v = summary.number(fraction)
-    return "n/a" if v is None else f"{v * 100:.{digits}f}%"
-
-
-def sci(value: Any) -> str:
-    v = summary.number(value)
-    return "n/a" if v is None else f"{v:.2e}"
-
-
-def interval(lo: Any, hi: Any, digits: int = 3) -> safe.Trusted:
-    """'[lo, hi]', or '' where either end is missing (composed of numbers only, so printed as it is)."""
-    a, b = summary.number(lo), summary.number(hi)
-    return safe.Trusted("" if a is None or b is None else f"[{a:,.{digits}f}, {b:,.{digits}f}]")
-
-
-def ratio_text(value: Any, lo: Any = None, hi: Any = None, digits: int = 3) -> safe.Trusted:
-    """'0.993 [0.989, 0.997]', '0.993' without an interval, 'n/a' without a ratio."""
-    if summary.number(value) is None:
-        return safe.Trusted("n/a")
-    span = interval(lo, hi, digits)
-    return safe.Trusted(f"{num(value, digits)} {span}" if span else num(value, digits))
-
-
-def us_text(value: Any, lo: Any = None, hi: Any = None) -> safe.Trusted:
-    """Microseconds with their interval where the table has one."""
-    span = interval(lo, hi, 2)
-    return safe.Trusted(f"{num(value)} {span}" if span else num(value))
-
-
-def sentence(text: Any) -> str:
-    """One line ending with exactly one period (a reason a table gives may end with its own)."""
-    out = re.sub(r"\s+", " ", safe.plain(text)).strip().rstrip(". ").strip()
-    return out + "." if out else ""
-
-
-def arrows(text: Any) -> str:
-    return safe.plain(text).replace("->", "→")
 
 
 def anchor(title: str, taken: set[str] | None = None) -> str:
@@ -124,42 +67,6 @@ def anchor(title: str, taken: set[str] | None = None) -> str:
     return out
 
 
-def table(columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]]) -> dict[str, Any]:
-    """A table for the templates: column titles (the report's own words), alignment ('l' or 'r')
-    and rows of text cells, escaped where they are printed unless the report composed them from
-    numbers (`safe.Trusted`)."""
-    return {"columns": [safe.Trusted(c) for c, _ in columns], "align": [a for _, a in columns],
-            "rows": [[cell if isinstance(cell, safe.Trusted) else safe.plain(cell) for cell in row] for row in rows]}
-
-
-def _records(frame: Any) -> list[dict[str, Any]]:
-    if frame is None or len(frame) == 0:
-        return []
-    return [{k: (None if summary.missing(v) else v) for k, v in r.items()} for r in frame.to_dict("records")]
-
-
-def _rows(frame: Any, **match: str) -> list[dict[str, Any]]:
-    """Records of a frame whose columns equal the given values (as text)."""
-    out = []
-    for r in _records(frame):
-        if all(str(r.get(k)) == v for k, v in match.items()):
-            out.append(r)
-    return out
-
-
-def _order(rows: list[dict[str, Any]], shapes: Sequence[str]) -> list[dict[str, Any]]:
-    """Rows by shape (in `shapes` order), then implementation (IMPL_ORDER, variants after)."""
-    s_index = {s: i for i, s in enumerate(shapes)}
-
-    def key(r: dict[str, Any]) -> tuple[int, int, str]:
-        impl = str(r.get("impl"))
-        base = impl.partition(".")[0]
-        i = IMPL_ORDER.index(base) if base in IMPL_ORDER else len(IMPL_ORDER)
-        return s_index.get(str(r.get("shape")), len(s_index)), i + (0 if "." not in impl else 1), impl
-
-    return sorted(rows, key=key)
-
-
 def gpu_label(gpus: Sequence[Mapping[str, Any]]) -> str:
     """'NVIDIA H200', or 'NVIDIA H200 (2 GPUs)' for a namespace whose jobs ran on two of them."""
     model = history.gpu_model(gpus)
@@ -167,11 +74,6 @@ def gpu_label(gpus: Sequence[Mapping[str, Any]]) -> str:
         return "unknown GPU"
     uuids = {str(g.get("uuid")) for g in gpus}
     return f"{model} ({len(uuids)} GPUs)" if len(uuids) > 1 else model
-
-
-def _yes(value: Any) -> str:
-    t = summary.truth(value)
-    return "n/a" if t is None else ("yes" if t else "no")
 
 
 # ------------------------------------------------------------------------------ claims and counts
@@ -182,25 +84,32 @@ def _control_of(cfg: Mapping[str, Any]) -> str:
 
 
 def _shape_claim(op: str, shape: str, row: Mapping[str, Any] | None, tctx: Mapping[str, Any], judged: bool,
-                 control: str, checks: list[dict[str, Any]], disturbed: bool) -> dict[str, Any]:
+                 control: str, checks: list[dict[str, Any]], disturbed: bool,
+                 distrusted: Sequence[str] = ()) -> dict[str, Any]:
     """What a report says of ours against the control at one shape. `kind` 'ratio': the ratio
     with its interval and verdict (`disturbed` where NVML flagged captures there though the
     control's row ranks it, as tables from before NVML entered the ranking do); 'note': the
-    control is not rankable there, and `note` is the trust module's claim note; 'none': no verdict,
-    and `note` says why (no ratio, or a table that records none)."""
+    control is not rankable there, `reason` says why and `note` is the trust module's claim note;
+    'none': no verdict, and `note` says why (no ratio, or a table that records none). `shown` is
+    the verdict every reader and program sees: the ratio's verdict, 'not ranked' or 'no verdict'.
+    `distrusted`: the implementations of this claim whose kernel time at this shape disagrees with
+    its graph replay (the cross-check), marked wherever the claim is printed."""
     key = f"{op} {shape}"
     r = row or {}
     name = f"{OURS}_over_{control}"
     claim: dict[str, Any] = {
         "op": op, "shape": shape, "ours": num(r.get(f"{OURS}_us")), "control": num(r.get(f"{control}_us")),
         "library": num(r.get(f"{LIBRARY}_us")), "ratio_name": f"{OURS}/{control}",
+        "ours_us": summary.number(r.get(f"{OURS}_us")), "control_us": summary.number(r.get(f"{control}_us")),
+        "library_us": summary.number(r.get(f"{LIBRARY}_us")),
         "ratio": ratio_text(r.get(name), r.get(f"{name}_lo"), r.get(f"{name}_hi")),
         "ratio_value": summary.number(r.get(name)), "lo": summary.number(r.get(f"{name}_lo")),
         "hi": summary.number(r.get(f"{name}_hi")),
         "verdict": summary.verdict(r.get(f"{OURS}_vs_{control}")),
         "recorded": summary.text(r.get(f"{OURS}_vs_{control}")),
         "rankable": tctx["rankable"].get(key, False) if judged else None, "note": "", "kind": "ratio",
-        "disturbed": disturbed,
+        "disturbed": disturbed, "reason": "", "distrusted": list(distrusted),
+        "distrusted_text": trust.and_(list(distrusted)),
     }
     failed = [c for c in checks if summary.truth(c.get("passed")) is False and c.get("impl") in (OURS, control)]
     if claim["rankable"] is False:
@@ -213,7 +122,7 @@ def _shape_claim(op: str, shape: str, row: Mapping[str, Any] | None, tctx: Mappi
                     f"because the control's capture is {controls_row.get('status') or 'not judged'} there.")
         elif not note:
             note = f"No control judged the captures at {key}, so no ranking follows there."
-        claim.update(kind="note", note=arrows(note))
+        claim.update(kind="note", note=arrows(note), reason=not_ranked_reason(controls_row))
     elif claim["ratio_value"] is None or claim["verdict"] is None:
         if failed:
             why = "; ".join(f"{c['impl']}'s check failed" for c in failed)
@@ -226,6 +135,7 @@ def _shape_claim(op: str, shape: str, row: Mapping[str, Any] | None, tctx: Mappi
         else:
             note = f"No ratio: the comparison lacks a {OURS} or {control} kernel time at this shape."
         claim.update(kind="none", note=note)
+    claim["shown"] = claim["verdict"] if claim["kind"] == "ratio" else NOT_RANKED if claim["kind"] == "note" else NO_VERDICT
     return claim
 
 
@@ -251,93 +161,6 @@ def _counts_text(counts: Mapping[str, int]) -> str:
 # ------------------------------------------------------------------------------ one operation
 
 
-def counters_context(frame: Any, op: str, shape: str, impls: list[str], control: str,
-                     counters_cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """The counters of one operation at its default shape: one summary per implementation
-    (harness.tables.counters.summarise), and ours compared with the control on each counter.
-    `state` says why there are none: 'off' (config), 'unavailable' (with the reason, one sentence),
-    'missing' (no table or no rows)."""
-    if not counters_cfg.get("enabled"):
-        return {"state": "off"}
-    if frame is None or len(frame) == 0:
-        return {"state": "missing"}
-    here = frame[(frame["op"].astype(str) == op) & (frame["shape"].astype(str) == shape)]
-    if here.empty:
-        return {"state": "missing"}
-    calls = int(counters_cfg.get("iterations", 1))
-    summaries = []
-    for impl in impls:
-        rows = here[here["impl"].astype(str) == impl].to_dict("records")
-        if rows:
-            summaries.append({"impl": impl, **ctr.summarise(rows, calls)})
-    by_impl = {r["impl"]: r for r in summaries}
-    not_ok = [r for r in summaries if r["status"] != "ok"]
-    if not_ok and len(not_ok) == len(summaries):
-        return {"state": "unavailable", "status": safe.plain(not_ok[0]["status"]),
-                "reason": sentence(not_ok[0].get("reason") or "no reason recorded")}
-    against = control if control != OURS else "triton"
-    comparison: dict[str, Any] | None = None
-    if by_impl.get(OURS, {}).get("status") == "ok" and by_impl.get(against, {}).get("status") == "ok":
-        compared = ctr.compare(by_impl[OURS], by_impl[against])
-        comparison = {"against": against, "rows": compared, "differ": [c for c in compared if c["differs"]],
-                      "same": [c for c in compared if not c["differs"]]}
-    table_rows = []
-    for r in summaries:
-        if r["status"] == "ok":
-            stalls = ", ".join(f"{name} {num(v, 1)}" for name, v in r.get("top_stalls", []))
-            table_rows.append([r["impl"], num(r.get("kernels"), 0), num(scaled(r.get("duration_ns"), 1e3)),
-                               pct_points(r.get("achieved_occupancy_pct")), pct_points(r.get("theoretical_occupancy_pct")),
-                               r.get("limiter") or "", num(r.get("registers_per_thread"), 0),
-                               num(scaled(r.get("dram_bytes_per_s"), 1e9), 0),
-                               pct_points(r.get("dram_pct_of_peak")), pct_points(r.get("l1_hit_rate_pct")),
-                               pct_points(r.get("l2_hit_rate_pct")),
-                               num(scaled(r.get("instructions"), 1e6)), stalls])
-        else:
-            table_rows.append([r["impl"], f"counters {r['status']}: {sentence(r.get('reason'))}"] + [""] * 11)
-    cols = [("impl", "l"), ("kernels", "r"), ("duration µs (ncu)", "r"), ("achieved occupancy", "r"),
-            ("theoretical occupancy", "r"), ("limited by", "l"), ("registers", "r"), ("DRAM GB/s", "r"),
-            ("DRAM % of peak", "r"), ("L1 hit", "r"), ("L2 hit", "r"), ("instructions (M)", "r"),
-            ("top stalls (warps per issue)", "l")]
-    comparison_text = ""
-    if comparison:
-        differ: list[dict[str, Any]] = comparison["differ"]
-        same: list[dict[str, Any]] = comparison["same"]
-        if differ:
-            parts = []
-            for c in differ:
-                delta = f"{c['delta']:+.1f} points" if c["kind"] == "points" else f"×{num(c['delta'])}"
-                parts.append(f"{c['label']} ({c['ours_text']} vs {c['control_text']}, {delta})")
-            comparison_text = f"Ours ({OURS}) against {against}: they differ in " + "; ".join(parts)
-        else:
-            comparison_text = f"Ours ({OURS}) against {against}: no counter differs"
-        if same:
-            comparison_text += (f"; within {num(ctr.DIFFER_POINTS, 0)} points or {num(ctr.DIFFER_RATIO * 100, 0)}% in "
-                                + ", ".join(c["label"] for c in same))
-        comparison_text += "."
-    return {"state": "ok", "shape": shape, "impls": summaries, "comparison": comparison,
-            "comparison_text": comparison_text, "table": table(cols, table_rows)}
-
-
-def pct_points(value: Any) -> str:
-    v = summary.number(value)
-    return "n/a" if v is None else f"{v:.1f}%"
-
-
-def _span_facts(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """What the measuring step recorded of the spans' CPU: `state` 'exclusive' (every span ran
-    with the CPU to itself), 'shared' (some did not: `where`), or 'unknown' (not recorded)."""
-    recorded = [r for r in rows if summary.truth(r.get("exclusive")) is not None]
-    if not recorded:
-        return {"state": "unknown"}
-    shared = [r for r in recorded if summary.truth(r.get("exclusive")) is False]
-    threads = sorted({int(t) for t in (summary.number(r.get("threads")) for r in recorded) if t is not None})
-    if shared:
-        where = list(dict.fromkeys(f"{r['shape']} {r['impl']}" for r in shared))
-        return {"state": "shared", "where": ", ".join(where[:8]) + (f" and {len(where) - 8} more" if len(where) > 8 else ""),
-                "threads": threads}
-    return {"state": "exclusive", "threads": threads}
-
-
 def _op_context(cfg: Mapping[str, Any], op: str, spec: Mapping[str, Any], tables: Mapping[str, Any],
                 tctx: Mapping[str, Any], judged: bool, control: str, figure: str | None) -> dict[str, Any]:
     sweep, kt, detail, span, check, census = (tables.get(k) for k in
@@ -347,8 +170,12 @@ def _op_context(cfg: Mapping[str, Any], op: str, spec: Mapping[str, Any], tables
     sweep_rows = {str(r["shape"]): r for r in _rows(sweep, op=op)}
     op_checks = _order(_rows(check, op=op), shapes)
     flagged = {str(r.get("shape")) for r in _rows(tables.get("gpu_state"), op=op) if summary.truth(r.get("disturbed"))}
+    distrust = [r for r in _rows(tables.get("cross_check"), op=op) if disagrees(r)]
+    claim_impls = (OURS, control, LIBRARY)
     claims = [_shape_claim(op, s, sweep_rows.get(s), tctx, judged, control,
-                           [c for c in op_checks if str(c.get("shape")) == s], s in flagged) for s in shapes]
+                           [c for c in op_checks if str(c.get("shape")) == s], s in flagged,
+                           [i for i in claim_impls if any(str(r.get("shape")) == s and str(r.get("impl")) == i
+                                                          for r in distrust)]) for s in shapes]
     counts = _count(claims)
     op_kt = _order(_rows(kt, op=op), shapes)
     base_impls = [i for i in IMPL_ORDER if any(summary.number(r.get(f"{i}_us")) is not None for r in sweep_rows.values())
@@ -370,12 +197,12 @@ def _op_context(cfg: Mapping[str, Any], op: str, spec: Mapping[str, Any], tables
             row.append(ratio_text(r.get(name), r.get(f"{name}_lo"), r.get(f"{name}_hi")))
             if (a, b) == (OURS, control):
                 if c["rankable"] is False:
-                    status = (tctx["by_key"].get(f"{op} {c['shape']}") or {}).get("status")
-                    row.append(f"not ranked (control {status})" if status else "not ranked (no control row)")
+                    row.append(f"{NOT_RANKED} ({c['reason']})")
                 elif c["verdict"] is None:
                     row.append(c["recorded"] or "n/a")
                 else:
-                    row.append(c["verdict"] + (f" (recorded: {c['recorded']})" if c["recorded"] != c["verdict"] else ""))
+                    row.append(c["verdict"] + (f" (recorded: {c['recorded']})" if c["recorded"] != c["verdict"] else "")
+                               + distrust_mark(c))
         rows.append(row)
     sweep_table = table(cols, rows)
 
@@ -406,7 +233,7 @@ def _op_context(cfg: Mapping[str, Any], op: str, spec: Mapping[str, Any], tables
                         ("max", "r"), ("samples", "r"), ("launch path", "l"), ("CPU to itself", "l"), ("threads", "r")],
                        [[r.get("shape"), r.get("impl"), num(r.get("span_median_us")), num(r.get("span_mean_us")),
                          num(r.get("span_std_us")), num(r.get("span_min_us")), num(r.get("span_max_us")),
-                         num(r.get("samples"), 0), r.get("launch_path") or "n/a", _yes(r.get("exclusive")),
+                         num(r.get("samples"), 0), r.get("launch_path") or "n/a", yes(r.get("exclusive")),
                          num(r.get("threads"), 0)] for r in op_span])
 
     # checks
@@ -455,6 +282,8 @@ def _op_context(cfg: Mapping[str, Any], op: str, spec: Mapping[str, Any], tables
         bits.append(f"control above its band at {len(above)}")
     if disturbed:
         bits.append(f"{len({(str(r['shape'])) for r in disturbed})} disturbed group(s)")
+    if distrust:
+        bits.append(f"{plural(len(distrust), 'kernel time')} the cross-check distrusts")
     return {
         "name": op, "default": default, "shapes": shapes, "claims": claims, "claim": claims[0], "counts": counts,
         "summary_line": f"{op}: " + "; ".join(bits), "figure": figure, "sweep": sweep_table, "rates": rates,
@@ -469,140 +298,6 @@ def _op_context(cfg: Mapping[str, Any], op: str, spec: Mapping[str, Any], tables
 # ------------------------------------------------------------------------------ the namespace
 
 
-def gpu_groups(kt: Any) -> dict[str, Any] | None:
-    """Which GPUs measured the namespace, and every (op, shape) group whose captures came from more
-    than one (their ratios are left out of every table); None where the table records no GPU."""
-    if kt is None or "gpu_uuid" not in kt or kt["gpu_uuid"].dropna().empty:
-        return None
-    known = kt.dropna(subset=["gpu_uuid"])
-    split = [{"op": op, "shape": shape, "gpus": sorted(str(u) for u in grp["gpu_uuid"].unique())}
-             for (op, shape), grp in known.groupby(["op", "shape"], sort=False) if grp["gpu_uuid"].nunique() > 1]
-    return {"uuids": sorted(str(u) for u in known["gpu_uuid"].unique()), "split": split}
-
-
-def variants_context(frame: Any) -> dict[str, Any] | None:
-    """The variants measured in this run against their bases (tables/variants.csv), and which were
-    not kept; None where the table is absent or empty."""
-    rows = _records(frame)
-    if not rows:
-        return None
-    outcomes = variants.outcomes(rows)
-    measured = table([("op", "l"), ("variant", "l"), ("shape", "l"), ("base µs", "r"), ("variant µs", "r"),
-                      ("variant/base", "r"), ("verdict", "l")],
-                     [[r.get("op"), r.get("variant"), r.get("shape"), num(r.get("base_us")), num(r.get("variant_us")),
-                       ratio_text(r.get("ratio"), r.get("ratio_lo"), r.get("ratio_hi")),
-                       summary.verdict(r.get("verdict")) or safe.plain(r.get("verdict")) or "n/a"] for r in rows])
-
-    def span_of(o: Mapping[str, Any]) -> str:
-        return f"{num(o['ratio_min'], 3)}–{num(o['ratio_max'], 3)}"
-
-    not_kept = [o for o in outcomes if o["outcome"] == "not kept"]
-    tried = table([("op", "l"), ("variant", "l"), ("what it changes", "l"), ("shapes", "r"),
-                   ("faster / slower / same / can't tell", "l"), ("variant/base", "l")],
-                  [[o["op"], o["variant"], o["description"], o["shapes"],
-                    " / ".join(str(o["counts"][v]) for v in stats.VERDICTS), span_of(o)] for o in not_kept])
-    candidates = [{"variant": o["variant"], "base": o["base"], "span": span_of(o)} for o in outcomes if o["outcome"] == "candidate"]
-    return {"rows": rows, "outcomes": outcomes, "measured": measured, "not_kept": not_kept, "tried": tried,
-            "candidates": candidates}
-
-
-def cross_check_context(frame: Any, cc: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The cross-check rows, those that disagree and those not compared (with the reason)."""
-    if frame is None:
-        return None
-    rows = _records(frame)
-    compared = [r for r in rows if r.get("status") == "ok"]
-    disagree = [r for r in compared if summary.truth(r.get("agree")) is not True]
-    shown = rows if cc.get("enabled", True) else []
-    tab = table([("op", "l"), ("shape", "l"), ("impl", "l"), ("kernels per call", "r"), ("nsys kernel µs", "r"),
-                 ("graph replay µs (median, min–max)", "l"), ("difference µs", "r"), ("allowed µs", "r"), ("agree", "l")],
-                [[r.get("op"), r.get("shape"), r.get("impl"), num(r.get("kernels_per_call"), 0), num(r.get("kernel_time_us")),
-                  (f"{num(r.get('graph_median_us'))} ({num(r.get('graph_min_us'))}–{num(r.get('graph_max_us'))})"
-                   if r.get("status") == "ok" else safe.plain(r.get("status"))),
-                  f"{summary.number(r.get('difference_us')):+.2f}" if summary.number(r.get("difference_us")) is not None else "",
-                  num(r.get("allowed_us")),
-                  ("yes" if summary.truth(r.get("agree")) else "NO") if r.get("status") == "ok" else "n/a"] for r in shown])
-    return {"rows": shown, "compared": len(compared), "disagree": disagree,
-            "skipped": [r for r in rows if r.get("status") != "ok"], "table": tab,
-            "replays": cc.get("replays"), "max_seconds": cc.get("max_seconds", 1.0), "rtol": cc.get("rtol", 0.1),
-            "atol_us_per_kernel": cc.get("atol_us_per_kernel", 0)}
-
-
-def gpu_quiet(state: Any) -> dict[str, Any] | None:
-    """The GPU's state before the captures, in ranges ('0' / '76-110' W), the captures marked
-    disturbed, and a table with one row per (op, shape) group, from gpu_state.csv; None where the
-    table is absent or empty."""
-    if state is None or len(state) == 0:
-        return None
-
-    def span_of(values: Sequence[Any]) -> str:
-        vals = [v for v in (summary.number(x) for x in values) if v is not None]
-        if not vals:
-            return "n/a"
-        lo, hi = min(vals), max(vals)
-        return f"{lo:g}" if lo == hi else f"{lo:g}-{hi:g}"
-
-    rows = _records(state)
-    disturbed = [{"op": r.get("op"), "shape": r.get("shape"), "impl": r.get("impl"), "flags": r.get("flags")}
-                 for r in rows if summary.truth(r.get("disturbed"))]
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for r in rows:
-        groups.setdefault((str(r.get("op")), str(r.get("shape"))), []).append(r)
-    tab = table([("op", "l"), ("shape", "l"), ("captures", "r"), ("utilisation before %", "r"), ("power before W", "r"),
-                 ("SM clock MHz", "r"), ("other processes", "r"), ("waited s", "r"), ("disturbed", "l")],
-                [[op, shape, len(g), span_of([r.get("before_utilization_pct") for r in g]),
-                  span_of([r.get("before_power_w") for r in g]), span_of([r.get("before_sm_clock_mhz") for r in g]),
-                  span_of([r.get("before_compute_processes") for r in g]),
-                  num(max((summary.number(r.get("waited_s")) or 0.0) for r in g), 1),
-                  "; ".join(dict.fromkeys(safe.plain(r.get("flags")) for r in g if summary.truth(r.get("disturbed"))))
-                  or "no"] for (op, shape), g in groups.items()])
-    return {
-        "captures": len(rows), "utilization": span_of([r.get("before_utilization_pct") for r in rows]),
-        "power": span_of([r.get("before_power_w") for r in rows]),
-        "sm_clock": span_of([r.get("before_sm_clock_mhz") for r in rows]),
-        "processes": span_of([r.get("before_compute_processes") for r in rows]),
-        "waited_max_s": max((summary.number(r.get("waited_s")) or 0.0) for r in rows),
-        "disturbed": disturbed, "table": tab,
-    }
-
-
-def _drift_rows(rows: list[dict[str, Any]]) -> list[list[Any]]:
-    out = []
-    for r in rows:
-        role = safe.plain(r.get("role"))
-        if not role:  # a drift.csv written before roles: its unchanged rows of ours bounded it
-            impl = str(r.get("impl"))
-            role = ("library" if impl in trust.LIBRARY_IMPLS else
-                    "bound" if summary.truth(r.get("unchanged_kernel")) else "excluded")
-        reason = safe.plain(r.get("reason"))
-        bounds = "yes" if role == "bound" else (f"no, {role}: {reason}" if reason else f"no, {role}")
-        change = summary.number(r.get("change_pct"))
-        out.append([r.get("op"), r.get("shape"), r.get("impl"), num(r.get("before_us")), num(r.get("after_us")),
-                    f"{change:+.1f}%" if change is not None else "n/a", _yes(r.get("unchanged_kernel")), bounds])
-    return out
-
-
-def _trust_section(tctx: Mapping[str, Any]) -> dict[str, Any]:
-    controls = table([("op", "l"), ("shape", "l"), ("control µs", "r"), ("band µs", "l"), ("observed µs", "l"),
-                      ("earlier namespaces", "r"), ("status", "l"), ("rankable", "l")],
-                     [[r.get("op"), r.get("shape"), num(r.get("kernel_time_us")),
-                       f"{num(r.get('band_lo_us'))}–{num(r.get('band_hi_us'))}" if summary.number(r.get("band_lo_us")) is not None else "n/a",
-                       ("n/a" if summary.number(r.get("observed_min_us")) is None else
-                        num(r.get("observed_min_us")) if r.get("observed_min_us") == r.get("observed_max_us") else
-                        f"{num(r.get('observed_min_us'))}–{num(r.get('observed_max_us'))}"),
-                       num(r.get("n_namespaces"), 0), r.get("status") or "n/a", "yes" if r.get("rankable") else "no"]
-                      for r in tctx["controls"]])
-    notes = list(dict.fromkeys(arrows(r.get("note")) for r in [*tctx["outside"], *tctx["suspect"], *tctx["establishing"]]
-                               if r.get("note")))
-    bound = tctx.get("bound")
-    drift = table([("op", "l"), ("shape", "l"), ("impl", "l"), ("earlier µs", "r"), ("this run µs", "r"), ("change", "r"),
-                   ("same census", "l"), ("bounds drift", "l")], _drift_rows(tctx["drift"]))
-    return {"controls": controls, "notes": notes, "drift": drift,
-            "bound_sentence": arrows(bound.get("sentence") or bound.get("summary")) if bound else "",
-            "changed_summary": arrows(bound.get("changed_summary")) if bound else "",
-            "excluded_summary": arrows(bound.get("excluded_summary")) if bound else ""}
-
-
 def build_context(cfg: Mapping[str, Any], tables: Mapping[str, Any], provenance: Mapping[str, Any],
                   figures: Mapping[str, str] | None = None, overview: str | None = None) -> dict[str, Any]:
     """Everything the templates print, from the loaded tables (name -> DataFrame), the provenance
@@ -611,7 +306,7 @@ def build_context(cfg: Mapping[str, Any], tables: Mapping[str, Any], provenance:
     and configs are left as they are, for the templates to escape."""
     control = _control_of(cfg)
     judged = tables.get("controls") is not None and len(tables["controls"]) > 0
-    tctx = trust.report_context(tables.get("controls"), tables.get("drift"), counters=tables.get("counters"),
+    tctx = trust_context.report_context(tables.get("controls"), tables.get("drift"), counters=tables.get("counters"),
                                 check=tables.get("check"), kernel_time=tables.get("kernel_time"),
                                 gpu_state=tables.get("gpu_state"))
     kind = summary.interval_kind(tables.get("sweep"))
@@ -638,11 +333,17 @@ def build_context(cfg: Mapping[str, Any], tables: Mapping[str, Any], provenance:
     cross = cross_check_context(tables.get("cross_check"), cfg.get("cross_check") or {})
     commands = summary.commands(provenance)
     counters_states = {o["counters"]["state"] for o in operations}
+    flag_lines = list(tctx["flags"])
+    if cross and cross["disagree"]:
+        flag_lines.append(cross_check_flag(cross))
+    if not judged:
+        flag_lines.append("No controls table: no band judged these captures.")
     return {
         "namespace": cfg["namespace"], "cache_mode": cfg.get("cache_mode", "hot"), "capture": cfg.get("capture") or {},
         "span_cfg": cfg.get("span") or {}, "arch": cfg.get("arch") or (provenance.get("config") or {}).get("arch"),
         "operations": operations, "provenance": provenance, "gpu_name": gpu_label(gpus),
         "commit": safe.plain(git.get("commit")) or "unknown", "dirty": git.get("dirty"),
+        "dirty_unknown": dirty_unknown(git),
         "date": safe.plain(provenance.get("date_utc")) or "unknown", "host": safe.plain(provenance.get("host")),
         "versions": provenance.get("versions") or {}, "commands": commands,
         "config_sha256": provenance.get("config_sha256") or "n/a",
@@ -651,7 +352,7 @@ def build_context(cfg: Mapping[str, Any], tables: Mapping[str, Any], provenance:
         "interval": kind, "legacy": legacy, "judged": judged, "rounds": "/".join(str(r) for r in rounds),
         "margin": kind["margin"], "margin_pct": f"{kind['margin'] * 100:g}%" if kind["margin"] is not None else None,
         "counts": total, "count_keys": COUNT_KEYS, "verdicts": stats.VERDICTS,
-        "flags": tctx["flags"], "trust": tctx, "trust_section": _trust_section(tctx), "toc": toc, "sections": sections,
+        "flags": flag_lines, "trust": tctx, "trust_section": _trust_section(tctx), "toc": toc, "sections": sections,
         "ceilings": _records(tables.get("ceilings")), "gpu_quiet": gpu_quiet(tables.get("gpu_state")),
         "cross_check": cross, "variants": variants_context(tables.get("variants")),
         "gpu_groups": gpu_groups(tables.get("kernel_time")),
@@ -854,12 +555,40 @@ def render_reports(cfg: Mapping[str, Any], inputs: Mapping[str, str], field_note
                 svgs[op] = paths.get(op) or todo[op]
             write_text(render_html(ctx, svgs), html)
     if summary is not None:
-        _write_summary(cfg, loaded, provenance, summary)
+        _write_summary(cfg, loaded, provenance, summary, ctx)
+
+
+def headline(ctx: Mapping[str, Any]) -> dict[str, Any]:
+    """What the first screen of every report says, as data for summary.json: the flag lines, one
+    claim per (operation, shape) with the verdict a reader sees ('not ranked' and its reason where
+    the pairing is not rankable), the counts, the disturbed captures and the kernel times the
+    cross-check distrusts. The reports print these same values."""
+    claims = []
+    for o in ctx["operations"]:
+        for i, c in enumerate(o["claims"]):
+            claims.append({"op": c["op"], "shape": c["shape"], "default": i == 0, "ours": OURS, "control": ctx["control"],
+                           "library": LIBRARY, "ours_us": c["ours_us"], "control_us": c["control_us"],
+                           "library_us": c["library_us"], "ratio": c["ratio_value"], "lo": c["lo"], "hi": c["hi"],
+                           "verdict": c["shown"], "verdict_recorded": c["recorded"], "rankable": c["rankable"],
+                           "reason": c["reason"] or None, "note": c["note"] or None, "disturbed": bool(c["disturbed"]),
+                           "distrusted": list(c["distrusted"])})
+    cross = ctx.get("cross_check") or {}
+    return {
+        "flags": list(ctx["flags"]),
+        "claims": claims,
+        "counts": {**{o["name"]: dict(o["counts"]) for o in ctx["operations"]}, "all": dict(ctx["counts"])},
+        "disturbed": [{"op": d["op"], "shape": d["shape"], "impl": d["impl"], "flags": summary.text(d.get("flags"))}
+                      for d in (ctx.get("gpu_quiet") or {}).get("disturbed", [])],
+        "cross_check_disagree": [{"op": r.get("op"), "shape": r.get("shape"), "impl": r.get("impl"),
+                                  "kernel_time_us": summary.number(r.get("kernel_time_us")),
+                                  "graph_median_us": summary.number(r.get("graph_median_us"))}
+                                 for r in cross.get("disagree", [])],
+    }
 
 
 def _write_summary(cfg: Mapping[str, Any], loaded: Mapping[str, Any], provenance: Mapping[str, Any],
-                   path: str | Path) -> None:
-    summary.write(summary.build(loaded, provenance, control=_control_of(cfg)), path)
+                   path: str | Path, ctx: Mapping[str, Any]) -> None:
+    summary.write(summary.build(loaded, provenance, control=_control_of(cfg), headline=headline(ctx)), path)
 
 
 def _link(path: str) -> str:

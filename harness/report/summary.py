@@ -25,6 +25,7 @@ from typing import Any
 
 from harness.errors import EvidenceError
 from harness.io import write_text
+from harness.report.words import NOT_RANKED, integer, missing, number, text, truth
 from harness.tables import stats, trust
 
 SCHEMA = "kernel-evidence-summary/1"
@@ -47,57 +48,15 @@ and the verdict `<a>_vs_<b>`."""
 PROVENANCE_KEYS = ("namespace", "git", "date_utc", "host", "gpus", "versions", "config_sha256", "commands")
 """The provenance keys a summary carries."""
 
+HEADLINE_KEYS = ("flags", "claims", "counts", "disturbed", "cross_check_disagree")
+"""What a rendered summary carries beside its rows: the reports' first screen, as data."""
+
 TOP_KEYS = ("schema", "namespace", "control", "interval", "verdicts", "provenance", "rows")
 ROW_KEYS = ("op", "shape", "impl", "base", "default", "kernel_time_us", "kernel_time_lo_us", "kernel_time_hi_us",
             "launch_path", "gpu_uuid", "ratios", "span", "census", "check")
 
 
 # ------------------------------------------------------------------------------ shared readings
-
-
-def missing(value: Any) -> bool:
-    """None, NaN or pandas' NA."""
-    if value is None:
-        return True
-    if isinstance(value, float) and math.isnan(value):
-        return True
-    return type(value).__name__ in ("NAType", "NaTType")
-
-
-def number(value: Any) -> float | None:
-    """A finite float, or None."""
-    if missing(value) or isinstance(value, bool):
-        return None
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return out if math.isfinite(out) else None
-
-
-def integer(value: Any) -> int | None:
-    """A whole number, or None."""
-    v = number(value)
-    return None if v is None else round(v)
-
-
-def text(value: Any) -> str | None:
-    """Text of a table cell, None where it is empty."""
-    return None if missing(value) or str(value) == "" else str(value)
-
-
-def truth(value: Any) -> bool | None:
-    """A boolean cell (True/False, true/false, 1/0), None where it is empty."""
-    if missing(value):
-        return None
-    if isinstance(value, str):
-        low = value.strip().lower()
-        if low in ("true", "1", "yes"):
-            return True
-        if low in ("false", "0", "no"):
-            return False
-        return None
-    return bool(value)
 
 
 def verdict(value: Any) -> str | None:
@@ -172,11 +131,16 @@ def _ratio(row: Mapping[str, Any] | None, a: str, b: str, role: str) -> dict[str
             "hi": number(row.get(f"{a}_over_{b}_hi")), "verdict": verdict(recorded), "verdict_recorded": recorded}
 
 
-def build(tables: Mapping[str, Any], provenance: Mapping[str, Any], *, control: str | None = None) -> dict[str, Any]:
+def build(tables: Mapping[str, Any], provenance: Mapping[str, Any], *, control: str | None = None,
+          headline: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The summary of a namespace (docs/summary-schema.md) from its loaded tables (name ->
     DataFrame, as harness.report.render.load_tables gives them) and its provenance. `control` is
     the control implementation (default: the provenance config's trust.control, else 'triton').
-    One row per (operation, shape, implementation) that has a kernel time or a check."""
+    One row per (operation, shape, implementation) that has a kernel time or a check. A ratio over
+    the control that the controls table does not rank carries the verdict 'not ranked' (the
+    table's own verdict stays in `verdict_recorded`). `headline` (render.headline: the flags, the
+    claims, the counts, the disturbed captures and the cross-check's disagreements the reports
+    print) is carried as it is, under the keys HEADLINE_KEYS."""
     cfg = provenance.get("config") or {}
     control = control or str((cfg.get("trust") or {}).get("control") or "triton")
     defaults = {str(op): str(spec.get("default")) for op, spec in (cfg.get("operations") or {}).items()
@@ -196,6 +160,7 @@ def build(tables: Mapping[str, Any], provenance: Mapping[str, Any], *, control: 
             if None not in (r.get("op"), r.get("shape"), r.get("impl")) and key not in keys:
                 keys.append(key)
     kt_by = _by(kt, ("op", "shape", "impl"))
+    reasons = {(str(c["op"]), str(c["shape"])): c.get("reason") for c in (headline or {}).get("claims", [])}
 
     rows = []
     for op, shape, impl in keys:
@@ -209,6 +174,9 @@ def build(tables: Mapping[str, Any], provenance: Mapping[str, Any], *, control: 
                 if got is not None:
                     if got["role"] == "control":
                         got["rankable"] = trust.rankable(controls, op, shape) if judged else None
+                        if got["rankable"] is False:
+                            got["verdict"] = NOT_RANKED
+                            got["reason"] = reasons.get((op, shape))
                     ratios.append(got)
         v = variant_by.get((op, shape, impl)) if variant_name else None
         if v is not None:
@@ -241,8 +209,12 @@ def build(tables: Mapping[str, Any], provenance: Mapping[str, Any], *, control: 
     prov["commands"] = commands(provenance)
     namespace = provenance.get("namespace") or cfg.get("namespace")
     prov["namespace"] = namespace
-    return {"schema": SCHEMA, "namespace": namespace, "control": control, "interval": interval_kind(sweep),
-            "verdicts": list(VERDICTS), "legacy_verdicts": dict(LEGACY_VERDICTS), "provenance": prov, "rows": rows}
+    out = {"schema": SCHEMA, "namespace": namespace, "control": control, "interval": interval_kind(sweep),
+           "verdicts": list(VERDICTS), "legacy_verdicts": dict(LEGACY_VERDICTS), "provenance": prov, "rows": rows}
+    for part in HEADLINE_KEYS:
+        if headline is not None and part in headline:
+            out[part] = headline[part]
+    return out
 
 
 # ------------------------------------------------------------------------------ reading and writing

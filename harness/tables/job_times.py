@@ -5,6 +5,10 @@ artifacts/<ns>/benchmarks/) beside the commands that ran (artifacts/<ns>/command
 (one row per job: rule, its wildcards, seconds, CPU seconds, peak memory) and prints each rule's
 total beside each command's wall time. The sum of the jobs is the work; the wall time of the
 command is what the user waited (the difference is Snakemake's own start-up and scheduling).
+
+A namespace without benchmarks/ (a fresh clone: they are not committed) is answered from its
+committed tables/job_times.csv, which is then read, never rewritten; a namespace with neither says
+so in one sentence and lists its commands' wall times, which is all its run recorded.
 """
 
 from __future__ import annotations
@@ -50,6 +54,14 @@ def job_rows(benchmarks: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
+def read_rows(table: str | Path) -> list[dict[str, Any]]:
+    """The rows of a job_times.csv written earlier, numbers as floats (None where empty)."""
+    with open(table, newline="") as fh:
+        return [{"rule": r.get("rule") or "", "job": r.get("job") or "", "seconds": _number(r.get("seconds")),
+                 "cpu_seconds": _number(r.get("cpu_seconds")), "max_rss_mb": _number(r.get("max_rss_mb"))}
+                for r in csv.DictReader(fh)]
+
+
 def by_rule(rows: Iterable[dict[str, Any]]) -> list[tuple[str, int, float]]:
     """(rule, jobs, total seconds), the longest first."""
     totals: dict[str, list[float]] = {}
@@ -59,9 +71,11 @@ def by_rule(rows: Iterable[dict[str, Any]]) -> list[tuple[str, int, float]]:
 
 
 def summary(rows: list[dict[str, Any]], commands: list[dict[str, Any]]) -> str:
-    lines = [f"{'rule':<16} {'jobs':>5} {'seconds':>9}"]
-    lines += [f"{rule:<16} {n:>5} {total:>9.1f}" for rule, n, total in by_rule(rows)]
-    lines.append(f"{'all jobs':<16} {len(rows):>5} {sum(float(r['seconds'] or 0) for r in rows):>9.1f}")
+    lines = []
+    if rows:
+        lines.append(f"{'rule':<16} {'jobs':>5} {'seconds':>9}")
+        lines += [f"{rule:<16} {n:>5} {total:>9.1f}" for rule, n, total in by_rule(rows)]
+        lines.append(f"{'all jobs':<16} {len(rows):>5} {sum(float(r['seconds'] or 0) for r in rows):>9.1f}")
     for c in commands:
         wall = f"{c['seconds']:.0f} s" if c.get("seconds") is not None else "unfinished"
         lines.append(f"command: {c.get('command', '?')}: {c.get('jobs', '?')} jobs, {wall}, {c.get('status', 'running')}")
@@ -74,11 +88,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--artifacts", default=str(ROOT / "artifacts"))
     args = parser.parse_args(argv)
     ns_dir = namespace_dir(args.namespace, args.artifacts)
-    if not (ns_dir / "benchmarks").is_dir():
-        raise EvidenceError(f"job-times: {args.namespace} has no benchmarks/ under {args.artifacts}; run the pipeline first.")
-    rows = job_rows(ns_dir / "benchmarks")
-    write_csv(rows, COLUMNS, ns_dir / "tables" / "job_times.csv")
-    print(summary(rows, read_commands(ns_dir / "commands.jsonl")))
+    if not ns_dir.is_dir():
+        raise EvidenceError(f"job-times: there is no namespace {args.namespace} under {args.artifacts}.")
+    table = ns_dir / "tables" / "job_times.csv"
+    commands = read_commands(ns_dir / "commands.jsonl")
+    if (ns_dir / "benchmarks").is_dir():
+        rows = job_rows(ns_dir / "benchmarks")
+        write_csv(rows, COLUMNS, table)
+    elif table.is_file():
+        rows = read_rows(table)
+        print(f"job-times: {args.namespace} has no benchmarks/ here, so these are the jobs its committed {table.name} records.")
+    else:
+        print(f"job-times: {args.namespace} recorded no job times (no benchmarks/ and no tables/{table.name}), "
+              f"so only its commands' wall times are known.")
+        rows = []
+    print(summary(rows, commands))
     return 0
 
 

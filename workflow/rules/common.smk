@@ -15,6 +15,7 @@ from harness import baseline as hbaseline  # noqa: E402
 from harness import ops as hops  # noqa: E402
 from harness.gpu import preflight  # noqa: E402
 from harness.tables import trust  # noqa: E402
+from harness.report import results  # noqa: E402
 from harness.errors import ConfigError  # noqa: E402
 from harness.tables.derive import TABLES as TABLE_NAMES  # noqa: E402
 

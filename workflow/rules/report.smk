@@ -40,12 +40,36 @@ rule render:
         issue_comment_template="report/templates/issue_comment.md.j2",
         page_template="report/templates/page.html.j2",
     output:
-        field_note=f"report/{NS}/field_note.md",
+        field_note=report(
+            f"report/{NS}/field_note.md",
+            caption=results.caption("field_note"),
+            category=results.category("field_note"),
+        ),
         issue_comment=f"report/{NS}/issue_comment.md",
-        html=f"report/{NS}/index.html",
-        overview=f"report/{NS}/figures/overview.svg",
-        figures=[f"report/{NS}/figures/{op}_sweep.svg" for op in OPS],
-        summary=f"{A}/summary.json",
+        html=report(
+            f"report/{NS}/index.html",
+            caption=results.caption("page"),
+            category=results.category("page"),
+        ),
+        overview=report(
+            f"report/{NS}/figures/overview.svg",
+            caption=results.caption("overview"),
+            category=results.category("overview"),
+        ),
+        figures=[
+            report(
+                f"report/{NS}/figures/{op}_sweep.svg",
+                caption=results.caption("sweep_figure"),
+                category=results.category("sweep_figure"),
+                labels={"operation": op},
+            )
+            for op in OPS
+        ],
+        summary=report(
+            f"{A}/summary.json",
+            caption=results.caption("summary"),
+            category=results.category("summary"),
+        ),
     log:
         f"{A}/logs/render.log",
     benchmark:

@@ -13,7 +13,18 @@ rule tables:
         census=f"{A}/tables/census.csv",
         ceilings=f"{A}/tables/ceilings.csv",
     output:
-        **{name: f"{A}/tables/{name}.csv" for name in TABLES},
+        **{
+            name: (
+                report(
+                    f"{A}/tables/{name}.csv",
+                    caption=results.caption(name),
+                    category=results.category(name),
+                )
+                if name in results.TABLES
+                else f"{A}/tables/{name}.csv"
+            )
+            for name in TABLES
+        },
     log:
         f"{A}/logs/tables/tables.log",
     benchmark:
@@ -117,8 +128,16 @@ rule trust:
         provenance=f"{A}/provenance.json",
         retained=trust_inputs(),
     output:
-        controls=f"{A}/tables/controls.csv",
-        drift=f"{A}/tables/drift.csv",
+        controls=report(
+            f"{A}/tables/controls.csv",
+            caption=results.caption("controls"),
+            category=results.category("controls"),
+        ),
+        drift=report(
+            f"{A}/tables/drift.csv",
+            caption=results.caption("drift"),
+            category=results.category("drift"),
+        ),
     log:
         f"{A}/logs/tables/trust.log",
     benchmark:

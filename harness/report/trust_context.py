@@ -1,0 +1,78 @@
+"""What a report template needs from the trust tables (`report_context`): the controls with their
+verdicts, the namespaces left out of the bands and one sentence naming them, the drift rows and
+bound, and the flag lines (harness.tables.trust.flags)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from harness.tables import trust
+from harness.tables.phrases import _and, _count, _missing, _sentence, _truthy
+
+
+def report_context(controls: str | Path | pd.DataFrame | None, drifted: str | Path | pd.DataFrame | None, *,
+                   counters: str | Path | pd.DataFrame | None = None, check: str | Path | pd.DataFrame | None = None,
+                   kernel_time: str | Path | pd.DataFrame | None = None,
+                   gpu_state: str | Path | pd.DataFrame | None = None) -> dict[str, Any]:
+    """What a report template needs from the trust tables, given as paths or DataFrames (any may be
+    absent: a namespace retained before these tables existed has neither controls nor drift).
+
+    controls (rows, with rankable/under_load as booleans), by_key ('op shape' -> row), rankable
+    ('op shape' -> bool), above (status above or under load), under_load, below, outside (above,
+    under load or below), suspect (rows with a suspect capture), not_rankable, establishing,
+    set_aside ([{op, shape, namespace, reason}] for every namespace left out of a band) and
+    set_aside_summary (one sentence naming them, '' when none), any_band,
+    drift (rows), bound (drift_bound: `summary`, `control`, `sentence`, ...), earlier, flags
+    (flags(...) of the tables given), library_note, library_reason."""
+
+    def records(frame: pd.DataFrame | None) -> list[dict[str, Any]]:
+        return [] if frame is None else [{k: (None if _missing(v) else v) for k, v in r.items()}
+                                         for r in frame.to_dict("records")]
+
+    ctl, dft = trust.table(controls), trust.table(drifted)
+    rows = records(ctl)
+    for r in rows:
+        r["under_load"] = _truthy(r.get("under_load"))
+        r["rankable"] = trust.rankable(ctl, str(r["op"]), str(r["shape"]))
+    bound = trust.drift_bound(dft) if dft is not None and len(dft) else None
+    margins = [r["margin"] for r in rows if r.get("margin") is not None]
+    set_aside = []
+    for r in rows:
+        for item in str(r.get("set_aside") or "").split("; "):
+            m = re.match(r"^(\S+) \((.*)\)$", item.strip())
+            if m:
+                set_aside.append({"op": r["op"], "shape": r["shape"], "namespace": m.group(1), "reason": m.group(2)})
+    above = [r for r in rows if r.get("status") in trust.ABOVE or (r.get("status") == "outside" and r.get("side") == "above")]
+    left: dict[tuple[str, str], list[str]] = {}
+    for aside in set_aside:
+        left.setdefault((aside["namespace"], aside["reason"]), []).append(f"{aside['op']} {aside['shape']}")
+    set_aside_summary = _sentence("Left out of the control bands: " + "; ".join(
+        f"{name} at {_and(where) if len(where) <= 3 else _count(len(where), 'shape')} ({reason})"
+        for (name, reason), where in left.items())) if left else ""
+    return {
+        "controls": rows,
+        "by_key": {f"{r['op']} {r['shape']}": r for r in rows},
+        "rankable": {f"{r['op']} {r['shape']}": r["rankable"] for r in rows},
+        "control": rows[0]["control"] if rows else None,
+        "margin": margins[0] if margins else None,
+        "above": above,
+        "under_load": [r for r in rows if r["under_load"]],
+        "below": [r for r in rows if r.get("status") == "below"],
+        "outside": [r for r in rows if r.get("status") in ("above", "under load", "below", "outside")],
+        "suspect": [r for r in rows if r.get("suspect")],
+        "not_rankable": [r for r in rows if not r["rankable"]],
+        "establishing": [r for r in rows if r.get("status") == "establishing"],
+        "set_aside": set_aside,
+        "set_aside_summary": set_aside_summary,
+        "any_band": any(r.get("band_lo_us") is not None for r in rows),
+        "drift": records(dft),
+        "bound": bound,
+        "earlier": bound["earlier"] if bound else None,
+        "flags": trust.flags(ctl, dft, counters, check, kernel_time, gpu_state),
+        "library_note": trust.LIBRARY_NOTE,
+        "library_reason": trust.LIBRARY_REASON,
+    }

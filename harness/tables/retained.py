@@ -1,0 +1,173 @@
+"""A retained namespace as the trust rules see it (`Retained`: its kernel time, census, GPU model,
+NVML record and date), loaded from its folder or the history index, and a kernel's identity from
+the census (what makes two captures "the same kernel")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import sqlite_utils
+
+from harness.errors import EvidenceError
+from harness.tables import history
+from harness.tables.phrases import _missing, _truthy, _float
+
+LIBRARY_IMPLS = ("torch",)
+"""Library baselines: never compared across namespaces."""
+
+IDENTITY_COLUMNS = ["kernel", "specialization", "source_sha256", "compiler", "options"]
+
+# Loading retained namespaces
+
+
+@dataclass
+class Retained:
+    """One retained namespace as the trust rules see it."""
+
+    namespace: str
+    kernel_time: pd.DataFrame
+    census: pd.DataFrame | None = None
+    gpu: str | None = None
+    gpu_state: pd.DataFrame | None = None
+    """Its gpu_state.csv (NVML around each capture: `disturbed`, `flags`); None where it has none."""
+    date: str | None = None
+    """Provenance date (ISO), only to list namespaces in a fixed order."""
+    _state: dict[tuple[str, str, str], tuple[bool, str]] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        state = self.gpu_state
+        if state is None or state.empty or not {"op", "shape", "impl"} <= set(state.columns):
+            return
+        for rec in state.to_dict("records"):
+            key = (str(rec["op"]), str(rec["shape"]), str(rec["impl"]))
+            flagged = _truthy(rec.get("disturbed"))
+            samples = _float(rec.get("during_samples")) if "during_samples" in rec else 1.0
+            if not flagged and not samples:
+                continue  # NVML could not be read during this capture: unknown, never quiet
+            text = "" if _missing(rec.get("flags")) else str(rec.get("flags"))
+            old = self._state.get(key, (False, ""))
+            self._state[key] = (old[0] or flagged, "; ".join(t for t in (old[1], text) if t))
+
+    @property
+    def disturbed(self) -> bool:
+        """True where NVML saw another process or a slowing throttle reason during any capture
+        (gpu_state.csv); such a namespace is never the one drift is bounded against."""
+        return any(flagged for flagged, _ in self._state.values())
+
+    def watched(self, op: str, shape: str, impl: str) -> bool:
+        """NVML recorded this capture (gpu_state.csv has its row, with NVML samples during it or a
+        flag); a row with no samples is no record: what NVML would have seen is unknown."""
+        return (op, shape, impl) in self._state
+
+    def capture_flagged(self, op: str, shape: str, impl: str) -> bool:
+        return self._state.get((op, shape, impl), (False, ""))[0]
+
+    def capture_flags(self, op: str, shape: str, impl: str) -> str:
+        return self._state.get((op, shape, impl), (False, ""))[1]
+
+    def group_flags(self, op: str, shape: str) -> dict[str, str]:
+        """{impl: NVML flags} of the captures NVML flagged disturbed at (op, shape)."""
+        return {k[2]: v[1] for k, v in self._state.items() if k[0] == op and k[1] == shape and v[0]}
+
+    def order_key(self) -> tuple[str, str]:
+        return (self.date or "", self.namespace)
+
+
+def _read(path: Path) -> pd.DataFrame | None:
+    return history.read_table(path) if path.is_file() else None
+
+
+def _empty_kt() -> pd.DataFrame:
+    return pd.DataFrame(columns=["op", "shape", "impl", "kernel_time_us"])
+
+
+def load_namespace(ns_dir: str | Path) -> Retained:
+    """A namespace folder's kernel time, census, GPU model, NVML record (gpu_state.csv) and date."""
+    ns_dir = Path(ns_dir)
+    tables = ns_dir / "tables"
+    kt = _read(tables / "kernel_time.csv")
+    prov = history.read_provenance(ns_dir)
+    when = history.provenance_date(prov)
+    return Retained(namespace=ns_dir.name, kernel_time=kt if kt is not None else _empty_kt(),
+                    census=_read(tables / "census.csv"), gpu=history.gpu_model(prov.get("gpus") or []),
+                    gpu_state=_read(tables / "gpu_state.csv"), date=when.isoformat() if when else None)
+
+
+def _from_index(db: sqlite_utils.Database) -> list[Retained]:
+    nss = history.table_frame(db, "namespaces")
+    kt, census, state = (history.table_frame(db, t) for t in ("kernel_time", "census", "gpu_state"))
+    out = []
+    for row in nss.sort_values("position").itertuples() if not nss.empty else []:
+        name = row.name
+
+        def part(frame: pd.DataFrame, name: str = name) -> pd.DataFrame | None:
+            if "namespace" not in frame:
+                return None
+            got = frame[frame["namespace"] == name].reset_index(drop=True)
+            return got if len(got) else None
+
+        k = part(kt)
+        out.append(Retained(namespace=name, kernel_time=k if k is not None else _empty_kt(), census=part(census),
+                            gpu=row.gpu_name if isinstance(row.gpu_name, str) else None, gpu_state=part(state),
+                            date=row.date_utc if isinstance(row.date_utc, str) else None))
+    return out
+
+
+def retained(history_like: Any) -> list[Retained]:
+    """Normalise a history: an artifacts folder, a history index (path to the .sqlite or an open
+    Database), or an iterable of Retained or tuples (namespace, kernel_time[, census[, gpu[,
+    gpu_state[, date]]]])."""
+    if isinstance(history_like, sqlite_utils.Database):
+        return _from_index(history_like)
+    if isinstance(history_like, (str, Path)):
+        path = Path(history_like)
+        if path.is_dir():
+            return [load_namespace(path / name) for name in history.namespaces_in_order(path)]
+        if path.is_file():
+            return _from_index(history.open_index(path))
+        raise EvidenceError(f"trust: {path} is neither an artifacts folder nor a history index.")
+    return [item if isinstance(item, Retained) else Retained(*item) for item in history_like]
+
+
+def cache_mode(ns: Retained) -> str | None:
+    kt = ns.kernel_time
+    if kt is None or kt.empty or "cache_mode" not in kt:
+        return None
+    modes = kt["cache_mode"].dropna().astype(str).unique()
+    return modes[0] if len(modes) == 1 else None
+
+
+# --------------------------------------------------------------------------------------------
+# Kernel identity from the census
+
+
+def kernel_identity(census: pd.DataFrame | None, op: str, impl: str, shape: str) -> frozenset[tuple[str, ...]]:
+    """The census rows of (op, impl) that serve `shape`, as a set of (kernel, specialization,
+    source_sha256, compiler, options); empty where the census has none. The census names shapes by
+    their dimensions, so a shape with a tag ('65536x1048576x64-powerlaw', another graph through the
+    same kernels) is served by the rows of its dimensions ('65536x1048576x64')."""
+    if census is None or census.empty or not {"op", "impl", "shapes"} <= set(census.columns):
+        return frozenset()
+    rows = census[(census["op"].astype(str) == op) & (census["impl"].astype(str) == impl)]
+    out = set()
+    for rec in rows.to_dict("records"):
+        served = [s.strip() for s in str(rec.get("shapes") if rec.get("shapes") is not None else "").split(";")]
+        if shape in served or shape.split("-", 1)[0] in served:
+            out.add(tuple("" if _missing(rec.get(c)) else str(rec.get(c)) for c in IDENTITY_COLUMNS))
+    return frozenset(out)
+
+
+def identity_change(before: frozenset, after: frozenset) -> str | None:
+    """None when the two identities are the same; else the first difference, in the order
+    'missing', 'changed source', 'changed compiler', 'changed options', 'changed specialization'."""
+    if not before or not after:
+        return "missing"
+    for i, reason in ((2, "changed source"), (3, "changed compiler"), (4, "changed options")):
+        if {r[i] for r in before} != {r[i] for r in after}:
+            return reason
+    return None if before == after else "changed specialization"
+
+

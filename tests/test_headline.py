@@ -1,0 +1,192 @@
+"""Every headline line of the field note, the issue comment and the page, derived from summary.json
+alone: the flag count and each flag, each claim with the verdict a reader sees (and 'not ranked'
+with its reason, and the cross-check's distrust, wherever a claim is printed), and the counts.
+
+The lines are rebuilt here from the summary's values with the reports' own number formats, so a
+report line that says anything the summary does not (a flag the count leaves out, a verdict the
+controls do not justify, an unmarked distrusted kernel time) fails. Run on a rendered namespace
+with every kind of headline (a control above its band, a failed check, a disturbed group, a
+cross-check disagreement) and on every committed namespace whose summary carries a headline."""
+
+from __future__ import annotations
+
+import html.parser
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_report import NS, SHAPES, build_namespace, small_config
+
+from harness import ROOT
+from harness.io import write_csv
+from harness.report import render as report
+from harness.report import safe, summary
+
+
+def n2(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:,.2f}"
+
+
+def ratio(c: dict[str, Any]) -> str:
+    if c["ratio"] is None:
+        return "n/a"
+    span = f" [{c['lo']:,.3f}, {c['hi']:,.3f}]" if c["lo"] is not None and c["hi"] is not None else ""
+    return f"{c['ratio']:,.3f}{span}"
+
+
+def md(text: str) -> str:
+    return safe.md_text(text.replace("->", "→"))
+
+
+class _Text(html.parser.HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.parts: list[str] = []
+
+    def handle_data(self, data: str) -> None:
+        self.parts.append(data)
+
+
+def page_text(page: str) -> str:
+    p = _Text()
+    p.feed(page[page.index("<body"):])
+    return " ".join("".join(p.parts).split())
+
+
+def expected(s: dict[str, Any]) -> dict[str, list[str]]:
+    """The headline lines of each report, from the summary alone."""
+    flags, claims, counts = s["flags"], s["claims"], s["counts"]
+    comment = [f"**Flags** ({len(flags)}):" if flags else "**No flags**: no control above its band, no disturbed "
+               "capture, no failed check, no group measured on two GPUs, no counters missing."]
+    comment += [f"- {md(f)}" for f in flags]
+    note = [f"- {md(f)}" for f in flags]
+    page = list(flags)
+    for c in claims:
+        shape = f"{c['shape']} (default)" if c["default"] else c["shape"]
+        cell = c["verdict"]
+        if c["verdict"] == summary.NOT_RANKED:
+            assert c["rankable"] is False and c["reason"], c
+            cell += f" ({md(c['reason'])})"
+        elif c["distrusted"]:
+            cell += f" ({' and '.join(c['distrusted'])} distrusted by the cross-check)"
+        comment.append(f"| {md(c['op'])} | {md(shape)} | {n2(c['ours_us'])} | {n2(c['control_us'])} | {n2(c['library_us'])} "
+                       f"| {ratio(c)} | {cell} |")
+        # the claim at each shape, in the operation's section of the note
+        if c["verdict"] in summary.VERDICTS:
+            recorded = f' (recorded as "{c["verdict_recorded"]}")' if c["verdict_recorded"] != c["verdict"] else ""
+            each = (f"- {md(shape)}: ours {n2(c['ours_us'])} µs, control {n2(c['control_us'])} µs, {c['library']} "
+                    f"{n2(c['library_us'])} µs; {c['ours']}/{c['control']} {ratio(c)}, **{c['verdict']}**{recorded}.")
+            if c["disturbed"]:
+                each += " NVML flagged captures at this shape (see the flags)."
+            if c["distrusted"]:
+                each += f" The cross-check distrusts the kernel time of {' and '.join(c['distrusted'])} here (see the flags)."
+            note.append(each)
+        else:
+            note.append(f"- {md(shape)}: {md(c['note'])}")
+        if not c["default"]:
+            continue
+        if c["verdict"] in summary.VERDICTS:
+            text = (f"ours {n2(c['ours_us'])} µs against the control's {n2(c['control_us'])} µs, {c['ours']}/{c['control']} "
+                    f"{ratio(c)}, ")
+            tail = "."
+            if c["disturbed"]:
+                tail += " NVML flagged captures at this shape (see the flags)."
+            if c["distrusted"]:
+                tail += f" The cross-check distrusts the kernel time of {' and '.join(c['distrusted'])} here (see the flags)."
+            note.append(f"- **{md(c['op'])} {md(c['shape'])}**: {text}**{c['verdict']}**{tail}")
+            page.append(f"{c['op']} {c['shape']}: {text}{c['verdict']}{tail}")
+        else:
+            note.append(f"- **{md(c['op'])} {md(c['shape'])}**: {md(c['note'])}")
+            page.append(f"{c['op']} {c['shape']}: {c['note'].replace('->', '→')}")
+    a = counts["all"]
+    line = f"all {a['faster']} faster, {a['slower']} slower, {a['same']} same, {a[stats_cant()]} can't tell"
+    if a["not ranked"]:
+        line += f", {a['not ranked']} not ranked"
+    comment.append(line)
+    note.append(f"| all | {a['shapes']} | " + " | ".join(str(a[k]) for k in report.COUNT_KEYS) + " |")
+    # the claims agree with the rows: a ratio over the control carries the claim's verdict
+    for c in claims:
+        row = next((r for r in s["rows"] if (r["op"], r["shape"], r["impl"]) == (c["op"], c["shape"], c["ours"])), None)
+        got = next((x for x in (row or {}).get("ratios", []) if x["role"] == "control"), None)
+        if got is not None and c["verdict"] in (*summary.VERDICTS, summary.NOT_RANKED):
+            assert got["verdict"] == c["verdict"], (c, got)
+    # the counts are the claims'
+    for key in report.COUNT_KEYS:
+        assert a[key] == sum(1 for c in claims if c["verdict"] == key)
+    # the disturbed captures and the cross-check's disagreements each have their flag
+    if s["disturbed"]:
+        assert any(f.startswith("Disturbed capture: ") for f in flags)
+    if s["cross_check_disagree"]:
+        flag = next(f for f in flags if f.startswith("Cross-check: "))
+        assert flag.startswith(f"Cross-check: {len(s['cross_check_disagree'])} of ")
+        for d in s["cross_check_disagree"]:
+            assert f"{d['op']} {d['shape']} " in flag
+            claim = next((c for c in claims if (c["op"], c["shape"]) == (d["op"], d["shape"])), None)
+            if claim is not None and d["impl"] in (claim["ours"], claim["control"], claim["library"]):
+                assert d["impl"] in claim["distrusted"]
+    return {"comment": comment, "note": note, "page": page}
+
+
+def stats_cant() -> str:
+    return summary.VERDICTS[3]
+
+
+def check(s: dict[str, Any], note: str, comment: str, page: str) -> None:
+    want = expected(s)
+    note_lines, comment_lines = note.splitlines(), comment.splitlines()
+    for line in want["comment"]:
+        assert any(x == line or (line.startswith("all ") and line in x) for x in comment_lines), line
+    for line in want["note"]:
+        assert line in note_lines, line
+    text = page_text(page)
+    for line in want["page"]:
+        assert " ".join(line.split()) in text, line
+
+
+def test_every_headline_line_comes_from_the_summary(tmp_path: Path) -> None:
+    cfg = small_config()
+    inputs = build_namespace(tmp_path, cfg, failed={("layernorm", SHAPES[1], "torch"): "planted"},
+                             above=[("layernorm", SHAPES[0])], disturbed=[("layernorm", SHAPES[2])])
+    # a cross-check disagreement at a shape that ranks, planted in the table the pipeline wrote
+    tables = report.load_tables(inputs)
+    cc = tables["cross_check"]
+    bad = (cc["shape"] == SHAPES[3]) & (cc["impl"] == "cuda") & (cc["status"] == "ok")
+    assert bad.any()
+    cc.loc[bad, "agree"] = False
+    write_csv(cc.to_dict("records"), list(cc.columns), inputs["cross_check"])
+    out = tmp_path / "report" / NS
+    paths = report.output_paths(NS, list(cfg["operations"]), tmp_path / "artifacts", tmp_path / "report")
+    report.render_namespace(cfg, inputs, paths)
+    s = summary.read(paths["summary"])
+    assert {c["verdict"] for c in s["claims"]} >= {"not ranked"}
+    assert any(c["distrusted"] == ["cuda"] for c in s["claims"])
+    check(s, (out / "field_note.md").read_text(), (out / "issue_comment.md").read_text(), (out / "index.html").read_text())
+
+
+COMMITTED = sorted(p.parent.name for p in (ROOT / "artifacts").glob("*/summary.json")
+                   if "claims" in json.loads(p.read_text()))
+
+
+@pytest.mark.parametrize("name", COMMITTED)
+def test_committed_reports_agree_with_their_summary(name: str) -> None:
+    s = summary.read(ROOT / "artifacts" / name / "summary.json")
+    rep = ROOT / "report" / name
+    check(s, (rep / "field_note.md").read_text(), (rep / "issue_comment.md").read_text(), (rep / "index.html").read_text())
+
+
+def test_h200_ops_4_says_what_its_tables_say() -> None:
+    """The reviewer's findings on h200-ops-4, as its summary now has them."""
+    if "h200-ops-4" not in COMMITTED:
+        pytest.skip("h200-ops-4's summary has not been re-derived with a headline")
+    s = summary.read(ROOT / "artifacts" / "h200-ops-4" / "summary.json")
+    by = {(c["op"], c["shape"]): c for c in s["claims"]}
+    mm = by[("matmul", "4096x4096x4096")]
+    assert mm["verdict"] == "not ranked" and "NVML flagged the captures there" in mm["reason"]
+    assert "power cap" in mm["reason"] and "band" not in mm["note"]
+    ln = by[("layernorm", "1024x2048")]
+    assert set(ln["distrusted"]) >= {"cuda", "triton"}
+    assert len(s["flags"]) == sum(1 for f in s["flags"] if f)

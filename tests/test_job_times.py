@@ -1,0 +1,55 @@
+"""`python -m harness job-times <ns>` on the committed namespaces, as a fresh clone has them: no
+benchmarks/ (git-ignored), so the committed tables/job_times.csv is the answer, read and never
+rewritten; a namespace with neither says so and still lists its commands."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness import ROOT
+from harness.__main__ import main as cli
+from harness.tables import job_times
+
+COMMITTED = sorted(p.name for p in (ROOT / "artifacts").iterdir() if (p / "tables").is_dir())
+
+
+def clone_of(name: str, tmp_path: Path) -> Path:
+    """The namespace as a fresh clone holds it: its tables, commands and provenance, no benchmarks/."""
+    src, dst = ROOT / "artifacts" / name, tmp_path / "artifacts" / name
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("benchmarks"))
+    return tmp_path / "artifacts"
+
+
+@pytest.mark.parametrize("name", COMMITTED)
+def test_job_times_works_on_every_committed_namespace(name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    art = clone_of(name, tmp_path)
+    table = art / name / "tables" / "job_times.csv"
+    before = table.read_bytes() if table.is_file() else None
+    assert cli(["job-times", name, "--artifacts", str(art)]) == 0
+    out = capsys.readouterr().out
+    if before is None:
+        assert "recorded no job times" in out and not table.exists()
+        return
+    assert table.read_bytes() == before  # read, never rewritten
+    rows = pd.read_csv(table)
+    assert f"{'all jobs':<16} {len(rows):>5} {rows['seconds'].sum():>9.1f}" in out
+    for rule, grp in rows.groupby("rule"):
+        assert f"{rule:<16} {len(grp):>5} {grp['seconds'].sum():>9.1f}" in out
+
+
+def test_a_committed_table_is_read_back_as_written(tmp_path: Path) -> None:
+    rows = [{"rule": "measure", "job": "layernorm", "seconds": 2.5, "cpu_seconds": 1.0, "max_rss_mb": None},
+            {"rule": "build", "job": "", "seconds": 1.0, "cpu_seconds": None, "max_rss_mb": 10.0}]
+    job_times.write_csv(rows, job_times.COLUMNS, tmp_path / "job_times.csv")
+    assert job_times.read_rows(tmp_path / "job_times.csv") == rows
+
+
+def test_an_unknown_namespace_is_one_sentence(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "artifacts").mkdir()
+    assert cli(["job-times", "nosuch-1", "--artifacts", str(tmp_path / "artifacts")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "nosuch-1" in err and err.endswith(".")

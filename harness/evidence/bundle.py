@@ -57,7 +57,8 @@ from pathlib import Path
 from typing import Any
 
 from harness import ROOT
-from harness.errors import ConfigError, EvidenceError
+from harness.errors import ConfigError, EvidenceError, shown
+from harness.io import check_out, partial_path
 from harness.measure.capture import scrub_export
 from harness.namespaces import check_name
 from harness.report.provenance import git_state
@@ -89,10 +90,8 @@ class BundleError(EvidenceError):
 # Small helpers
 
 
-def show(text: Any, limit: int = 160) -> str:
-    """Untrusted text (member names, report lines) made safe for a one-line message."""
-    s = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in str(text))
-    return s if len(s) <= limit else s[: limit - 1] + "…"
+show = shown
+"""Untrusted text (member names, report lines) made safe for a one-line message."""
 
 
 def sha256(path: Path) -> str:
@@ -157,7 +156,7 @@ def pack(files: Mapping[str, Path], out: Path, meta: Mapping[str, Any]) -> Path:
         ti.uname = ti.gname = ""
         return ti
 
-    tmp = out.with_name(out.name + ".partial")
+    tmp = partial_path(out)  # a name of its own: two bundles to one --out never share a partial file
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "wb") as raw:
@@ -249,18 +248,20 @@ def safe_name(name: str) -> bool:
 
 
 
-BUNDLE_USAGE = "usage: python -m harness bundle NAMESPACE [--out FILE.tar.gz] [--include-reports]"
+BUNDLE_USAGE = "usage: python -m harness bundle NAMESPACE [--out FILE.tar.gz] [--force] [--include-reports]"
 
 
 def bundle_main(argv: list[str] | None = None) -> int:
-    """`python -m harness bundle NAMESPACE [--out FILE] [--include-reports]` (default out:
-    bundles/NAMESPACE.evidence.tar.gz)."""
+    """`python -m harness bundle NAMESPACE [--out FILE] [--force] [--include-reports]` (default out:
+    bundles/NAMESPACE.evidence.tar.gz, which a bundle of the same namespace replaces; an --out that
+    exists is replaced only with --force, and never one under artifacts/, report/, the code or the
+    config: harness.io.check_out)."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] in ("-h", "--help"):
         print(BUNDLE_USAGE)
         return 0
-    include = "--include-reports" in args
-    args = [a for a in args if a != "--include-reports"]
+    include, force = "--include-reports" in args, "--force" in args
+    args = [a for a in args if a not in ("--include-reports", "--force")]
     out = None
     if "--out" in args:
         i = args.index("--out")
@@ -272,8 +273,10 @@ def bundle_main(argv: list[str] | None = None) -> int:
     if len(args) != 1 or args[0].startswith("-"):
         print(f"{BUNDLE_USAGE}\nbundle takes exactly one namespace.", file=sys.stderr)
         return 2
+    default = ROOT / "bundles" / f"{args[0]}.evidence.tar.gz"
     try:
-        path = make_bundle(args[0], Path(out or ROOT / "bundles" / f"{args[0]}.evidence.tar.gz"), include_reports=include)
+        target = check_out(out, "bundle", force=force, own=default) if out else default
+        path = make_bundle(args[0], target, include_reports=include)
     except EvidenceError as exc:
         print(str(exc), file=sys.stderr)
         return 2

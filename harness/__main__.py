@@ -71,11 +71,7 @@ def main(argv: list[str] | None = None) -> int:
 
             return group.main(rest)
         if command == "config":
-            from harness import config
-
-            config.load(*rest) if rest else config.load()
-            print("config: valid.")
-            return 0
+            return _config(rest)
     except EvidenceError as exc:
         print(str(exc), file=sys.stderr)
         return 2
@@ -85,6 +81,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"{USAGE}\nunknown command {command!r}.", file=sys.stderr)
     return 2
+
+
+def _config(rest: list[str]) -> int:
+    """`config [FILE [OVERRIDE ...]]`: what a run would refuse of the config, refused here too: the
+    schema and the semantic checks, and the checks the workflow makes against the checkout (the
+    namespace it resolves to, and `trust.earlier` naming a retained namespace)."""
+    from harness import ROOT, config
+    from harness.tables import trust
+
+    cfg = config.load(*rest) if rest else config.load()
+    ns = config.resolve_namespace(cfg, ROOT)
+    trust.check_earlier(ROOT / "artifacts", ns, cfg["trust"]["earlier"])
+    print("config: valid.")
+    return 0
 
 
 if __name__ == "__main__":

@@ -277,3 +277,21 @@ def test_triton_hooks_that_are_an_empty_chain_are_no_hooks() -> None:
 
     assert not triton_launch._hooked(None) and not triton_launch._hooked(Chain([]))
     assert triton_launch._hooked(Chain([print])) and triton_launch._hooked(print)
+
+
+def test_the_tables_step_says_how_many_kernel_rows_had_no_duration(standin: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """The group's record carries the export's count of kernel rows without a duration, and the
+    tables job says it in its log instead of dropping them without a word."""
+    from harness.tables import step as tables_step
+
+    run_step(standin, ["cuda", "triton"])
+    folder = standin / "artifacts" / "ns" / "measure" / "layernorm" / SHAPE
+    record = json.loads((folder / "record.json").read_text())
+    assert record["export"]["kernels_without_duration"] == 0
+    record["export"]["kernels_without_duration"] = 1000000
+    (folder / "record.json").write_text(json.dumps(record))
+    capsys.readouterr()
+    tables_step._groups([str(folder / "record.json")])
+    assert capsys.readouterr().out == (f"export: 1000000 kernel rows of layernorm {SHAPE}'s capture have no duration "
+                                       "(a NULL start or end) and are not counted in any summary, launch or kernel time.\n")

@@ -109,7 +109,7 @@ def read_table(path: str | Path, required: Sequence[str] = (), numbers: Sequence
         header = pd.read_csv(path, nrows=0, encoding="utf-8").columns
         frame = pd.read_csv(path, dtype={c: str for c in header if c in TEXT_COLUMNS}, encoding="utf-8")
     except UnicodeDecodeError as exc:
-        raise EvidenceError(f"{name} is not UTF-8 text (byte {exc.start} cannot be read), so it is no evidence table.") from None
+        raise EvidenceError(f"{name} is not UTF-8 text ({shown(exc.reason, 60)}), so it is no evidence table.") from None
     except pd.errors.EmptyDataError:
         raise EvidenceError(f"{name} is empty: it has not even a header row of column names.") from None
     except (pd.errors.ParserError, ValueError) as exc:

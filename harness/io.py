@@ -45,6 +45,8 @@ def check_out(path: str | Path, command: str, force: bool = False, own: str | Pa
     which it rebuilds by design, may always be replaced); a folder (the command names a file)."""
     path = Path(path)
     resolved, base = path.resolve(), Path(root).resolve()
+    if own is not None and resolved == Path(own).resolve() and not path.is_dir():
+        return path  # the command's own output, named explicitly
     for top in PROTECTED:
         where = base / top
         if resolved == where or where in resolved.parents:
@@ -55,8 +57,7 @@ def check_out(path: str | Path, command: str, force: bool = False, own: str | Pa
                             f"--out may replace; write it elsewhere.")
     if path.is_dir():
         raise EvidenceError(f"{command}: --out {shown(path)} is a folder; --out names the file to write.")
-    is_own = own is not None and resolved == Path(own).resolve()
-    if (path.exists() or path.is_symlink()) and not force and not is_own:
+    if (path.exists() or path.is_symlink()) and not force:
         raise EvidenceError(f"{command}: {shown(path)} already exists; pass --force to replace it.")
     return path
 

@@ -625,3 +625,13 @@ def test_a_bundle_name_with_control_characters_is_escaped(tmp_path: Path, capsys
     assert verifier.main([str(name)]) == 2
     err = capsys.readouterr().err
     assert "\x1b" not in err and "\x07" not in err and "\\x1b]0;owned\\x07.tar.gz" in err
+
+
+def test_the_values_searched_for_are_credentials_not_descriptions() -> None:
+    """The environment of the command and any the provenance records; not the host's name (the
+    provenance records it by design), plain numbers, short values, or the capture's allowlist."""
+    env = {"AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG/bPxR", "HOSTNAME": "gpu-node-01.cluster",
+           "SOURCE_DATE_EPOCH": "1796160759", "X": "1", "PATH": "/usr/bin:/bin"}
+    provenance = {"capture": {"environment": {"RECORDED_TOKEN": "rec_" + "z" * 20}}}
+    assert bundle.secret_values(provenance, env) == {"AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG/bPxR",
+                                                     "RECORDED_TOKEN": "rec_" + "z" * 20}

@@ -153,6 +153,11 @@ STALE_AFTER_S = 3600.0
 TEXT_MEMBERS = (".csv", ".json", ".jsonl", ".md", ".html", ".svg", ".txt", ".log")
 """Members scrubbed by value as text; any other kind holding a value is left out."""
 _NUMBER = re.compile(r"[0-9.:,+-]+")
+DESCRIPTIVE = frozenset({"HOSTNAME", "HOST", "USER", "LOGNAME", "USERNAME", "SHELL", "TERM", "TERM_PROGRAM",
+                         "TERM_PROGRAM_VERSION", "COLORTERM", "LS_COLORS", "DISPLAY", "TZ", "EDITOR", "VISUAL", "PAGER",
+                         "PWD", "OLDPWD", "SHLVL", "_", "MAIL", "LANGUAGE"})
+"""Variables that describe the machine or the terminal, not a credential: the provenance records the
+host by design, and a report may name it; their values are not searched for."""
 
 
 def _alive(pid: int) -> bool:
@@ -212,10 +217,10 @@ def secret_values(provenance: Any = None, environ: Mapping[str, str] | None = No
     """The values searched for in every member, name -> value: those of the environment of this
     command and of any environment the provenance records (harness.measure.capture.outside_values:
     outside the capture's allowlist, long enough, not a path that exists), less plain numbers,
-    which a table holds of its own accord."""
+    which a table holds of its own accord, and the DESCRIPTIVE variables (the host's name)."""
     values = outside_values(_recorded_environment(provenance))
     values.update(outside_values(environ))
-    return {k: v for k, v in values.items() if not _NUMBER.fullmatch(v)}
+    return {k: v for k, v in values.items() if not _NUMBER.fullmatch(v) and k not in DESCRIPTIVE and not k.startswith("LC_")}
 
 
 def scrub_members(files: dict[str, Path], values: Mapping[str, str], scratch: Path,

@@ -462,6 +462,15 @@ def test_a_link_anywhere_in_the_namespace_stops_the_bundle(pipeline, tmp_path: P
     assert not (tmp_path / "b.tar.gz").exists()
 
 
+def test_a_hard_link_in_the_namespace_stops_the_bundle(pipeline, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    root = fresh_namespace(pipeline, tmp_path)
+    outside = tmp_path / "outside.json"
+    outside.write_text('{"secret": 1}\n')
+    os.link(outside, root / GROUP / "extra.json")
+    with pytest.raises(bundle.BundleError, match=f"^{GROUP}/extra.json is a hard link"):
+        bundle.make_bundle(NS, tmp_path / "b.tar.gz", root=root)
+
+
 def test_values_of_the_environment_are_withheld_wherever_they_are(pipeline, tmp_path: Path,  # type: ignore[no-untyped-def]
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Secret values planted in a table cell, a report line, a group file and the provenance all

@@ -21,10 +21,11 @@ provenance records): a text member holding one is packed as a copy with each val
 says which (`withheld`, `left_out`). The temporary copies live in a private folder (mode 0700,
 files 0600) named `bundle-scrub-<pid>-*` under the system's temporary folder, removed on every
 exit; one a killed bundle left (its process gone) is removed by the next bundle. A raw `.nsys-rep`
-stays out unless asked for. A symbolic link anywhere under artifacts/<ns>/ or report/<ns>/ stops
-the bundle: nothing outside the namespace enters it. A namespace whose exports are not here (a retained namespace in a
-checkout: raw captures never enter git) is bundled without them, and the manifest says so
-(`exports: false`): verify then checks its members and reports, not its kernel times.
+stays out unless asked for. A link anywhere under artifacts/<ns>/ or report/<ns>/ (symbolic, or a
+file with a second name: a hard link) stops the bundle: nothing outside the namespace enters it.
+A namespace whose exports are not here (a retained namespace in a checkout: raw captures never
+enter git) is bundled without them, and the manifest says so (`exports: false`): verify then
+checks its members and reports, not its kernel times.
 
 MANIFEST.json (JSON, keys sorted, one space indent):
 
@@ -132,9 +133,9 @@ def code_hashes(root: Path = ROOT) -> dict[str, str]:
 
 
 def refuse_links(folders: Iterable[Path], root: Path) -> None:
-    """BundleError (one sentence) for the first symbolic link anywhere under `folders` (a folder
-    that is itself a link included): a link to /etc/passwd or to a file outside the repository
-    would otherwise be followed into the bundle."""
+    """BundleError (one sentence) for the first link anywhere under `folders` (a folder that is
+    itself a link included; a file with more than one name, a hard link, too): a link to
+    /etc/passwd or to a file outside the repository would otherwise be followed into the bundle."""
     for folder in folders:
         if folder.is_symlink():
             raise BundleError(f"{show(folder.relative_to(root))} is a symbolic link; a bundle takes regular files only.")
@@ -145,6 +146,11 @@ def refuse_links(folders: Iterable[Path], root: Path) -> None:
                 p = Path(dirpath) / name
                 if p.is_symlink():
                     raise BundleError(f"{show(p.relative_to(root))} is a symbolic link; a bundle takes regular files only.")
+            for name in sorted(filenames):
+                p = Path(dirpath) / name
+                if p.lstat().st_nlink > 1:
+                    raise BundleError(f"{show(p.relative_to(root))} is a hard link (the file has {p.lstat().st_nlink} names, "
+                                      "one of them perhaps outside the namespace); a bundle takes files of one name only.")
 
 
 SCRUB_PREFIX = "bundle-scrub-"

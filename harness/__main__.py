@@ -78,8 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{shown(command, 40)}: interrupted (Ctrl-C) before it finished; nothing it was writing was kept.",
               file=sys.stderr)
         return 130
-    except EvidenceError as exc:
-        print(str(exc), file=sys.stderr)
+    except EvidenceError as exc:  # control characters of a name in the sentence escaped, whoever wrote it
+        print(shown(str(exc), 100_000), file=sys.stderr)
         return 2
     except OSError as exc:  # an --out that is a folder or not writable, an input that cannot be read
         where = f" {shown(exc.filename)}" if exc.filename else ""

@@ -273,3 +273,12 @@ def test_help_is_whole_sentences(capsys: pytest.CaptureFixture[str]) -> None:
     text = capsys.readouterr().out
     description = text.split("\n\n")[1]
     assert description.rstrip().endswith("can't tell.") and "measure both builds in one run." in text
+
+
+def test_a_side_named_with_control_characters_is_escaped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A crafted file name printed raw retitles the terminal; every sentence of the command line escapes it."""
+    crafted = tmp_path / "\x1b]0;owned\x07.json"
+    crafted.write_text("{}")
+    assert cli(["compare", str(crafted), str(crafted)]) == 2
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\x07" not in err and "\\x1b]0;owned\\x07.json" in err

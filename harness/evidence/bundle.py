@@ -444,7 +444,7 @@ def bundle_main(argv: list[str] | None = None) -> int:
         target = check_out(out, "bundle", force=force, own=default) if out else default
         path = make_bundle(args[0], target, include_reports=include, notes=notes)
     except EvidenceError as exc:
-        print(str(exc), file=sys.stderr)
+        print(show(str(exc), 100_000), file=sys.stderr)
         return 2
     for note in notes:
         print(f"note: {note}")

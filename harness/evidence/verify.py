@@ -656,7 +656,7 @@ def main(argv: list[str] | None = None) -> int:
         print(INTERRUPTED, file=sys.stderr)
         return 130
     except EvidenceError as exc:
-        print(str(exc), file=sys.stderr)
+        print(_show(str(exc), 100_000), file=sys.stderr)
         return 2
     except Exception as exc:  # noqa: BLE001 - never a traceback
         print(f"{_show(args[0])} could not be verified ({type(exc).__name__}: {_show(exc, 160)}).", file=sys.stderr)

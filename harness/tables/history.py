@@ -300,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         out = check_out(opts.out, "history", force=opts.force, own=default) if opts.out else default
         path = build_index(artifacts, out)
     except EvidenceError as exc:
-        print(str(exc), file=sys.stderr)
+        print(shown(str(exc), 100_000), file=sys.stderr)
         return 2
     db = sqlite_utils.Database(path)
     names = [r["name"] for r in db["namespaces"].rows_where(order_by="position")]

@@ -6,7 +6,8 @@ folder; at most MAX_TOTAL_BYTES in all and no more than half the folder's free s
 from the headers before anything is written) and then checks:
 
 1. every member against the manifest: size and SHA-256, none missing, none extra, all inside
-   artifacts/<ns>/ or report/<ns>/;
+   artifacts/<ns>/ or report/<ns>/, each a file the pipeline writes for the bundled config
+   (`unaccounted`), no two differing only in case (refused before extracting);
 2. the tables against the exports (where the bundle has them): each group's launches are read
    again from its export (harness.tables.derive.launch_rows, through the nsys reader with its time
    limit and storage caps), and the namespace's tables are derived from them by the one function
@@ -42,6 +43,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import unicodedata
 import zlib
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
@@ -158,10 +160,11 @@ def _extract(bundle: Path, dest: Path) -> list[str]:
                 if key in seen:
                     raise BundleError(f"{_show(bundle)} is refused: member {_show(m.name)} occurs twice.")
                 seen.add(key)
-                other = folded.setdefault(key.casefold(), key)
+                other = folded.setdefault(unicodedata.normalize("NFC", key).casefold(), key)
                 if other != key:
-                    raise BundleError(f"{_show(bundle)} is refused: member {_show(m.name)} differs only in case from "
-                                      f"{_show(other)}, so on a file system that ignores case one would replace the other.")
+                    raise BundleError(f"{_show(bundle)} is refused: member {_show(m.name)} differs only in case (or in "
+                                      f"how its letters are composed) from {_show(other)}, so on a file system that "
+                                      "ignores case one would replace the other.")
                 total += max(m.size, 0)
                 if total > MAX_TOTAL_BYTES:
                     raise BundleError(f"{_show(bundle)} holds more than {MAX_TOTAL_BYTES} bytes of members; verify refuses bundles that large.")

@@ -18,7 +18,7 @@ import jsonschema
 import yaml
 
 from harness import ROOT, baseline, ops
-from harness.errors import ConfigError, EvidenceError
+from harness.errors import ConfigError, EvidenceError, shown
 from harness.launch.external import validate_external
 from harness.namespaces import check_name
 
@@ -26,6 +26,14 @@ SCHEMA_PATH = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 
 # Most bytes one call of an operation may move; more is a typo, not a shape.
 MAX_CALL_BYTES = 64 * 2**30
+
+MAX_CONFIG_BYTES = 1 << 20
+"""Largest config file read (1 MiB; config.yaml is a few kB): a larger one is refused unread."""
+MAX_CONFIG_VALUES = 100_000
+"""Most values a config may hold once its YAML aliases are expanded (each use of an anchor counts
+its values again): a few aliases nested ten deep expand to billions, which no walk finishes."""
+MAX_CONFIG_DEPTH = 32
+"""Deepest nesting of mappings and lists a config may have (config.yaml nests five deep)."""
 
 
 def _schema(operations: Any = None) -> dict[str, Any]:
@@ -145,8 +153,51 @@ def _non_finite(value: Any, path: str = "") -> str | None:
     return None
 
 
+def check_size(raw: Any, where: str = "the configuration") -> None:
+    """ConfigError (one sentence) when `raw` nests deeper than MAX_CONFIG_DEPTH or holds more than
+    MAX_CONFIG_VALUES values with its aliases expanded; walked without recursion, and the walk stops
+    at the first limit, so neither a YAML alias bomb nor ten thousand nested lists can hang it."""
+    stack: list[tuple[Any, int]] = [(raw, 1)]
+    count = 0
+    while stack:
+        value, depth = stack.pop()
+        count += 1
+        if count > MAX_CONFIG_VALUES:
+            raise ConfigError(f"config: {where} holds more than {MAX_CONFIG_VALUES} values once its YAML aliases are "
+                              "expanded (each use of an anchor repeats it); write the values out instead.")
+        if depth > MAX_CONFIG_DEPTH:
+            raise ConfigError(f"config: {where} nests mappings or lists more than {MAX_CONFIG_DEPTH} levels deep.")
+        if isinstance(value, Mapping):
+            stack.extend((v, depth + 1) for v in value.values())
+            count += len(value)  # the keys
+        elif isinstance(value, (list, tuple)):
+            stack.extend((v, depth + 1) for v in value)
+
+
+def _shape_numbers(cfg: Mapping[str, Any]) -> None:
+    """A shape YAML read as a number is one sentence naming what was written: YAML 1.1 reads
+    `0x768` as the hexadecimal 1896, so a shape with a first dimension of 0 arrives as an integer."""
+    operations = cfg.get("operations")
+    if not isinstance(operations, Mapping):
+        return
+    for op, spec in operations.items():
+        if not isinstance(spec, Mapping):
+            continue
+        sweep = spec.get("sweep")
+        places = [("default", spec.get("default"))] + (
+            [(f"sweep[{i}]", v) for i, v in enumerate(sweep)] if isinstance(sweep, list) else [])
+        for key, value in places:
+            if isinstance(value, int) and not isinstance(value, bool):
+                written = f"{value:#x}" if value > 0 else str(value)
+                raise ConfigError(f"config: 'operations.{op}.{key}' reads as the number {value}, which YAML makes of "
+                                  f"{written} (a hexadecimal number), not a shape AxB with positive dimensions; write the "
+                                  f"shape as AxB, each dimension at least 1.")
+
+
 def validate(raw: Mapping[str, Any]) -> dict[str, Any]:
     """Validate a configuration mapping, fill in defaults and return a new dict."""
+    check_size(raw)
+    _shape_numbers(raw)
     cfg: dict[str, Any] = yaml.safe_load(yaml.safe_dump(dict(raw), sort_keys=False))  # deep copy, plain types, order kept
     schema = _schema(cfg.get("operations"))
     _coerce(cfg, schema, schema)
@@ -231,23 +282,31 @@ def load(path: str | Path = ROOT / "config.yaml", *overrides: str | Path) -> dic
 
 def _read(path: str | Path) -> dict[str, Any]:
     try:
-        with open(path) as fh:
-            # JSON is read as JSON: YAML 1.1 reads JSON's 1e-05 as a string
-            raw = json.load(fh) if str(path).endswith(".json") else yaml.safe_load(fh)
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_CONFIG_BYTES + 1)  # never more: a config the size of a disk is refused unread
+        if len(data) > MAX_CONFIG_BYTES:
+            raise ConfigError(f"config: {shown(path)} is larger than {MAX_CONFIG_BYTES} bytes, which no configuration "
+                              "is; it is refused unread.")
+        text = data.decode("utf-8")
+        # JSON is read as JSON: YAML 1.1 reads JSON's 1e-05 as a string
+        raw = json.loads(text) if str(path).endswith(".json") else yaml.safe_load(text)
+    except RecursionError:
+        raise ConfigError(f"config: {shown(path)} nests mappings or lists more than {MAX_CONFIG_DEPTH} levels deep.") from None
     except FileNotFoundError:
-        raise ConfigError(f"config: no configuration file at {path}.") from None
+        raise ConfigError(f"config: no configuration file at {shown(path)}.") from None
     except IsADirectoryError:
-        raise ConfigError(f"config: {path} is a folder, not a configuration file.") from None
+        raise ConfigError(f"config: {shown(path)} is a folder, not a configuration file.") from None
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"config: {path} is not UTF-8 text (byte {exc.start} cannot be read).") from None
+        raise ConfigError(f"config: {shown(path)} is not UTF-8 text (byte {exc.start} cannot be read).") from None
     except OSError as exc:
-        raise ConfigError(f"config: {path} cannot be read ({exc.strerror}).") from None
+        raise ConfigError(f"config: {shown(path)} cannot be read ({exc.strerror}).") from None
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"config: {path} is not valid JSON ({exc.msg} at line {exc.lineno}).") from None
+        raise ConfigError(f"config: {shown(path)} is not valid JSON ({exc.msg} at line {exc.lineno}).") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config: {path} is not valid YAML ({str(exc).splitlines()[0]}).") from None
+        raise ConfigError(f"config: {shown(path)} is not valid YAML ({shown(str(exc).splitlines()[0])}).") from None
     if not isinstance(raw, Mapping):
-        raise ConfigError(f"config: {path} must hold a mapping of keys, not {type(raw).__name__}.")
+        raise ConfigError(f"config: {shown(path)} must hold a mapping of keys, not {type(raw).__name__}.")
+    check_size(raw, shown(path))
     return dict(raw)
 
 

@@ -1,24 +1,74 @@
-"""Writing outputs: a file appears complete or not at all (written under '<name>.partial', then
-renamed), so an interrupted run never leaves a partial output that a later run would trust."""
+"""Writing outputs: a file appears complete or not at all (written under a partial name of its
+own, '<name>.<pid>.<random>.partial', then renamed), so an interrupted run never leaves a partial
+output that a later run would trust, and two writers of one file never share a partial file: the
+last rename wins, whole.
+
+`check_out` guards the `--out` of a command: nothing under PROTECTED (the evidence, the kernels,
+the code, the workflow) or a file of PROTECTED_FILES (the config) is ever replaced, and no existing
+file is replaced unless the user said `--force`."""
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from harness import ROOT
+from harness.errors import EvidenceError, shown
 
 if TYPE_CHECKING:
     import pandas as pd
 
 
+PROTECTED = ("artifacts", "report", "kernels", "harness", "workflow", ".git")
+"""Folders of the repository that no command's --out may write into: the evidence, the kernels, the
+code and the workflow (each command writes its own outputs there itself, never through --out)."""
+PROTECTED_FILES = ("config.yaml", "Snakefile", "pyproject.toml")
+"""Files of the repository's top level that no --out may replace: the config among them."""
+
+
+def partial_path(path: str | Path) -> Path:
+    """A partial name beside `path` that no other writer uses: '<name>.<pid>.<random>.partial'."""
+    path = Path(path)
+    return path.with_name(f"{path.name}.{os.getpid()}.{secrets.token_hex(4)}.partial")
+
+
+def check_out(path: str | Path, command: str, force: bool = False, own: str | Path | None = None,
+              root: str | Path = ROOT) -> Path:
+    """`path`, the --out of `command`, if it may be written; else EvidenceError, one sentence.
+
+    Refused: a path (after links) under a PROTECTED folder of the repository at `root` or one of
+    its PROTECTED_FILES; an existing file unless `force` (`own`, the command's default output,
+    which it rebuilds by design, may always be replaced); a folder (the command names a file)."""
+    path = Path(path)
+    resolved, base = path.resolve(), Path(root).resolve()
+    if own is not None and resolved == Path(own).resolve() and not path.is_dir():
+        return path  # the command's own output, named explicitly
+    for top in PROTECTED:
+        where = base / top
+        if resolved == where or where in resolved.parents:
+            raise EvidenceError(f"{command}: --out {shown(path)} lies under {top}/, which holds evidence or code that "
+                                f"no command's --out may replace; write it elsewhere (bundles/ or outside the repository).")
+    if resolved.parent == base and resolved.name in PROTECTED_FILES:
+        raise EvidenceError(f"{command}: --out {shown(path)} is the repository's {resolved.name}, which no command's "
+                            f"--out may replace; write it elsewhere.")
+    if path.is_dir():
+        raise EvidenceError(f"{command}: --out {shown(path)} is a folder; --out names the file to write.")
+    if (path.exists() or path.is_symlink()) and not force:
+        raise EvidenceError(f"{command}: {shown(path)} already exists; pass --force to replace it.")
+    return path
+
+
 def _atomic(write: Callable[[Path], Any], path: str | Path) -> None:
-    """`write(tmp)` to '<name>.partial' beside `path`, then rename it to `path`; on any failure
-    (a `path` that is a folder, a full disk, an interrupt) the partial file is removed."""
+    """`write(tmp)` to a partial name of its own beside `path` (partial_path), then rename it to
+    `path`; on any failure (a `path` that is a folder, a full disk, an interrupt) the partial file
+    is removed."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".partial")
+    tmp = partial_path(path)
     try:
         write(tmp)
         os.replace(tmp, path)

@@ -98,11 +98,19 @@ def standin_nsys(argv: list[str]) -> int:
     one named '<base>.wrong' fails its check; a file `sleep-s` beside the stand-in makes the group
     take that many seconds, and `per-call-ns.json` there overrides PER_CALL_NS (files, since nsys
     runs under the step's minimal environment).
-    The environment it was given is written to `seen-env.json` beside the stand-in, and the text of
+    The environment it was given is written to `seen-env.json` (names) and `seen-environ.json`
+    (names and values) beside the stand-in, its parent's to `seen-parent-environ`, and the text of
     a file `leak` there, when there is one, into the report: a value that reached the capture by
     another way than the environment (to test that the step finds it)."""
     here = Path(sys.argv[0]).resolve().parent
     (here / "seen-env.json").write_text(json.dumps(sorted(os.environ)))
+    # What a profiler could copy into its report: its own environment (the profiled process's), and
+    # its parent's as /proc gives it (nsys runs as the child of a clean shell).
+    (here / "seen-environ.json").write_text(json.dumps(dict(os.environ)))
+    try:
+        (here / "seen-parent-environ").write_bytes(Path(f"/proc/{os.getppid()}/environ").read_bytes())
+    except OSError:
+        pass
     leak = (here / "leak").read_bytes() if (here / "leak").is_file() else b""
     if not argv or argv[0] != "profile":
         print("stand-in nsys: only 'profile' is played", file=sys.stderr)

@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import sqlite3
 import subprocess
 import sys
@@ -429,3 +430,218 @@ def test_an_out_that_is_a_folder_is_one_sentence(made: tuple[Path, Path], tmp_pa
         bundle.make_bundle(NS, tmp_path, root=root)
     assert str(err.value) == f"{tmp_path} is a folder; --out names the bundle file to write."
     assert not list(tmp_path.parent.glob("*.partial"))
+
+
+# ------------------------------------------------------------------ issue 31: outside files, values, outputs
+
+
+def fresh_namespace(pipeline, tmp_path: Path) -> Path:  # type: ignore[no-untyped-def]
+    return make_namespace(pipeline, tmp_path / "repo", secret=False)
+
+
+@pytest.mark.parametrize("where, target", [
+    (f"{GROUP}/passwd", "/etc/passwd"),
+    (f"{GROUP}/outside.json", "OUTSIDE"),
+    (f"artifacts/{NS}/measure/linked", "FOLDER"),
+    (f"artifacts/{NS}/logs/x.log", "/etc/hostname"),
+])
+def test_a_link_anywhere_in_the_namespace_stops_the_bundle(pipeline, tmp_path: Path, where: str,  # type: ignore[no-untyped-def]
+                                                           target: str) -> None:
+    """A link under measure/ (to /etc/passwd, a JSON outside the repository, a whole folder) was
+    followed by bundle and verify said `verified.`: only tables/ and report/ were checked."""
+    root = fresh_namespace(pipeline, tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "x.json").write_text('{"secret": 1}\n')
+    link = root / where
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to({"OUTSIDE": outside / "x.json", "FOLDER": outside}.get(target, Path(target)))
+    with pytest.raises(bundle.BundleError) as err:
+        bundle.make_bundle(NS, tmp_path / "b.tar.gz", root=root)
+    assert str(err.value) == f"{where} is a symbolic link; a bundle takes regular files only."
+    assert not (tmp_path / "b.tar.gz").exists()
+
+
+def test_a_hard_link_in_the_namespace_stops_the_bundle(pipeline, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    root = fresh_namespace(pipeline, tmp_path)
+    outside = tmp_path / "outside.json"
+    outside.write_text('{"secret": 1}\n')
+    os.link(outside, root / GROUP / "extra.json")
+    with pytest.raises(bundle.BundleError, match=f"^{GROUP}/extra.json is a hard link"):
+        bundle.make_bundle(NS, tmp_path / "b.tar.gz", root=root)
+
+
+def test_values_of_the_environment_are_withheld_wherever_they_are(pipeline, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Secret values planted in a table cell, a report line, a group file and the provenance all
+    reached the bundle: scrubbing matched names and prefixes, not values."""
+    token = "tok_" + "5" * 12 + "PLANTED" + "x" * 8
+    monkeypatch.setenv("SOME_DEPLOY_TOKEN", token)
+    root = fresh_namespace(pipeline, tmp_path)
+    art, rep = root / "artifacts" / NS, root / "report" / NS
+    planted = [art / "tables" / "check.csv", rep / "field_note.md", root / GROUP / "record.json",
+               art / "provenance.json"]
+    for path in planted:
+        text = path.read_text()
+        path.write_text(text.replace("layernorm", f"layernorm{token}", 1) if path.suffix == ".csv" else
+                        text.replace("\n", f"\n<!-- {token} -->\n", 1) if path.suffix == ".md" else
+                        text.replace('{', '{"note": "' + token + '", ', 1))
+    (root / GROUP / "capture.nsys-rep").write_bytes(b"raw " + token.encode())
+    notes: list[str] = []
+    out = bundle.make_bundle(NS, tmp_path / "b.tar.gz", root=root, include_reports=True, notes=notes)
+    stream = gzip.decompress(out.read_bytes())
+    assert token.encode() not in stream
+    got = members(out)
+    for path in planted:
+        arc = path.relative_to(root).as_posix()
+        assert "[SOME_DEPLOY_TOKEN withheld]".encode() in got[arc], arc
+    assert f"{GROUP}/capture.nsys-rep" not in got
+    manifest = json.loads(got["MANIFEST.json"])
+    assert set(manifest["withheld"]) == {p.relative_to(root).as_posix() for p in planted}
+    assert manifest["left_out"] == {f"{GROUP}/capture.nsys-rep": ["SOME_DEPLOY_TOKEN"]}
+    assert len(notes) == 5 and all(n.endswith(".") and token not in n for n in notes)
+    assert f"{GROUP}/capture.nsys-rep is left out of the bundle: it holds the value of SOME_DEPLOY_TOKEN" in " ".join(notes)
+    assert token in (art / "tables" / "check.csv").read_text()  # the namespace's own files are left as they were
+
+
+def test_a_scrub_folder_is_private_and_the_next_bundle_sweeps_a_killed_ones(tmp_path: Path) -> None:
+    """After kill -9 during bundle, /tmp/bundle-scrub-* folders stayed, one holding a planted token."""
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    gone = tmp_path / f"{bundle.SCRUB_PREFIX}{int(dead.stdout)}-abc"
+    mine = tmp_path / f"{bundle.SCRUB_PREFIX}{os.getpid()}-def"
+    old = tmp_path / f"{bundle.SCRUB_PREFIX}old"
+    for folder in (gone, mine, old):
+        folder.mkdir()
+        (folder / "0.sqlite").write_bytes(b"unscrubbed")
+    past = time.time() - bundle.STALE_AFTER_S - 60
+    os.utime(old, (past, past))
+    assert sorted(bundle.sweep_scrub(tmp_path)) == sorted([gone, old])
+    assert mine.is_dir()  # a running bundle's folder stays
+    copy = bundle._private_copy(mine / "0.sqlite", mine / "1.sqlite")
+    assert stat.S_IMODE(copy.stat().st_mode) == 0o600
+
+
+def test_a_sigkilled_bundle_leaves_nothing_readable_by_others(made: tuple[Path, Path], tmp_path: Path) -> None:
+    root, _ = made
+    work = tmp_path / "tmp"
+    work.mkdir()
+    env = {**os.environ, "TMPDIR": str(work), "PYTHONPATH": str(ROOT)}
+    code = ("import sys; from pathlib import Path; from harness.evidence import bundle; "
+            f"bundle.make_bundle({NS!r}, Path({str(tmp_path / 'k.tar.gz')!r}), root=Path({str(root)!r}))")
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=ROOT)
+    deadline = time.time() + 60
+    while not list(work.glob(f"{bundle.SCRUB_PREFIX}*/*.sqlite")) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    proc.kill()
+    proc.wait()
+    left = list(work.glob(f"{bundle.SCRUB_PREFIX}*"))
+    for folder in left:
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+        assert all(stat.S_IMODE(f.stat().st_mode) & 0o077 == 0 for f in folder.rglob("*") if f.is_file())
+    assert bundle.sweep_scrub(work) == left and not list(work.iterdir())
+
+
+def test_two_bundles_to_one_out_never_share_a_partial_file(made: tuple[Path, Path], tmp_path: Path) -> None:
+    """Two bundle commands to one --out shared '<out>.partial': the one that reported success left a
+    corrupt file. Each now writes a partial file of its own, and the last rename wins, whole."""
+    root, _ = made
+    out = tmp_path / "same.tar.gz"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    code = ("from pathlib import Path; from harness.evidence import bundle; "
+            f"bundle.make_bundle({NS!r}, Path({str(out)!r}), root=Path({str(root)!r}))")
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, cwd=ROOT, stderr=subprocess.PIPE) for _ in range(2)]
+    for proc in procs:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+    assert verifier.verify(out, tmp_path / "v") == [] and not list(tmp_path.glob("*.partial"))
+
+
+@pytest.mark.parametrize("target", [f"artifacts/{NS}/tables/kernel_time.csv", f"report/{NS}/field_note.md", "config.yaml"])
+def test_an_out_onto_the_evidence_or_the_config_is_refused(target: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`bundle h200-ops-3 --out artifacts/h200-ops-3/tables/kernel_time.csv` replaced the table with a gzip, exit 0."""
+    path = ROOT / target
+    before = path.read_bytes() if path.is_file() else None
+    assert bundle.bundle_main([NS, "--out", str(path), "--force"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"bundle: --out {path} ") and "may replace" in err
+    assert (path.read_bytes() if path.is_file() else None) == before
+
+
+def test_an_existing_out_is_replaced_only_with_force(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "mine.tar.gz"
+    out.write_text("mine\n")
+    assert bundle.bundle_main(["h200-ops-4", "--out", str(out)]) == 2
+    assert capsys.readouterr().err == f"bundle: {out} already exists; pass --force to replace it.\n"
+    assert out.read_text() == "mine\n"
+
+
+def test_members_that_differ_only_in_case_are_refused(made: tuple[Path, Path], tmp_path: Path) -> None:
+    """`FIELD_NOTE.md` beside `field_note.md`, with other claims, verified."""
+    files = members(made[1])
+    files[f"report/{NS}/FIELD_NOTE.md"] = b"# everything is 10x faster\n"
+    bad = repack(files, tmp_path / "case.tar.gz", tmp_path / "scratch")
+    with pytest.raises(bundle.BundleError) as err:
+        verifier.verify(bad, tmp_path / "v")
+    assert f"member report/{NS}/field_note.md differs only in case (or in how its letters are composed) from " \
+           f"report/{NS}/FIELD_NOTE.md" in str(err.value)
+
+
+def test_a_listed_table_nothing_derives_is_named(made: tuple[Path, Path], tmp_path: Path) -> None:
+    """An extra table, listed in the manifest with its hash, verified: nothing derives it."""
+    files = members(made[1])
+    files[f"artifacts/{NS}/tables/extra.csv"] = b"op,claim\nlayernorm,10x faster\n"
+    bad = repack(files, tmp_path / "extra.tar.gz", tmp_path / "scratch")
+    problems = verifier.verify(bad, tmp_path / "v")
+    assert problems == [f"artifacts/{NS}/tables/extra.csv is no file the pipeline writes for the bundled config "
+                        "(nothing derives it), so verify cannot account for it."]
+
+
+def interrupt_when(proc: subprocess.Popen, ready) -> tuple[int, str]:  # type: ignore[no-untyped-def,type-arg]
+    deadline = time.time() + 120
+    while not ready() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    assert proc.poll() is None, "it ended before it could be interrupted"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    return proc.returncode, err.decode()
+
+
+def test_ctrl_c_ends_verify_and_bundle_in_one_line_without_blaming_the_bundle(made: tuple[Path, Path],
+                                                                             tmp_path: Path) -> None:
+    """Ctrl-C during verify or bundle printed a KeyboardInterrupt traceback or blamed the bundle."""
+    root, out = made
+    work = tmp_path / "tmp"
+    work.mkdir()
+    env = {**os.environ, "TMPDIR": str(work), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "verify", str(out)], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    rc, err = interrupt_when(proc, lambda: list(work.glob(f"{verifier.PREFIX}*/bundle/artifacts")))
+    assert rc == 130 and err.count("\n") == 1 and "Traceback" not in err and "corrupt" not in err, err
+    assert "interrupted (Ctrl-C)" in err and not list(work.iterdir())
+    code = ("import sys; from pathlib import Path; from harness.evidence import bundle; from harness.__main__ import main; "
+            f"bundle.ROOT = Path({str(root)!r}); bundle.make_bundle.__defaults__ = (Path({str(root)!r}), False, None, None); "
+            f"sys.exit(main(['bundle', {NS!r}, '--out', {str(tmp_path / 'i.tar.gz')!r}]))")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    rc, err = interrupt_when(proc, lambda: list(work.glob(f"{bundle.SCRUB_PREFIX}*/*.sqlite")))
+    assert rc == 130 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert not list(work.iterdir()) and not list(tmp_path.glob("i.tar.gz*"))
+
+
+def test_a_bundle_name_with_control_characters_is_escaped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A crafted name retitled the terminal: verify printed it raw."""
+    name = tmp_path / "\x1b]0;owned\x07.tar.gz"
+    name.write_bytes(b"not gzip")
+    assert verifier.main([str(name)]) == 2
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\x07" not in err and "\\x1b]0;owned\\x07.tar.gz" in err
+
+
+def test_the_values_searched_for_are_credentials_not_descriptions() -> None:
+    """The environment of the command and any the provenance records; not the host's name (the
+    provenance records it by design), plain numbers, short values, or the capture's allowlist."""
+    env = {"AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG/bPxR", "HOSTNAME": "gpu-node-01.cluster",
+           "SOURCE_DATE_EPOCH": "1796160759", "X": "1", "PATH": "/usr/bin:/bin"}
+    provenance = {"capture": {"environment": {"RECORDED_TOKEN": "rec_" + "z" * 20}}}
+    assert bundle.secret_values(provenance, env) == {"AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG/bPxR",
+                                                     "RECORDED_TOKEN": "rec_" + "z" * 20}

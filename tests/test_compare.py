@@ -123,7 +123,7 @@ def test_an_out_that_is_a_folder_is_one_sentence(tmp_path: Path, capsys: pytest.
     write_ns(tmp_path, "two", [row("cuda", 10.0)], "2.11.0")
     assert cli(["compare", "one", "two", "--artifacts", str(tmp_path), "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("compare: cannot use") and "Traceback" not in err
+    assert err == f"compare: --out {tmp_path} is a folder; --out names the file to write.\n"
     assert not list(tmp_path.parent.glob(f"{tmp_path.name}*.partial"))  # the refused write left nothing
 
 
@@ -166,3 +166,119 @@ def test_a_file_that_is_no_summary_is_one_sentence(tmp_path: Path, capsys: pytes
     assert cli(["compare", str(a), str(tmp_path / "b.json")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "kernel-evidence-summary/1 only" in err
+
+
+def write_gpu_ns(root: Path, name: str, us: float, uuid: str, model: str, seed: int) -> None:
+    """A namespace with rounds on one GPU, its provenance naming the GPU (as the pipeline records it)
+    and its session."""
+    write_ns(root, name, [row("cuda", us, gpu=f"GPU-{uuid}")], "2.11.0", {"cuda": rounds(us, seed=seed)})
+    (root / name / "provenance.json").write_text(json.dumps({
+        "namespace": name, "versions": {"torch": "2.11.0"}, "date_utc": f"2026-11-0{seed}T10:00:00+00:00",
+        "host": "vm", "gpus": [{"name": model, "uuid": uuid}]}))
+
+
+def test_rounds_on_two_gpus_get_no_verdict_and_both_gpus_and_sessions_are_named(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """With rounds on both sides, two GPUs of one model keep the ratio, never a verdict (the rounds
+    path skipped the GPU check); the output names both GPUs and sessions and what such a ratio is."""
+    write_gpu_ns(tmp_path, "one", 10.0, "aaaa-1111", "NVIDIA H200", 1)
+    write_gpu_ns(tmp_path, "two", 12.0, "bbbb-2222", "NVIDIA H200", 2)
+    frame = compare.compare_namespaces("one", "two", tmp_path)
+    assert frame["verdict"].isna().all() and frame.loc[0, "b_over_a"] == pytest.approx(1.2)
+    assert frame.loc[0, "reason"] == "measured on two GPUs of one model (NVIDIA H200): the ratio only, no verdict"
+    assert cli(["compare", "one", "two", "--artifacts", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "A: one, run 2026-11-01T10:00:00+00:00 on host vm, on NVIDIA H200 (GPU-aaaa-1111)." in out
+    assert "B: two, run 2026-11-02T10:00:00+00:00 on host vm, on NVIDIA H200 (GPU-bbbb-2222)." in out
+    assert "a ratio across sessions is not a same-session verdict" in out and "measure both builds in one run" in out
+    assert "| +20.0% |" in out and "1 ratio without a verdict (two GPUs of one model)" in out
+
+
+def test_two_gpu_models_give_no_ratio_either(tmp_path: Path) -> None:
+    write_gpu_ns(tmp_path, "one", 10.0, "aaaa-1111", "NVIDIA H200", 1)
+    write_gpu_ns(tmp_path, "two", 12.0, "bbbb-2222", "NVIDIA H100", 2)
+    frame = compare.compare_namespaces("one", "two", tmp_path)
+    assert frame["verdict"].isna().all() and frame["b_over_a"].isna().all() and frame["change_pct"].isna().all()
+    assert frame.loc[0, "reason"] == ("measured on different GPUs (A: NVIDIA H200 GPU-aaaa-1111; B: NVIDIA H100 "
+                                      "GPU-bbbb-2222): no ratio and no verdict")
+
+
+def test_one_gpu_across_two_sessions_keeps_its_verdict_and_says_what_it_is(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_gpu_ns(tmp_path, "one", 10.0, "aaaa-1111", "NVIDIA H200", 1)
+    write_gpu_ns(tmp_path, "two", 12.0, "aaaa-1111", "NVIDIA H200", 2)
+    assert compare.compare_namespaces("one", "two", tmp_path).loc[0, "verdict"] == stats.SLOWER
+    assert cli(["compare", "one", "two", "--artifacts", str(tmp_path)]) == 0
+    assert compare.SESSIONS in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("content, expected", [
+    (b"op,shape,impl\nlayernorm,4096x768,cuda\n", "lacks the column kernel_time_us"),
+    (b"op,shape,impl,kernel_time_us\nlayernorm,4096x768,cuda,\xff\xfe\n", "is not UTF-8 text"),
+    (b"", "is empty"),
+    (b"op,shape,impl,kernel_time_us\nlayernorm,4096x768,cuda,fast\n", "holds 'fast' in its number column kernel_time_us"),
+])
+def test_a_bad_table_is_one_sentence(tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes,
+                                     expected: str) -> None:
+    """A kernel-time table without a column, not UTF-8, empty, or with text for a number: one
+    sentence and exit 2 (each was a traceback: KeyError, UnicodeDecodeError, EmptyDataError, ValueError)."""
+    write_ns(tmp_path, "one", [row("cuda", 10.0)], "2.11.0")
+    write_ns(tmp_path, "two", [row("cuda", 10.0)], "2.11.0")
+    (tmp_path / "two" / "tables" / "kernel_time.csv").write_bytes(content)
+    assert cli(["compare", "one", "two", "--artifacts", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and expected in err and "Traceback" not in err, err
+
+
+def test_a_bad_rounds_table_is_one_sentence(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_ns(tmp_path, "one", [row("cuda", 10.0)], "2.11.0", {"cuda": rounds(10.0)})
+    write_ns(tmp_path, "two", [row("cuda", 10.0)], "2.11.0", {"cuda": rounds(10.0)})
+    (tmp_path / "two" / "tables" / "rounds.csv").write_text("op,shape,impl,round\nlayernorm,4096x768,cuda,0\n")
+    assert cli(["compare", "one", "two", "--artifacts", str(tmp_path)]) == 2
+    assert "rounds.csv lacks the column kernel_time_us" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("target", ["artifacts/one/tables/kernel_time.csv", "report/x/field_note.md", "config.yaml",
+                                    "harness/io.py", "workflow/x.csv", "kernels/x.csv"])
+def test_an_out_onto_evidence_code_or_config_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        target: str) -> None:
+    """`--out` never replaces the evidence, the code or the config (it replaced config.yaml, exit 0)."""
+    from harness import ROOT
+
+    write_ns(tmp_path, "one", [row("cuda", 10.0)], "2.11.0")
+    write_ns(tmp_path, "two", [row("cuda", 10.0)], "2.11.0")
+    before = (ROOT / target).read_bytes() if (ROOT / target).is_file() else None
+    assert cli(["compare", "one", "two", "--artifacts", str(tmp_path), "--out", str(ROOT / target), "--force"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"compare: --out {ROOT / target} ") and "may replace" in err
+    assert ((ROOT / target).read_bytes() if (ROOT / target).is_file() else None) == before
+
+
+def test_an_existing_out_is_replaced_only_with_force(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_ns(tmp_path, "one", [row("cuda", 10.0)], "2.11.0")
+    write_ns(tmp_path, "two", [row("cuda", 10.0)], "2.11.0")
+    out = tmp_path / "ab.csv"
+    out.write_text("mine\n")
+    assert cli(["compare", "one", "two", "--artifacts", str(tmp_path), "--out", str(out)]) == 2
+    assert capsys.readouterr().err == f"compare: {out} already exists; pass --force to replace it.\n"
+    assert out.read_text() == "mine\n"
+    assert cli(["compare", "one", "two", "--artifacts", str(tmp_path), "--out", str(out), "--force"]) == 0
+    assert list(pd.read_csv(out)["impl"]) == ["cuda"]
+
+
+def test_help_is_whole_sentences(capsys: pytest.CaptureFixture[str]) -> None:
+    """`compare --help` ended mid-sentence (the first line of the docstring)."""
+    with pytest.raises(SystemExit):
+        compare.main(["--help"])
+    text = capsys.readouterr().out
+    description = text.split("\n\n")[1]
+    assert description.rstrip().endswith("can't tell.") and "measure both builds in one run." in text
+
+
+def test_a_side_named_with_control_characters_is_escaped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A crafted file name printed raw retitles the terminal; every sentence of the command line escapes it."""
+    crafted = tmp_path / "\x1b]0;owned\x07.json"
+    crafted.write_text("{}")
+    assert cli(["compare", str(crafted), str(crafted)]) == 2
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\x07" not in err and "\\x1b]0;owned\\x07.json" in err

@@ -205,3 +205,79 @@ def test_a_config_that_is_not_utf8_or_is_a_folder_is_one_sentence(tmp_path: Path
         config.load(bad)
     with pytest.raises(ConfigError, match=r"is a folder, not a configuration file\.$"):
         config.load(tmp_path)
+
+
+# ------------------------------------------------------------------ hostile configs (issue 31)
+
+
+def alias_bomb(path: Path) -> Path:
+    """A 635-byte YAML whose ten levels of aliases under `variants:` expand to 10^11 values."""
+    lines = ["a: &a [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]"]
+    for i in range(1, 11):
+        lines.append(f"l{i}: &l{i} [" + ", ".join([f"*{'a' if i == 1 else f'l{i - 1}'}"] * 10) + "]")
+    path.write_text("\n".join(lines) + "\nvariants: *l10\n")
+    return path
+
+
+def run_config(*args: str) -> tuple[int, str]:
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "harness", "config", *args], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT)
+    return proc.returncode, proc.stderr
+
+
+def test_an_alias_bomb_is_one_sentence_not_a_hang(tmp_path: Path) -> None:
+    """It hung `python -m harness config` and `snakemake -n` (the finite-number walk expanded every alias)."""
+    bomb = alias_bomb(tmp_path / "bomb.yaml")
+    assert bomb.stat().st_size < 700
+    rc, err = run_config(str(ROOT / "config.yaml"), str(bomb))
+    assert rc == 2 and err.count("\n") == 1 and f"holds more than {config.MAX_CONFIG_VALUES} values" in err, err
+    with pytest.raises(ConfigError, match="once its YAML aliases are expanded"):
+        config.validate(yaml.safe_load(bomb.read_text()))  # as snakemake hands it over, already loaded
+
+
+def test_a_config_nested_ten_thousand_deep_is_one_sentence(tmp_path: Path) -> None:
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("x: " + "[" * 10000 + "]" * 10000 + "\n")
+    rc, err = run_config(str(deep))
+    assert rc == 2 and err == f"config: {deep} nests mappings or lists more than {config.MAX_CONFIG_DEPTH} levels deep.\n"
+    nested: list = []
+    for _ in range(100):
+        nested = [nested]
+    with pytest.raises(ConfigError, match="more than 32 levels deep"):
+        config.validate({"x": nested})
+
+
+def test_a_config_larger_than_the_limit_is_refused_unread(tmp_path: Path) -> None:
+    big = tmp_path / "big.yaml"
+    with open(big, "w") as fh:
+        fh.write("namespace: x\n# " + "a" * (config.MAX_CONFIG_BYTES + 10) + "\n")
+    rc, err = run_config(str(big))
+    assert rc == 2 and err == (f"config: {big} is larger than {config.MAX_CONFIG_BYTES} bytes, which no configuration "
+                               "is; it is refused unread.\n")
+
+
+def test_the_validator_refuses_what_the_run_refuses(tmp_path: Path) -> None:
+    """`python -m harness config` accepted `trust.earlier: nosuch`, which the run refuses."""
+    override = tmp_path / "earlier.yaml"
+    override.write_text("trust: {earlier: nosuch}\n")
+    rc, err = run_config(str(ROOT / "config.yaml"), str(override))
+    assert rc == 2 and err.startswith("config: trust.earlier names 'nosuch', which is not a retained namespace") and \
+        err.count("\n") == 1
+
+
+def test_a_shape_yaml_reads_as_hexadecimal_names_what_was_written(raw: dict) -> None:
+    """`default: 0x768` was refused with a sentence naming 1896, a number the user never wrote."""
+    raw["operations"]["layernorm"]["default"] = yaml.safe_load("v: 0x768")["v"]
+    with pytest.raises(ConfigError) as err:
+        config.validate(raw)
+    assert "0x768" in str(err.value) and "'operations.layernorm.default'" in str(err.value)
+
+
+def test_a_file_name_with_control_characters_is_escaped(tmp_path: Path) -> None:
+    """A crafted name retitled the terminal: `config` printed it raw."""
+    name = tmp_path / "\x1b]0;owned\x07.yaml"
+    rc, err = run_config(str(name))
+    assert rc == 2 and "\x1b" not in err and "\x07" not in err and "\\x1b]0;owned\\x07.yaml" in err

@@ -140,9 +140,35 @@ def test_cli_build(synthetic: Path, tmp_path: Path, capsys: pytest.CaptureFixtur
     assert sqlite_utils.Database(out)["namespaces"].count == 3
     assert history.main(["build", "--artifacts", str(synthetic)]) == 0  # default: <artifacts>/history.sqlite
     assert (synthetic / "history.sqlite").is_file()
-    assert history.main(["build", "--artifacts", str(tmp_path / "nowhere"), "--out", str(out)]) == 2
+    assert history.main(["build", "--artifacts", str(synthetic)]) == 0  # its own default index: rebuilt freely
+    assert history.main(["build", "--artifacts", str(tmp_path / "nowhere"), "--out", str(tmp_path / "new.sqlite")]) == 2
     assert "no artifacts folder" in capsys.readouterr().err
     assert history.main(["frobnicate"]) == 2
+
+
+def test_an_out_is_never_evidence_and_never_an_existing_file_without_force(
+        synthetic: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`history build --out report/<ns>/field_note.md` replaced the field note with SQLite, exit 0."""
+    note = ROOT / "report" / "h200-ops-4" / "field_note.md"
+    before = note.read_bytes()
+    assert history.main(["build", "--artifacts", str(synthetic), "--out", str(note), "--force"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "lies under report/" in err and note.read_bytes() == before
+    mine = tmp_path / "mine.sqlite"
+    mine.write_text("not an index\n")
+    capsys.readouterr()
+    assert history.main(["build", "--artifacts", str(synthetic), "--out", str(mine)]) == 2
+    assert capsys.readouterr().err == f"history: {mine} already exists; pass --force to replace it.\n"
+    assert mine.read_text() == "not an index\n"
+    assert history.main(["build", "--artifacts", str(synthetic), "--out", str(mine), "--force"]) == 0
+    assert sqlite_utils.Database(mine)["namespaces"].count == 3
+
+
+def test_a_bad_table_is_one_sentence(synthetic: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (synthetic / "b-later" / "tables" / "kernel_time.csv").write_bytes(b"op,shape\n\xff\xfe,x\n")
+    assert history.main(["build", "--artifacts", str(synthetic), "--out", str(tmp_path / "h.sqlite")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "kernel_time.csv is not UTF-8 text" in err
 
 
 def test_missing_artifacts_raises(tmp_path: Path) -> None:

@@ -213,6 +213,35 @@ def test_the_nsys_command_runs_under_a_private_minimal_environment(tmp_path: Pat
     assert argv[:2] == ["/x/nsys", "profile"] and "--capture-range-end" in argv and argv[-2:] == ["group", str(tmp_path / "plan.json")]
 
 
+def test_the_profiled_process_sees_no_value_of_the_invoking_environment_and_the_raw_report_is_kept(
+        standin: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Issue 31: on the H200 every raw report held values of the invoking shell although nsys ran
+    under the minimal environment; its HOME was still the shell's (`setdefault` over an allowlisted
+    HOME), so a daemon, socket or configuration an nsys started from the shell had left there was
+    found. The stand-in nsys notes everything it (and so the profiled process, which inherits it)
+    was given, and its parent's environment as /proc shows it: no planted value anywhere, a home of
+    its own, and the raw report kept beside the export."""
+    secret = "AKIA" + "7" * 16 + "planted/secret"
+    shell_home = tmp_path / "shell-home"
+    shell_home.mkdir()
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+    monkeypatch.setenv("SOME_TOKEN", "tok-" + secret[::-1])
+    monkeypatch.setenv("HOME", str(shell_home))
+    run_step(standin, ["cuda", "triton"])
+    seen = json.loads((standin / "bin" / "seen-environ.json").read_text())
+    values = "\0".join(f"{k}={v}" for k, v in seen.items())
+    assert secret not in values and secret[::-1] not in values
+    assert "AWS_SECRET_ACCESS_KEY" not in seen and "SOME_TOKEN" not in seen
+    assert seen["HOME"] != str(shell_home) and Path(seen["HOME"]).is_relative_to(seen["TMPDIR"])
+    assert seen["TRITON_CACHE_DIR"] == str(shell_home / ".triton" / "cache")  # the kernel caches stay the shell's
+    parent = standin / "bin" / "seen-parent-environ"
+    if parent.is_file():  # Linux: the clean shell nsys runs under
+        assert secret.encode() not in parent.read_bytes() and f"HOME={shell_home}\0".encode() not in parent.read_bytes()
+    folder = standin / "artifacts" / "ns" / "measure" / "layernorm" / SHAPE
+    assert (folder / "capture.nsys-rep").is_file()  # nothing in it to withhold, so it is kept
+    assert json.loads((folder / "record.json").read_text())["environment_removed"] == []
+
+
 def test_measure_plan_leaves_out_what_does_not_change_a_measurement() -> None:
     raw = yaml.safe_load((ROOT / "config.yaml").read_text())
     base = config.measure_plan(config.validate(raw), "layernorm")
@@ -248,3 +277,21 @@ def test_triton_hooks_that_are_an_empty_chain_are_no_hooks() -> None:
 
     assert not triton_launch._hooked(None) and not triton_launch._hooked(Chain([]))
     assert triton_launch._hooked(Chain([print])) and triton_launch._hooked(print)
+
+
+def test_the_tables_step_says_how_many_kernel_rows_had_no_duration(standin: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """The group's record carries the export's count of kernel rows without a duration, and the
+    tables job says it in its log instead of dropping them without a word."""
+    from harness.tables import step as tables_step
+
+    run_step(standin, ["cuda", "triton"])
+    folder = standin / "artifacts" / "ns" / "measure" / "layernorm" / SHAPE
+    record = json.loads((folder / "record.json").read_text())
+    assert record["export"]["kernels_without_duration"] == 0
+    record["export"]["kernels_without_duration"] = 1000000
+    (folder / "record.json").write_text(json.dumps(record))
+    capsys.readouterr()
+    tables_step._groups([str(folder / "record.json")])
+    assert capsys.readouterr().out == (f"export: 1000000 kernel rows of layernorm {SHAPE}'s capture have no duration "
+                                       "(a NULL start or end) and are not counted in any summary, launch or kernel time.\n")

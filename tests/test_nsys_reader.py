@@ -1095,3 +1095,22 @@ def test_range_launches_without_nvtx_or_runtime(tmp_path: Path) -> None:
         nsys.range_launches(path, "it")
     path = basic_export().write(tmp_path / "e.sqlite")
     assert {r["range"] for r in nsys.range_launches(path, "i")} == {"iters", "inner"}
+
+
+def test_kernel_rows_without_a_duration_are_counted_and_said(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Kernel rows with a NULL start or end were dropped from every summary without a word (issue
+    31: a million of them): the export's info counts them and the summaries say so on stderr,
+    stdout staying what nsys stats prints."""
+    path = tmp_path / "nulls.sqlite"
+    shutil.copyfile(REAL, path)
+    before = run_cli(capsys, "kern-sum", path, "--format", "csv")
+    run_sql(path, "ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL RENAME TO k_old",  # the same table without NOT NULL
+            "CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL AS SELECT * FROM k_old", "DROP TABLE k_old",
+            'UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "end" = NULL WHERE rowid IN '
+            '(SELECT rowid FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY rowid LIMIT 3)')
+    assert nsys.export_info(path)["kernels_without_duration"] == 3
+    assert nsys.export_info(REAL)["kernels_without_duration"] == 0
+    rc, out, err = run_cli(capsys, "kern-sum", path, "--format", "csv")
+    assert rc == 0 and out != before[1] and before[2] == ""
+    assert err == (f"note: 3 kernel rows of {path} have no duration (a NULL start or end) and are not counted in any "
+                   "summary, launch or kernel time.\n")

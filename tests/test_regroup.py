@@ -107,3 +107,15 @@ def test_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert "removed" in out and f"--config namespace={NS} overwrite={NS}" in out
     assert harness_main(["regroup", NS, "--artifacts", str(art), "--reports", str(rep), "--rewrite-retained"]) == 0
     assert "nothing to do" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("content, says", [(b"\xff\xfeop,shape\n", "is not UTF-8 text"), (b"", "is empty"),
+                                           (b"impl,gpu_uuid\ncuda,GPU-a\n", "lacks the column")])
+def test_a_bad_kernel_time_table_is_one_sentence(tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes,
+                                                 says: str) -> None:
+    """UnicodeDecodeError and EmptyDataError tracebacks before."""
+    art, rep = make_namespace(tmp_path)
+    (art / NS / "tables" / "kernel_time.csv").write_bytes(content)
+    assert harness_main(["regroup", NS, "--artifacts", str(art), "--reports", str(rep), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err and "Traceback" not in err

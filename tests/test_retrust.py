@@ -105,3 +105,21 @@ def test_retrust_does_not_depend_on_the_order_namespaces_are_retrusted(tmp_path:
             in row["set_aside"])
     loaded = pd.read_csv(art / "h200-loaded-1" / "tables" / "controls.csv").iloc[0]
     assert (loaded["status"], loaded["nvml"], bool(loaded["rankable"])) == ("inside", "disturbed", False)
+
+
+@pytest.mark.parametrize("damage, says", [
+    (lambda t: t.drop(columns=["kernel_time_us"]), "lacks the column kernel_time_us"),
+    (lambda t: t.assign(kernel_time_us=["fast"] + list(t["kernel_time_us"][1:])), "holds 'fast' in its number column"),
+])
+def test_a_bad_kernel_time_table_is_one_sentence_before_anything_is_rewritten(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], damage, says: str) -> None:  # type: ignore[no-untyped-def]
+    """A table without a column, or with text for a number, anywhere the trust step reads: a
+    KeyError traceback (missing) or a silent run (text) before; one sentence and exit 2 now."""
+    art, rep = retained_copy(tmp_path, LATER, EARLIER)
+    table = art / EARLIER / "tables" / "kernel_time.csv"
+    damage(pd.read_csv(table)).to_csv(table, index=False)
+    before = (rep / LATER / "field_note.md").read_bytes()
+    assert retrust(LATER, art, rep) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err and str(table) in err
+    assert (rep / LATER / "field_note.md").read_bytes() == before

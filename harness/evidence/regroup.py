@@ -25,12 +25,11 @@ import shutil
 import sys
 from pathlib import Path
 
-import pandas as pd
-
 from harness import ROOT
 from harness.errors import EvidenceError
 from harness.gpu.lock import group_record, read_record
 from harness.namespaces import namespace_dir, refuse_retained
+from harness.tables import history
 
 KEPT_TABLES = ("ceilings.csv",)
 """Tables measured once per session, not per group: kept."""
@@ -43,7 +42,7 @@ def split_groups(ns_dir: str | Path) -> list[tuple[str, str, list[str]]]:
     uuids: dict[tuple[str, str], set[str]] = {}
     table = ns_dir / "tables" / "kernel_time.csv"
     if table.is_file():
-        kt = pd.read_csv(table, dtype={"shape": str})
+        kt = history.read_table(table, required=("op", "shape"))
         if "gpu_uuid" in kt:
             for (op, shape), grp in kt.dropna(subset=["gpu_uuid"]).groupby(["op", "shape"], sort=False):
                 uuids.setdefault((str(op), str(shape)), set()).update(str(u) for u in grp["gpu_uuid"].unique())

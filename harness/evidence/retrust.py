@@ -26,8 +26,21 @@ from harness.io import write_text
 from harness.namespaces import namespace_dir, refuse_retained
 from harness.report import step as report_step
 from harness.report.render import output_paths, table_inputs
+from harness.tables import history
 from harness.tables import step as tables_step
 from harness.tables import trust
+
+
+KERNEL_TIME_COLUMNS = ("op", "shape", "impl", "kernel_time_us")
+KERNEL_TIME_NUMBERS = ("kernel_time_us", "kernel_time_lo_us", "kernel_time_hi_us")
+
+
+def check_kernel_tables(artifacts: str | Path) -> None:
+    """The kernel-time table of every namespace under `artifacts` (the trust step reads them all
+    for bands and drift) is readable, has its columns and numbers where numbers belong; else
+    EvidenceError, one sentence naming the file, before anything is rewritten."""
+    for table in sorted(Path(artifacts).glob("*/tables/kernel_time.csv")):
+        history.read_table(table, required=KERNEL_TIME_COLUMNS, numbers=KERNEL_TIME_NUMBERS)
 
 
 def retrust(namespace: str, artifacts: str | Path = ROOT / "artifacts", reports: str | Path = ROOT / "report",
@@ -45,6 +58,7 @@ def retrust(namespace: str, artifacts: str | Path = ROOT / "artifacts", reports:
     if not isinstance(cfg, dict) or cfg.get("namespace") != namespace:
         raise EvidenceError(f"retrust: the provenance of {namespace} does not hold that namespace's configuration.")
     tdir = ns_dir / "tables"
+    check_kernel_tables(artifacts)
     t = cfg.get("trust") or {}
     tables_step.controls_and_drift(namespace=namespace, control=t.get("control", "triton"), margin=float(t.get("margin", trust.MARGIN)),
                                    earlier=t.get("earlier"), controls_out=str(tdir / "controls.csv"),

@@ -6,7 +6,8 @@ folder; at most MAX_TOTAL_BYTES in all and no more than half the folder's free s
 from the headers before anything is written) and then checks:
 
 1. every member against the manifest: size and SHA-256, none missing, none extra, all inside
-   artifacts/<ns>/ or report/<ns>/;
+   artifacts/<ns>/ or report/<ns>/, each a file the pipeline writes for the bundled config
+   (`unaccounted`), no two differing only in case (refused before extracting);
 2. the tables against the exports (where the bundle has them): each group's launches are read
    again from its export (harness.tables.derive.launch_rows, through the nsys reader with its time
    limit and storage caps), and the namespace's tables are derived from them by the one function
@@ -42,6 +43,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import unicodedata
 import zlib
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
@@ -90,7 +92,7 @@ _show, _sha256, _safe_name, _check_namespace = show, sha256, safe_name, check_na
 
 def _open_error(bundle: Path, exc: BaseException) -> BundleError:
     detail = _show(str(exc).rstrip(".") or type(exc).__name__, 100)
-    return BundleError(f"{bundle} is not a complete gzip-compressed tar archive ({detail}); it is truncated or corrupt.")
+    return BundleError(f"{_show(bundle)} is not a complete gzip-compressed tar archive ({detail}); it is truncated or corrupt.")
 
 
 def _check_stream(bundle: Path) -> None:
@@ -99,9 +101,9 @@ def _check_stream(bundle: Path) -> None:
         with open(bundle, "rb") as fh:
             magic = fh.read(2)
     except OSError as exc:
-        raise BundleError(f"{bundle} cannot be read ({exc.strerror}).") from None
+        raise BundleError(f"{_show(bundle)} cannot be read ({exc.strerror}).") from None
     if magic != b"\x1f\x8b":
-        raise BundleError(f"{bundle} is not a gzip file, so not a bundle (a bundle is a .tar.gz).")
+        raise BundleError(f"{_show(bundle)} is not a gzip file, so not a bundle (a bundle is a .tar.gz).")
     limit = MAX_TOTAL_BYTES + (MAX_MEMBERS + 64) * 2048  # the members plus their tar headers
     total = 0
     try:
@@ -109,7 +111,7 @@ def _check_stream(bundle: Path) -> None:
             while chunk := gz.read(_CHUNK):
                 total += len(chunk)
                 if total > limit:
-                    raise BundleError(f"{bundle} decompresses to more than {MAX_TOTAL_BYTES} bytes; "
+                    raise BundleError(f"{_show(bundle)} decompresses to more than {MAX_TOTAL_BYTES} bytes; "
                                       "verify refuses bundles that large.")
     except (OSError, EOFError, zlib.error) as exc:
         raise _open_error(bundle, exc) from None
@@ -145,24 +147,30 @@ def _extract(bundle: Path, dest: Path) -> list[str]:
         with tarfile.open(bundle, mode="r:gz") as tar:
             members: list[tarfile.TarInfo] = []
             seen: set[str] = set()
+            folded: dict[str, str] = {}
             total = 0
             for m in tar:
                 members.append(m)
                 if len(members) > MAX_MEMBERS:
-                    raise BundleError(f"{bundle} has more than {MAX_MEMBERS} members; verify refuses it.")
+                    raise BundleError(f"{_show(bundle)} has more than {MAX_MEMBERS} members; verify refuses it.")
                 why = _refusal(m, dest)
                 if why:
-                    raise BundleError(f"{bundle} is refused: {why}.")
+                    raise BundleError(f"{_show(bundle)} is refused: {why}.")
                 key = m.name.rstrip("/")
                 if key in seen:
-                    raise BundleError(f"{bundle} is refused: member {_show(m.name)} occurs twice.")
+                    raise BundleError(f"{_show(bundle)} is refused: member {_show(m.name)} occurs twice.")
                 seen.add(key)
+                other = folded.setdefault(unicodedata.normalize("NFC", key).casefold(), key)
+                if other != key:
+                    raise BundleError(f"{_show(bundle)} is refused: member {_show(m.name)} differs only in case (or in "
+                                      f"how its letters are composed) from {_show(other)}, so on a file system that "
+                                      "ignores case one would replace the other.")
                 total += max(m.size, 0)
                 if total > MAX_TOTAL_BYTES:
-                    raise BundleError(f"{bundle} holds more than {MAX_TOTAL_BYTES} bytes of members; verify refuses bundles that large.")
+                    raise BundleError(f"{_show(bundle)} holds more than {MAX_TOTAL_BYTES} bytes of members; verify refuses bundles that large.")
             free = shutil.disk_usage(dest).free
             if 2 * total > free:
-                raise BundleError(f"{bundle} would take {total} bytes unpacked, more than half the {free} bytes free "
+                raise BundleError(f"{_show(bundle)} would take {total} bytes unpacked, more than half the {free} bytes free "
                                   f"where verify unpacks it; free some space or pass another folder.")
             names = []
             root = os.path.realpath(dest)
@@ -173,24 +181,24 @@ def _extract(bundle: Path, dest: Path) -> list[str]:
                     continue
                 target.parent.mkdir(parents=True, exist_ok=True)
                 if os.path.commonpath([os.path.realpath(target.parent), root]) != root:
-                    raise BundleError(f"{bundle} is refused: member {_show(m.name)} would land outside the extraction folder.")
+                    raise BundleError(f"{_show(bundle)} is refused: member {_show(m.name)} would land outside the extraction folder.")
                 src = tar.extractfile(m)
                 if src is None:
-                    raise BundleError(f"{bundle} is refused: member {_show(m.name)} has no content.")
+                    raise BundleError(f"{_show(bundle)} is refused: member {_show(m.name)} has no content.")
                 fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
                 written = 0
                 with os.fdopen(fd, "wb") as fh, src:
                     while chunk := src.read(min(_CHUNK, m.size - written) or 1):
                         written += len(chunk)
                         if written > m.size:
-                            raise BundleError(f"{bundle} is refused: member {_show(m.name)} is longer than its header says.")
+                            raise BundleError(f"{_show(bundle)} is refused: member {_show(m.name)} is longer than its header says.")
                         fh.write(chunk)
                 names.append(m.name)
     except BundleError:
         raise
     except tarfile.TarError as exc:
         detail = _show(str(exc).rstrip(".") or type(exc).__name__, 100)
-        raise BundleError(f"{bundle} is gzip-compressed but not a readable tar archive ({detail}).") from None
+        raise BundleError(f"{_show(bundle)} is gzip-compressed but not a readable tar archive ({detail}).") from None
     except (OSError, EOFError, zlib.error) as exc:
         raise _open_error(bundle, exc) from None
     return names
@@ -198,18 +206,18 @@ def _extract(bundle: Path, dest: Path) -> list[str]:
 
 def _read_manifest(dest: Path, bundle: Path, names: list[str]) -> dict[str, Any]:
     if MANIFEST not in names:
-        raise BundleError(f"{bundle} has no {MANIFEST}, so it is not a bundle made by `make_bundle`.")
+        raise BundleError(f"{_show(bundle)} has no {MANIFEST}, so it is not a bundle made by `make_bundle`.")
     try:
         manifest = json.loads((dest / MANIFEST).read_text())
     except (ValueError, UnicodeDecodeError):
-        raise BundleError(f"{bundle}'s {MANIFEST} is not valid JSON.") from None
+        raise BundleError(f"{_show(bundle)}'s {MANIFEST} is not valid JSON.") from None
     if not isinstance(manifest, dict) or manifest.get("format") not in FORMATS:
-        raise BundleError(f"{bundle}'s {MANIFEST} is not of format {FORMAT}.")
+        raise BundleError(f"{_show(bundle)}'s {MANIFEST} is not of format {FORMAT}.")
     members = manifest.get("members")
     if not isinstance(members, list) or not all(
             isinstance(e, dict) and isinstance(e.get("path"), str) and isinstance(e.get("size"), int)
             and isinstance(e.get("sha256"), str) for e in members):
-        raise BundleError(f"{bundle}'s {MANIFEST} has no valid member list (path, size, sha256 of each).")
+        raise BundleError(f"{_show(bundle)}'s {MANIFEST} has no valid member list (path, size, sha256 of each).")
     _check_namespace(manifest.get("namespace"))
     return manifest
 
@@ -372,6 +380,30 @@ def _check_tables(dest: Path, cfg: Mapping[str, Any], ns: str, work: Path, drift
     return problems
 
 
+OTHER_TABLES = ("census", "ceilings", "counters", "controls", "drift", "job_times")
+"""Tables of a namespace that the pipeline writes beside those `namespace_tables` derives."""
+GROUP_MEMBERS = ("record.json", "launches.csv", "spans.csv", "graph.csv", "capture.sqlite", "capture.nsys-rep")
+SHAPE_NAME = r"[0-9]+(?:x[0-9]+)+(?:-[a-z]+)?"
+
+
+def unaccounted(names: list[str], ns: str, cfg: Mapping[str, Any]) -> list[str]:
+    """One sentence for each member that no step of the pipeline writes for the bundled config (a
+    table nothing derives, a group or sweep of an operation the config does not measure): verify
+    could only vouch for its hash, not for where it came from."""
+    ops = [op for op in (cfg.get("operations") or {}) if isinstance(op, str) and PLAIN_NAME.fullmatch(op)]
+    op_re = "|".join(re.escape(op) for op in ops) or "(?!)"
+    tables = "|".join(re.escape(t) for t in (*derive.TABLES, *OTHER_TABLES))
+    a, r = re.escape(f"artifacts/{ns}/"), re.escape(f"report/{ns}/")
+    patterns = [rf"{a}(?:provenance|summary)\.json", rf"{a}commands\.jsonl", rf"{a}tables/(?:{tables})\.csv",
+                rf"{a}tables/sweep_(?:{op_re})(?:_kernel_time|_variants)?\.csv", rf"{a}tables/sweep_(?:{op_re})_provenance\.json",
+                rf"{a}tables/shape/(?:{op_re})/{SHAPE_NAME}\.csv",
+                rf"{a}measure/(?:{op_re})/{SHAPE_NAME}/(?:{'|'.join(re.escape(g) for g in GROUP_MEMBERS)})",
+                rf"{r}(?:field_note\.md|issue_comment\.md|index\.html)", rf"{r}figures/[A-Za-z0-9_.-]+\.svg"]
+    known = re.compile("|".join(f"(?:{p})" for p in patterns))
+    return [f"{_show(name)} is no file the pipeline writes for the bundled config (nothing derives it), so verify "
+            "cannot account for it." for name in sorted(names) if name != MANIFEST and not known.fullmatch(name)]
+
+
 TABLE_KEYS = {"kernel_time_detail": ["op", "shape", "impl", "kernel"], "kernel_time": ["op", "shape", "impl"],
               "rounds": ["op", "shape", "impl", "round"], "span": ["op", "shape", "impl"],
               "check": ["op", "shape", "impl"], "sweep": ["op", "shape"], "variants": ["op", "shape", "variant"],
@@ -532,7 +564,7 @@ def verify(bundle: Path | str, workdir: Path | str | None = None, notes: list[st
     What was not checked (a bundle without exports) is appended to `notes`, not to the problems."""
     bundle = Path(bundle)
     if not bundle.is_file():
-        raise BundleError(f"{bundle} does not exist or is not a file.")
+        raise BundleError(f"{_show(bundle)} does not exist or is not a file.")
     parent = Path(workdir) if workdir is not None else Path(tempfile.gettempdir())
     parent.mkdir(parents=True, exist_ok=True)
     sweep_stale(parent)
@@ -556,6 +588,7 @@ def verify(bundle: Path | str, workdir: Path | str | None = None, notes: list[st
         if unsafe:
             return problems + [f"The bundled config names {unsafe}, which is not a plain name (letters, digits, "
                                "'.', '_', '-'), so nothing is re-derived from it."]
+        problems += unaccounted(names, ns, cfg)
         if cfg.get("namespace") != ns:
             problems.append(f"The bundled config's namespace {_show(cfg.get('namespace'))!r} is not the bundle's {ns!r}.")
         commit = str((provenance.get("git") or {}).get("commit", manifest.get("run_commit", "unknown")))
@@ -605,6 +638,7 @@ def _terminated(signum: int, frame: Any) -> None:
     raise SystemExit(128 + signum)
 
 VERIFY_USAGE = "usage: python -m harness verify BUNDLE.tar.gz"
+INTERRUPTED = "verify: interrupted (Ctrl-C) before it finished, so nothing is verified; its temporary folder is removed."
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -621,20 +655,23 @@ def main(argv: list[str] | None = None) -> int:
     notes: list[str] = []
     try:
         problems = verify(args[0], notes=notes)
+    except KeyboardInterrupt:
+        print(INTERRUPTED, file=sys.stderr)
+        return 130
     except EvidenceError as exc:
-        print(str(exc), file=sys.stderr)
+        print(_show(str(exc), 100_000), file=sys.stderr)
         return 2
     except Exception as exc:  # noqa: BLE001 - never a traceback
-        print(f"{args[0]} could not be verified ({type(exc).__name__}: {_show(exc, 160)}).", file=sys.stderr)
+        print(f"{_show(args[0])} could not be verified ({type(exc).__name__}: {_show(exc, 160)}).", file=sys.stderr)
         return 2
     if problems:
         for p in problems:
             print(p)
-        print(f"{args[0]}: {len(problems)} problem(s); not verified.", file=sys.stderr)
+        print(f"{_show(args[0])}: {len(problems)} problem(s); not verified.", file=sys.stderr)
         return 1
     for note in notes:
         print(f"note: {note}")
-    print(f"{args[0]}: verified.")
+    print(f"{_show(args[0])}: verified.")
     return 0
 
 

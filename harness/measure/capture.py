@@ -15,6 +15,7 @@ from __future__ import annotations
 import glob
 import os
 import re
+import site
 import sqlite3
 import subprocess
 import sys
@@ -31,7 +32,7 @@ from harness.tools import clean_parent, find_nsys, stop_session
 ENV_ALLOWLIST = (
     "PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV",
     "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH", "TRITON_CACHE_DIR", "CUPY_CACHE_DIR",
-    "XDG_CACHE_HOME", "NVIDIA_VISIBLE_DEVICES",
+    "XDG_CACHE_HOME", "NVIDIA_VISIBLE_DEVICES", "PYTHONUSERBASE",
 )
 
 
@@ -44,12 +45,23 @@ def minimal_env() -> dict[str, str]:
 
 def private_env(folder: Path) -> dict[str, str]:
     """`minimal_env` with TMPDIR and HOME in `folder`: nsys keeps its session sockets and daemon
-    state under the temporary folder, so a tool started here finds no daemon that another nsys
-    command started with a fuller environment, and starts its own with this one."""
+    state under the temporary folder and its configuration under the home, so a tool started here
+    finds no daemon, socket or state that another nsys command started with a fuller environment
+    (the invoking shell's, whose values then reach the raw report), and starts its own with this
+    one. HOME used to stay the shell's (`setdefault` over an allowlisted HOME), so an nsys started
+    from the shell before the run was found through it. The caches the real home holds (compiled
+    Triton and CuPy kernels, packages installed with `pip --user`) are named explicitly, so they
+    are still used."""
     folder.mkdir(parents=True, exist_ok=True)
     env = minimal_env()
+    home = Path(env.get("HOME") or os.path.expanduser("~"))
+    env.setdefault("TRITON_CACHE_DIR", str(home / ".triton" / "cache"))
+    env.setdefault("CUPY_CACHE_DIR", str(home / ".cupy" / "kernel_cache"))
+    env.setdefault("PYTHONUSERBASE", site.getuserbase())
+    private_home = folder / "home"
+    private_home.mkdir(mode=0o700, exist_ok=True)
     env["TMPDIR"] = str(folder)
-    env.setdefault("HOME", str(folder))
+    env["HOME"] = str(private_home)
     return env
 
 

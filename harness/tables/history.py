@@ -34,7 +34,8 @@ import sqlite_utils
 from sqlite_utils.db import Table
 
 from harness import ROOT
-from harness.errors import EvidenceError
+from harness.errors import EvidenceError, shown
+from harness.io import check_out, partial_path
 
 DEFAULT_ARTIFACTS = ROOT / "artifacts"
 DEFAULT_OUT = DEFAULT_ARTIFACTS / "history.sqlite"
@@ -99,10 +100,33 @@ def namespaces_in_order(artifacts: str | Path) -> list[str]:
     return [p.name for p in sorted(namespace_dirs(artifacts), key=_order_key)]
 
 
-def read_table(path: str | Path) -> pd.DataFrame:
-    """One evidence CSV, with identifying columns kept as text."""
-    header = pd.read_csv(path, nrows=0).columns
-    return pd.read_csv(path, dtype={c: str for c in header if c in TEXT_COLUMNS})
+def read_table(path: str | Path, required: Sequence[str] = (), numbers: Sequence[str] = ()) -> pd.DataFrame:
+    """One evidence CSV, with identifying columns kept as text. A table that cannot be read (not
+    UTF-8, empty, not CSV), that lacks a `required` column, or that holds text in one of its
+    `numbers` columns is EvidenceError, one sentence naming the file."""
+    name = shown(path)
+    try:
+        header = pd.read_csv(path, nrows=0, encoding="utf-8").columns
+        frame = pd.read_csv(path, dtype={c: str for c in header if c in TEXT_COLUMNS}, encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise EvidenceError(f"{name} is not UTF-8 text ({shown(exc.reason, 60)}), so it is no evidence table.") from None
+    except pd.errors.EmptyDataError:
+        raise EvidenceError(f"{name} is empty: it has not even a header row of column names.") from None
+    except (pd.errors.ParserError, ValueError) as exc:
+        raise EvidenceError(f"{name} cannot be read as CSV ({shown(str(exc).strip().splitlines()[0], 100)}).") from None
+    missing = [c for c in required if c not in frame.columns]
+    if missing:
+        raise EvidenceError(f"{name} lacks the column{'s' if len(missing) > 1 else ''} {', '.join(missing)}, "
+                            "so it is not the table it is named for.")
+    for col in numbers:
+        if col in frame.columns and not pd.api.types.is_numeric_dtype(frame[col]):
+            values = pd.to_numeric(frame[col], errors="coerce")
+            bad = frame[col][values.isna() & frame[col].notna()]
+            if len(bad):
+                raise EvidenceError(f"{name} holds {shown(bad.iloc[0], 40)!r} in its number column {col} "
+                                    f"(row {int(bad.index[0]) + 2} of the file).")
+            frame[col] = values
+    return frame
 
 
 def _version_number(text: Any) -> str | None:
@@ -194,8 +218,7 @@ def build_index(artifacts: str | Path = DEFAULT_ARTIFACTS, out: str | Path = DEF
         raise EvidenceError(f"history: there is no artifacts folder at {artifacts}, so there is nothing to index.")
     order = namespaces_in_order(artifacts)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".partial")
-    tmp.unlink(missing_ok=True)
+    tmp = partial_path(out)  # a name of its own: two builds to one --out never share a partial file
     frames: dict[str, list[pd.DataFrame]] = {}
     files: list[dict[str, Any]] = []
     ns_rows = []
@@ -261,7 +284,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     build = sub.add_parser("build", help="rebuild the index of every retained namespace")
     build.add_argument("--artifacts", default=str(DEFAULT_ARTIFACTS), help="folder holding the namespaces (artifacts/)")
-    build.add_argument("--out", default=None, help="the index to write (default: <artifacts>/history.sqlite)")
+    build.add_argument("--out", default=None, help="the index to write (default: <artifacts>/history.sqlite, "
+                       "which a build replaces; another file that exists only with --force)")
+    build.add_argument("--force", action="store_true", help="replace an existing --out")
     if not args or args[0] in ("-h", "--help"):
         parser.print_help()
         return 0
@@ -270,11 +295,12 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # argparse already printed its one line
         return 2 if exc.code else 0
     artifacts = Path(opts.artifacts)
-    out = Path(opts.out) if opts.out else artifacts / "history.sqlite"
+    default = artifacts / "history.sqlite"
     try:
+        out = check_out(opts.out, "history", force=opts.force, own=default) if opts.out else default
         path = build_index(artifacts, out)
     except EvidenceError as exc:
-        print(str(exc), file=sys.stderr)
+        print(shown(str(exc), 100_000), file=sys.stderr)
         return 2
     db = sqlite_utils.Database(path)
     names = [r["name"] for r in db["namespaces"].rows_where(order_by="position")]

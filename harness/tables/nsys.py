@@ -1031,7 +1031,9 @@ def export_info(path: str | Path, *, time_limit_s: float | None = None,
                 temp_limit_bytes: int | None = None) -> dict[str, Any]:
     """What the export says about itself: nsys_version (EXPORT_PRODUCT_VERSION), schema_version,
     the metadata table's name, and the GPUs of TARGET_INFO_GPU (id, name, uuid, ...) with
-    gpu_name / gpu_uuid (distinct values joined by '; ') for a one-line summary."""
+    gpu_name / gpu_uuid (distinct values joined by '; ') for a one-line summary, and
+    kernels_without_duration: the kernel rows with a NULL start or end, which every summary leaves
+    out (`without_duration_note` says so in one sentence)."""
     with _Export(path, time_limit_s, temp_limit_bytes) as ex:
         meta_table = next((t for t in META_TABLES if ex.has(t, "name", "value")), None)
         meta: dict[str, Any] = {}
@@ -1050,6 +1052,9 @@ def export_info(path: str | Path, *, time_limit_s: float | None = None,
             order = 'g."id"' if ex.has(t, "id") else "g.rowid"
             gpus = ex.query(f"SELECT {', '.join(cols)} FROM main.{t} AS g ORDER BY {order}")
 
+        without = ex.query(f'SELECT count(*) AS n FROM main.{KERNEL_TABLE} WHERE start IS NULL OR "end" IS NULL')[0]["n"] \
+            if ex.has(KERNEL_TABLE, "start", "end") else 0
+
     def joined(key: str) -> str | None:
         values = list(dict.fromkeys(g[key] for g in gpus if g.get(key)))
         return "; ".join(str(v) for v in values) if values else None
@@ -1061,7 +1066,18 @@ def export_info(path: str | Path, *, time_limit_s: float | None = None,
         "gpus": gpus,
         "gpu_name": joined("name"),
         "gpu_uuid": joined("uuid"),
+        "kernels_without_duration": int(without or 0),
     }
+
+
+def without_duration_note(count: int, where: str) -> str | None:
+    """The sentence for kernel rows that have no duration (a NULL start or end), which no summary,
+    launch table or kernel time counts; None for none."""
+    if not count:
+        return None
+    return (f"{count} kernel row{'s' if count != 1 else ''} of {where} {'have' if count != 1 else 'has'} no duration "
+            "(a NULL start or end) and {} not counted in any summary, launch or kernel time."
+            .format("are" if count != 1 else "is"))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -79,6 +79,10 @@ def main(argv: list[str]) -> int:
             report, columns = REPORTS[command]
             rows = report(path)
             text = nsys.format_csv(rows, columns) if fmt == "csv" else nsys.format_table(rows, columns)
+            note = nsys.without_duration_note(nsys.export_info(path)["kernels_without_duration"],
+                                              nsys.escape_controls(path))
+            if note:  # on stderr: stdout stays exactly what nsys stats prints
+                print(f"note: {note}", file=sys.stderr)
     except EvidenceError as exc:
         print(nsys.escape_controls(str(exc)), file=sys.stderr)
         return 2

@@ -10,13 +10,21 @@ from typing import Any
 import pandas as pd
 
 from harness.io import read_csvs, write_csv
-from harness.tables import counters, derive, trust
+from harness.tables import counters, derive, nsys, trust
 
 
 def _groups(group_files: Sequence[str]) -> list[derive.Group]:
-    """The groups whose files these are (each group's folder once, in order)."""
+    """The groups whose files these are (each group's folder once, in order); the kernel rows an
+    export held without a duration (its record says how many) are said in the job's log."""
     folders = list(dict.fromkeys(str(Path(f).parent) for f in group_files))
-    return [derive.read_group(folder) for folder in folders]
+    groups = [derive.read_group(folder) for folder in folders]
+    for folder, group in zip(folders, groups):
+        count = ((group.record.get("export") or {}).get("kernels_without_duration") or 0) \
+            if isinstance(group.record, dict) else 0
+        note = nsys.without_duration_note(int(count), f"{Path(folder).parent.name} {Path(folder).name}'s capture")
+        if note:
+            print(f"export: {note}")
+    return groups
 
 
 def _write(tables: Mapping[str, list[dict[str, Any]]], outputs: Mapping[str, str]) -> None:

@@ -131,9 +131,10 @@ def test_a_check_that_cannot_bind_at_its_revision_is_recorded_and_the_group_goes
         return {"op": op, "shape": shape, "impl": impl, "passed": True}
 
     monkeypatch.setattr(group, "run_check", run_check)
-    plan = {"op": "layernorm", "shape": "8x8", "impls": ["cuda", "cuda@old", "triton"], "params": {}, "seed": 1}
+    impls = ["cuda", "cuda@old", "triton"]
+    plan = {"op": "layernorm", "shape": "8x8", "impls": impls, "params": {}, "seed": 1}
     records = group.checks(plan, group.Progress(None))
-    assert [records[i]["passed"] for i in plan["impls"]] == [True, False, True]
+    assert [records[i]["passed"] for i in impls] == [True, False, True]
     assert records["cuda@old"]["error"] == "cuda@old cannot be measured at old: CompileException: no such template"
 
 

@@ -9,6 +9,7 @@ import math
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -59,7 +60,7 @@ def texts(svg: Path) -> list[str]:
     return ["".join(el.itertext()) for el in root.iter() if el.tag.endswith("}text")]
 
 
-def render(frame: pd.DataFrame, path: Path, **kwargs: object) -> bytes:
+def render(frame: pd.DataFrame, path: Path, **kwargs: Any) -> bytes:
     sweep_figure(frame, "layernorm", path, **kwargs)
     return path.read_bytes()
 
@@ -106,10 +107,13 @@ def test_the_band_is_drawn_at_one_plus_and_minus_the_margin_and_shows(tmp_path: 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from matplotlib.patches import Rectangle
+
     fig, ax = plt.subplots()
     try:
         figures._band(ax, 0.05)
         patch = ax.patches[0]
+        assert isinstance(patch, Rectangle)
         assert patch.get_y() == pytest.approx(0.95) and patch.get_y() + patch.get_height() == pytest.approx(1.05)
     finally:
         plt.close(fig)

@@ -78,7 +78,8 @@ def assert_self_contained(text: str) -> Elements:
     styles = "".join(e.styles)
     assert "url(" not in styles and "@import" not in styles and "@font-face" not in styles
     csp = [a for t, a in e.tags if t == "meta" and a.get("http-equiv") == "Content-Security-Policy"]
-    assert csp and csp[0]["content"].startswith("default-src 'none'")
+    content = csp[0].get("content") if csp else None
+    assert content is not None and content.startswith("default-src 'none'")
     assert "http://" not in text and "https://" not in text
     return e
 
@@ -93,7 +94,9 @@ def test_the_page_is_self_contained_and_holds_the_summary_and_every_figure(tmp_p
     assert text.count("<svg") == len(cfg["operations"]) + 1
     note = (page.parent / "field_note.md").read_text()
     claim = next(line for line in note.splitlines() if line.startswith(f"- **layernorm {SHAPES[0]}**"))
-    ratio = re.search(r"cuda/triton (\d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\])", claim).group(1)
+    found = re.search(r"cuda/triton (\d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\])", claim)
+    assert found is not None, claim
+    ratio = found.group(1)
     assert f"cuda/triton {ratio}, <span class=\"verdict v-faster\">faster</span>" in text
     assert [t for t, _ in e.tags].count("details") == 1 + 6
     assert f'<a href="{report.READING_LINK}">docs/reading-a-report.md</a>' in text

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -20,7 +21,7 @@ from harness.report import summary
 from harness.tables import trust
 
 
-def built(tmp: Path, **kw: object) -> tuple[dict, dict[str, pd.DataFrame], dict]:
+def built(tmp: Path, **kw: Any) -> tuple[dict, dict[str, pd.DataFrame], dict]:
     cfg = small_config()
     inputs = build_namespace(tmp, cfg, **kw)
     tables = report.load_tables(inputs)

@@ -8,6 +8,7 @@ import itertools
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -55,7 +56,7 @@ def state_rows(name: str, kernel_time: list[dict], flagged: dict[tuple[str, str,
     out = []
     for r in kernel_time:
         flag = flagged.get((r["op"], r["shape"], r["impl"]), "")
-        row = {c: None for c in derive.GPU_STATE_COLUMNS}
+        row: dict[str, Any] = {c: None for c in derive.GPU_STATE_COLUMNS}
         row.update({"namespace": name, "op": r["op"], "shape": r["shape"], "impl": r["impl"],
                     "gpu_uuid": r.get("gpu_uuid", f"GPU-{name}"), "before_utilization_pct": 0, "before_power_w": 75.0,
                     "before_sm_clock_mhz": 1980, "before_compute_processes": 0, "during_samples": 40,
@@ -251,7 +252,7 @@ def test_one_loaded_session_without_a_record_cannot_widen_the_band(tmp_path: Pat
 
 def test_band_does_not_depend_on_the_order_of_the_history() -> None:
     rows = {"a": 61.0, "b": 76.5, "c": 68.0, "d": 64.5}
-    hist = []
+    hist: list[Any] = []
     for name, us in rows.items():
         r = [kt(*LN, "triton", us), kt(*SM, "triton", us / 10)]
         hist.append((name, frame(r), None, None, quiet(name, r), day(len(hist) + 1)))

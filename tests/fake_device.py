@@ -22,7 +22,8 @@ from typing import Any
 from nsys_exports import ExportBuilder
 
 PER_CALL_NS = {"cuda": 5000, "triton": 5100, "torch": 9000, "external": 6000}
-"""Default kernel time per call of each implementation (ns); a variant takes its base's."""
+"""Default kernel time per call of each implementation (ns); a variant, and ours at a baseline
+revision, take their base's."""
 
 STANDIN = """#!{python}
 import sys
@@ -33,7 +34,7 @@ sys.exit(fake_device.standin_nsys(sys.argv[1:]))
 
 
 def per_call(impl: str, overrides: dict[str, int] | None = None) -> int:
-    base = impl.split(".", 1)[0]
+    base = impl.split("@", 1)[0].split(".", 1)[0]  # a variant, or ours at a baseline revision, takes its base's
     table = {**PER_CALL_NS, **(overrides or {})}
     value = table.get(impl, table.get(base, 7000))
     if impl.endswith(".planted"):

@@ -94,3 +94,26 @@ def test_the_change_table_sets_each_kernel_against_itself_at_the_revision(
         assert row["baseline_us"] == kt.loc[(row["shape"], row["impl"] + "@HEAD"), "kernel_time_us"]
         assert row["ratio_lo"] <= row["ratio"] <= row["ratio_hi"]
         assert row["verdict"] in ("faster", "slower", "same", "can't tell")
+
+
+def test_every_report_opens_with_the_change_and_summary_json_holds_it(
+        run: tuple[Path, subprocess.CompletedProcess[str], str]) -> None:
+    copy, _, _ = run
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=copy, capture_output=True, text=True).stdout.strip()
+    note = (copy / "report" / NS / "field_note.md").read_text()
+    assert note.index("## This change against HEAD") < note.index("## Claims at the default shapes")
+    assert head in note.split("## Claims")[0]
+    comment = (copy / "report" / NS / "issue_comment.md").read_text()
+    assert comment.index("**This change against") < comment.index("**Flags**" if "**Flags**" in comment else "**No flags**")
+    page = (copy / "report" / NS / "index.html").read_text()
+    assert page.index('id="change"') < page.index("Claims at the default shapes")
+    change = pd.read_csv(copy / "artifacts" / NS / "tables" / "change.csv")
+    summary = json.loads((copy / "artifacts" / NS / "summary.json").read_text())
+    got = [(r["op"], r["shape"], r["impl"], r["revision"], r["commit"], r["ratio"], r["verdict"]) for r in summary["change"]]
+    want = [(r["op"], r["shape"], r["impl"], r["revision"], r["commit"], r["ratio"], r["verdict"])
+            for r in change.to_dict("records")]
+    assert got == want and got
+    section = note.split("## This change against HEAD")[1].split("## Claims")[0]
+    for r in summary["change"]:  # each row of the note's table is the summary's row, as printed
+        assert f"| {r['op']} | {r['shape']} | {r['impl']} |" in section
+        assert f"{r['ratio']:,.3f} [{r['lo']:,.3f}, {r['hi']:,.3f}] | **{r['verdict']}**" in section

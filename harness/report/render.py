@@ -26,6 +26,7 @@ from typing import Any
 from harness import ROOT
 from harness.errors import EvidenceError
 from harness.io import write_text
+from harness.report import change
 from harness.report import figures as figs
 from harness.report import safe, summary, trust_context
 from harness.report.sections import (_order, _records, _rows, _span_facts, _trust_section, counters_context,
@@ -355,6 +356,8 @@ def build_context(cfg: Mapping[str, Any], tables: Mapping[str, Any], provenance:
         "flags": flag_lines, "trust": tctx, "trust_section": _trust_section(tctx), "toc": toc, "sections": sections,
         "ceilings": _records(tables.get("ceilings")), "gpu_quiet": gpu_quiet(tables.get("gpu_state")),
         "cross_check": cross, "variants": variants_context(tables.get("variants")),
+        "change": change.context(tables.get("change"), tables.get("controls"),
+                                 {str(op): i for i, op in enumerate(cfg["operations"])}),
         "gpu_groups": gpu_groups(tables.get("kernel_time")),
         "counters_read": "ok" in counters_states, "counters_states": sorted(counters_states),
         "not_ranked": [c for o in operations for c in o["claims"] if c["kind"] != "ratio"],
@@ -369,7 +372,7 @@ def build_context(cfg: Mapping[str, Any], tables: Mapping[str, Any], provenance:
 
 
 TABLES = ("kernel_time", "kernel_time_detail", "span", "check", "sweep", "census", "ceilings", "controls", "drift",
-          "gpu_state", "counters", "cross_check", "variants")
+          "gpu_state", "counters", "cross_check", "variants", "change")
 """Every table a report is rendered from (tables/<name>.csv)."""
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from harness.errors import EvidenceError
 from harness.io import write_text
+from harness.report import change
 from harness.report.words import NOT_RANKED, integer, missing, number, text, truth
 from harness.tables import stats, trust
 
@@ -211,6 +212,9 @@ def build(tables: Mapping[str, Any], provenance: Mapping[str, Any], *, control: 
     prov["namespace"] = namespace
     out = {"schema": SCHEMA, "namespace": namespace, "control": control, "interval": interval_kind(sweep),
            "verdicts": list(VERDICTS), "legacy_verdicts": dict(LEGACY_VERDICTS), "provenance": prov, "rows": rows}
+    changed = change.rows(tables.get("change"))
+    if changed:  # with a baseline revision: each kernel of ours against itself there, first in every report
+        out["change"] = changed
     for part in HEADLINE_KEYS:
         if headline is not None and part in headline:
             out[part] = headline[part]

@@ -191,6 +191,7 @@ def test_rounds_on_two_gpus_get_no_verdict_and_both_gpus_and_sessions_are_named(
     assert "A: one, run 2026-11-01T10:00:00+00:00 on host vm, on NVIDIA H200 (GPU-aaaa-1111)." in out
     assert "B: two, run 2026-11-02T10:00:00+00:00 on host vm, on NVIDIA H200 (GPU-bbbb-2222)." in out
     assert "a ratio across sessions is not a same-session verdict" in out and "measure both builds in one run" in out
+    assert "--config baseline=<revision>" in out
     assert "| +20.0% |" in out and "1 ratio without a verdict (two GPUs of one model)" in out
 
 
@@ -272,7 +273,8 @@ def test_help_is_whole_sentences(capsys: pytest.CaptureFixture[str]) -> None:
         compare.main(["--help"])
     text = capsys.readouterr().out
     description = text.split("\n\n")[1]
-    assert description.rstrip().endswith("can't tell.") and "measure both builds in one run." in text
+    assert description.rstrip().endswith("can't tell.")
+    assert "measure both builds in one run (snakemake --cores 1 report --config baseline=<revision>)." in " ".join(text.split())
 
 
 def test_a_side_named_with_control_characters_is_escaped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

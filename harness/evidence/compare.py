@@ -22,7 +22,7 @@ library baseline (torch) is compared only when both namespaces ran the same torc
 same GPU; otherwise its row says why not. The command names both GPUs (model and UUID, where the
 provenance records them) and both sessions, and says what every comparison here is: two sessions,
 and a ratio across sessions is not a same-session verdict; for a verdict on a change, measure both
-builds in one run. The result is a tool for the people who change a kernel or the pipeline, not a
+builds in one run (`snakemake --cores 1 report --config baseline=<revision>`). The result is a tool for the people who change a kernel or the pipeline, not a
 figure of any report.
 """
 
@@ -222,7 +222,8 @@ def _gpu_text(sd: Side) -> str:
 
 SESSIONS = ("These are two sessions: a ratio across sessions is not a same-session verdict (at the 1-3% a kernel "
             "change moves, the difference between two sessions is as large); for a verdict on a change, measure both "
-            "builds in one run, in the same session as the control.")
+            "builds in one run, in the same session as the control: snakemake --cores 1 report --config "
+            "baseline=<revision>.")
 
 
 def context(sa: Side, sb: Side) -> list[str]:
@@ -265,7 +266,8 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m harness compare", formatter_class=argparse.RawDescriptionHelpFormatter,
         description=" ".join(__doc__.split("\n\n")[0].split()),
         epilog="Rows of two GPUs get no verdict; across sessions a ratio is not a same-session verdict: "
-               "for a verdict on a change, measure both builds in one run.")
+               "for a verdict on a change, measure both builds in one run "
+               "(snakemake --cores 1 report --config baseline=<revision>).")
     parser.add_argument("a", help="the earlier namespace, or a summary.json")
     parser.add_argument("b", help="the namespace (or summary.json) compared with it")
     parser.add_argument("--artifacts", default=str(ROOT / "artifacts"), help="the folder holding the namespaces")

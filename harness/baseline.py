@@ -104,7 +104,8 @@ def _extracted_commit(extracted: Path | None, name: str) -> str | None:
 
 def extract(commit: str, dest: Path, ops: Sequence[str], repo: Path = ROOT) -> Path:
     """`commit`'s kernels/<op>/ files of each of `ops` under `dest`/kernels/, from git's objects
-    (module docstring); returns `dest`. Written into a partial folder and renamed whole; an
+    (module docstring), with the commit in `dest`/COMMIT and its committer date (ISO 8601) in
+    `dest`/DATE; returns `dest`. Written into a partial folder and renamed whole; an
     existing `dest` is replaced. EvidenceError (one sentence) where git cannot read them, or the
     commit has no kernels/<op>/ for one of `ops`."""
     paths = [f"kernels/{op}" for op in ops]
@@ -135,6 +136,8 @@ def extract(commit: str, dest: Path, ops: Sequence[str], repo: Path = ROOT) -> P
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(blob.stdout)
         (partial / "COMMIT").write_text(commit + "\n")
+        shown = _git(["show", "-s", "--format=%cI", commit], repo, f"the date of {commit[:12]}")
+        (partial / "DATE").write_text((shown.stdout.decode().strip() if shown.returncode == 0 else "") + "\n")
         if dest.exists():
             shutil.rmtree(dest)
         os.rename(partial, dest)

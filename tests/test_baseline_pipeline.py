@@ -118,3 +118,26 @@ def test_every_report_opens_with_the_change_and_summary_json_holds_it(
     for r in summary["change"]:  # each row of the note's table is the summary's row, as printed
         assert f"| {r['op']} | {r['shape']} | {r['impl']} |" in section
         assert f"{r['ratio']:,.3f} [{r['lo']:,.3f}, {r['hi']:,.3f}] | **{r['verdict']}**" in section
+
+
+def test_several_baselines_give_the_stage_table_oldest_first(tmp_path: Path) -> None:
+    copy = repo_copy.copy_repo(tmp_path / "repo")
+    (copy / "config.yaml").write_text(repo_copy.pipeline_config())
+    source = copy / "kernels" / "layernorm" / "layernorm.cu"
+    git = ["git", "-c", "user.name=test", "-c", "user.email=test@example.com"]
+    subprocess.run(["git", "init", "-q"], cwd=copy, check=True)
+    for n, date in enumerate(("2026-01-01T00:00:00+00:00", "2026-02-01T00:00:00+00:00")):
+        source.write_text(source.read_text() + f"\n// step {n}\n")
+        subprocess.run(["git", "add", "-A"], cwd=copy, check=True)
+        subprocess.run([*git, "commit", "-qm", f"step {n}"], cwd=copy, check=True,
+                       env={**repo_copy.env(copy), "GIT_COMMITTER_DATE": date, "GIT_AUTHOR_DATE": date})
+    env = repo_copy.standin_env(copy, tmp_path)
+    proc = repo_copy.snakemake(copy, env, "--cores", "1", "report", "--config", "baseline=[HEAD,HEAD~1]")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    change = pd.read_csv(copy / "artifacts" / NS / "tables" / "change.csv")
+    assert set(change["revision"]) == {"HEAD", "HEAD-1"}
+    note = (copy / "report" / NS / "field_note.md").read_text()
+    table = note.split("### Every build, oldest first")[1].split("## Claims")[0]
+    rows = [line for line in table.splitlines() if line.startswith("| layernorm | 4096x768 | cuda |")]
+    assert [row.split(" | ")[3] for row in rows] == ["HEAD-1", "HEAD", "this checkout"]
+    assert "(2026-01-01)" in rows[0] and "(2026-02-01)" in rows[1]

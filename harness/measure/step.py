@@ -144,7 +144,7 @@ def measure(*, op: str, shape: str, impls: Sequence[str], plan: Mapping[str, Any
             "nsys": (info or {}).get("nsys"), "nsys_version": export.get("nsys_version"), "export": export,
             "env_rows_removed": (info or {}).get("env_rows_removed"), "environment_removed": leaks,
             "versions": versions(), "host": platform.node(), "cache_mode": plan["cache_mode"],
-            "baselines": _baseline_commits(plan),
+            "baselines": _baseline_commits(plan), "baseline_dates": _baseline_commits(plan, "DATE"),
         }
     finally:  # the group process's plan, progress and results: scratch, on every exit
         for name in SCRATCH:
@@ -156,12 +156,13 @@ def measure(*, op: str, shape: str, impls: Sequence[str], plan: Mapping[str, Any
     return record
 
 
-def _baseline_commits(plan: Mapping[str, Any]) -> dict[str, str]:
-    """label -> the commit of each baseline revision the group measured (its sources' COMMIT file)."""
+def _baseline_commits(plan: Mapping[str, Any], name: str = "COMMIT") -> dict[str, str]:
+    """label -> the commit (or, name='DATE', the commit's date) of each baseline revision the group
+    measured, from its sources' folder (harness.baseline.extract)."""
     out = {}
     for label, root in ((plan.get("params") or {}).get("baselines") or {}).items():
         try:
-            out[label] = (Path(root) / "COMMIT").read_text().strip()
+            out[label] = (Path(root) / name).read_text().strip() or "unknown"
         except OSError:
             out[label] = "unknown"
     return out

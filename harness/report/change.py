@@ -46,6 +46,43 @@ def rows(change: Any) -> list[dict[str, Any]]:
     return out
 
 
+def _by(frame: Any, keys: tuple[str, ...]) -> dict[tuple[str, ...], dict[str, Any]]:
+    return {tuple(str(r.get(k)) for k in keys): r for r in _records(frame)}
+
+
+def stages(change: Any, kernel_time: Any, span: Any, control: str, head: str | None,
+           order: Mapping[str, int] | None = None) -> list[dict[str, Any]]:
+    """With two baselines or more, the stage table: per (op, shape, impl of ours), one row per
+    build, oldest first and this checkout last: the revision (and its commit and date), its kernel
+    time with its interval, its event span, and the control's kernel time in the same session (one
+    session: the same for every build). Empty with fewer than two baselines."""
+    records = _records(change)
+    labels = list(dict.fromkeys(str(r.get("revision")) for r in records))
+    if len(labels) < 2:
+        return []
+    kt, sp = _by(kernel_time, ("op", "shape", "impl")), _by(span, ("op", "shape", "impl"))
+    out: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for r in records:
+        op, shape, impl, label = str(r.get("op")), str(r.get("shape")), str(r.get("impl")), str(r.get("revision"))
+        entry = out.setdefault((op, shape, impl), {"op": op, "shape": shape, "impl": impl, "builds": []})
+        entry["builds"].append({"build": label, "commit": text(r.get("commit")) or "unknown",
+                                "date": text(r.get("commit_date")) or "", "impl": f"{impl}@{label}"})
+    rank = order or {}
+    result = []
+    for (op, shape, impl), entry in out.items():
+        builds = sorted(entry["builds"], key=lambda b: (b["date"] == "", b["date"]))  # undated ones after the dated
+        builds.append({"build": "this checkout", "commit": head or "unknown", "date": "", "impl": impl})
+        ctl = kt.get((op, shape, control)) or {}
+        for b in builds:
+            k, s = kt.get((op, shape, b["impl"])) or {}, sp.get((op, shape, b["impl"])) or {}
+            b["kernel"] = us_text(k.get("kernel_time_us"), k.get("kernel_time_lo_us"), k.get("kernel_time_hi_us"))
+            b["span"] = us_text(s.get("span_median_us"))
+            b["control"] = us_text(ctl.get("kernel_time_us"), ctl.get("kernel_time_lo_us"), ctl.get("kernel_time_hi_us"))
+        result.append({**entry, "builds": builds})
+    result.sort(key=lambda e: (rank.get(e["op"], len(rank)), e["op"]))
+    return result
+
+
 def context(change: Any, controls: Any = None, order: Mapping[str, int] | None = None) -> dict[str, Any] | None:
     """The templates' `change`: None without a baseline; else its revisions in the order the
     table first names them, each with its commit and rows (op, shape, impl, current and baseline

@@ -358,6 +358,8 @@ def build_context(cfg: Mapping[str, Any], tables: Mapping[str, Any], provenance:
         "cross_check": cross, "variants": variants_context(tables.get("variants")),
         "change": change.context(tables.get("change"), tables.get("controls"),
                                  {str(op): i for i, op in enumerate(cfg["operations"])}),
+        "stages": change.stages(tables.get("change"), tables.get("kernel_time"), tables.get("span"), control,
+                                git.get("commit"), {str(op): i for i, op in enumerate(cfg["operations"])}),
         "gpu_groups": gpu_groups(tables.get("kernel_time")),
         "counters_read": "ok" in counters_states, "counters_states": sorted(counters_states),
         "not_ranked": [c for o in operations for c in o["claims"] if c["kind"] != "ratio"],

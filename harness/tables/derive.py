@@ -75,8 +75,8 @@ SWEEP_COLUMNS = [
 VARIANT_COLUMNS = ["namespace", "op", "shape", "variant", "base", "description", "cache_mode", "base_us",
                    "variant_us", "ratio", "ratio_lo", "ratio_hi", "verdict", "half_width", "margin"]
 
-CHANGE_COLUMNS = ["namespace", "op", "shape", "impl", "revision", "commit", "cache_mode", "current_us", "baseline_us",
-                  "ratio", "ratio_lo", "ratio_hi", "verdict", "half_width", "margin"]
+CHANGE_COLUMNS = ["namespace", "op", "shape", "impl", "revision", "commit", "commit_date", "cache_mode", "current_us",
+                  "baseline_us", "ratio", "ratio_lo", "ratio_hi", "verdict", "half_width", "margin"]
 """change.csv: each implementation of ours against itself at a baseline revision, measured in the
 same group: ratio = current / baseline (below 1: the change made it faster), its paired interval
 over the rounds and the verdict."""
@@ -280,7 +280,7 @@ def _change_rows(group: Group, kt_rows: list[dict[str, Any]], namespace: str, ca
     op, shape = group.key
     per_round = round_values(group)
     t = {r["impl"]: r["kernel_time_us"] for r in kt_rows}
-    commits = group.record.get("baselines") or {}
+    commits, dates = group.record.get("baselines") or {}, group.record.get("baseline_dates") or {}
     out = []
     for impl in per_round:
         ours, revision = baseline.split(impl)
@@ -288,7 +288,8 @@ def _change_rows(group: Group, kt_rows: list[dict[str, Any]], namespace: str, ca
             continue
         r = ratio(per_round, ours, impl, (op, shape), margin)
         out.append({"namespace": namespace, "op": op, "shape": shape, "impl": ours, "revision": revision,
-                    "commit": commits.get(revision), "cache_mode": cache_mode, "current_us": t.get(ours),
+                    "commit": commits.get(revision), "commit_date": dates.get(revision), "cache_mode": cache_mode,
+                    "current_us": t.get(ours),
                     "baseline_us": t.get(impl), "ratio": r["ratio"], "ratio_lo": r["ratio_lo"], "ratio_hi": r["ratio_hi"],
                     "verdict": r["verdict"], "half_width": r["half_width"], "margin": margin})
     return out

@@ -268,8 +268,7 @@ def _variant_rows(group: Group, kt_rows: list[dict[str, Any]], descriptions: Map
         r = ratio(per_round, impl, base, (op, shape), margin)
         out.append({"namespace": namespace, "op": op, "shape": shape, "variant": impl, "base": base,
                     "description": descriptions.get(name, ""), "cache_mode": cache_mode,
-                    "base_us": t.get(base), "variant_us": t.get(impl), "ratio": r["ratio"], "ratio_lo": r["ratio_lo"],
-                    "ratio_hi": r["ratio_hi"], "verdict": r["verdict"], "half_width": r["half_width"], "margin": margin})
+                    "base_us": t.get(base), "variant_us": t.get(impl), **r, "margin": margin})
     return out
 
 
@@ -289,9 +288,7 @@ def _change_rows(group: Group, kt_rows: list[dict[str, Any]], namespace: str, ca
         r = ratio(per_round, ours, impl, (op, shape), margin)
         out.append({"namespace": namespace, "op": op, "shape": shape, "impl": ours, "revision": revision,
                     "commit": commits.get(revision), "commit_date": dates.get(revision), "cache_mode": cache_mode,
-                    "current_us": t.get(ours),
-                    "baseline_us": t.get(impl), "ratio": r["ratio"], "ratio_lo": r["ratio_lo"], "ratio_hi": r["ratio_hi"],
-                    "verdict": r["verdict"], "half_width": r["half_width"], "margin": margin})
+                    "current_us": t.get(ours), "baseline_us": t.get(impl), **r, "margin": margin})
     return out
 
 

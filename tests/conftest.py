@@ -17,9 +17,12 @@ from harness.gpu.device import has_gpu
 # The build cache of the whole test run (and of every Snakemake it starts) lies in a folder of its
 # own, never the user's: tests see builds of their own making only.
 if "EVIDENCE_BUILD_CACHE" not in os.environ:
+    import atexit
+    import shutil
     import tempfile
 
     os.environ["EVIDENCE_BUILD_CACHE"] = tempfile.mkdtemp(prefix="evidence-build-cache-")
+    atexit.register(shutil.rmtree, os.environ["EVIDENCE_BUILD_CACHE"], True)  # removed when the run ends
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -176,10 +176,14 @@ def sacct(run: str, since: datetime, env: dict[str, str]) -> list[dict[str, str]
 
 
 def census_rows(path: Path) -> list[dict[str, str]]:
+    """The census rows without the namespace and without `build` (whether the build came from the
+    build cache: the second of two runs of the same kernels takes them from it)."""
     with path.open(newline="") as f:
         rows = list(csv.DictReader(f))
     for row in rows:
         del row["namespace"]
+        build = row.pop("build")
+        assert build == "built" or build.startswith("cache "), build
     return rows
 
 

@@ -102,10 +102,15 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(ours)
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", TIERS[args.tier], *passed_on]
     start = time.monotonic()
-    proc = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # as pytest prints it, so a run stopped at a time limit still shows its progress
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            lines.append(line)
     wall = time.monotonic() - start
-    sys.stdout.write(proc.stdout)
-    summary = summary_line(proc.stdout)
+    summary = summary_line("".join(lines))
     print(f"gpu tests, {args.tier} tier: {wall:.1f} s (meant to take at most {TARGET_S[args.tier]} s): {summary}")
     at = commit()
     header = f"commit: {at}\n"

@@ -46,12 +46,25 @@ _ceilings.measure = _measure
 '''
 
 
+UNLISTED = {".git", ".snakemake", "__pycache__", ".pytest_cache", ".whl", ".debs", ".gl", "bundles", ".no-git-here"}
+"""Folders a copy made without git leaves out (what .gitignore keeps out of git, and git's own)."""
+
+
+def listed_files() -> list[str]:
+    """The repository's tracked and untracked (not ignored) files, from git; where git cannot answer
+    (a copy of the tree without its .git, as on a lent GPU machine) every file but those under
+    UNLISTED folders."""
+    proc = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True)
+    if proc.returncode == 0:
+        return [rel for rel in proc.stdout.decode().split("\0") if rel]
+    return sorted(str(p.relative_to(ROOT)) for p in ROOT.rglob("*")
+                  if p.is_file() and not UNLISTED.intersection(p.relative_to(ROOT).parts))
+
+
 def copy_repo(dest: Path) -> Path:
     """The repository's tracked and untracked (not ignored) files under `dest`, without the
     retained namespaces (artifacts/, report/ but its templates)."""
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True,
-                            check=True).stdout.decode().split("\0")
-    for rel in filter(None, listed):
+    for rel in listed_files():
         src = ROOT / rel
         if src.is_file() and not rel.startswith("artifacts/") and not (rel.startswith("report/")
                                                                        and not rel.startswith("report/templates/")):

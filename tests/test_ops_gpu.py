@@ -49,8 +49,8 @@ def test_every_implementation_matches_its_reference(op: str, shape: str, impl: s
 def test_a_bound_call_returns_its_output_and_launches_again_with_the_same_result(op: str, shape: str, impl: str) -> None:
     """The call `ops.bind` returns is prepared once and returns the tensor holding its result (the
     output it was bound to, for ours; the planted slowdown's view of its larger one): calling it
-    again gives the same output, bit for bit (every kernel here is deterministic), and it says how
-    it launches."""
+    again gives the same output, bit for bit for ours (every kernel of ours is deterministic), within
+    the check's tolerance for the library, and it says how it launches."""
     call = ops.bind(op, impl, shape, params_of(op), CFG["seed"], "hot")
     inputs, out = call.sets[0]
     first = call()
@@ -61,7 +61,11 @@ def test_a_bound_call_returns_its_output_and_launches_again_with_the_same_result
     out.fill_(float("nan"))
     second = call()
     torch.cuda.synchronize()
-    assert torch.equal(first, second)
+    if impl in ops.OURS:  # our kernels are deterministic, bit for bit
+        assert torch.equal(first, second)
+    else:  # a library call may sum in another order (torch.sparse.mm's atomics): within the check's tolerance
+        tol = params_of(op)["tolerance"]
+        assert torch.allclose(first, second, rtol=float(tol["rtol"]), atol=float(tol["atol"]))
     assert call.launch_path in ("direct", "prepared", "jit", "jit+prepared")
 
 

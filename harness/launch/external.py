@@ -31,7 +31,7 @@ from harness import ROOT
 from harness.errors import EvidenceError
 from harness.launch import cuda as cuda_module
 from harness.launch import exprs
-from harness.shapes import parse_shape
+from harness.shapes import shape_dims
 
 KEYS = ("path", "entry", "grid", "block", "shared_bytes", "args")
 """Keys of an external block (shared_bytes is optional, default 0)."""
@@ -289,7 +289,7 @@ def _arg_value(arg: Arg, shape_dims: Mapping[str, int], inputs: Mapping[str, Any
 def dims_from_shape(shape: str, dim_names: Sequence[str]) -> dict[str, int]:
     """{'rows': 4096, 'cols': 768} from '4096x768' and ('rows', 'cols'); tags are dropped."""
 
-    dims = parse_shape(shape)
+    dims = shape_dims(shape)  # an empty problem's zero included (an operation's edge shape)
     if len(dims) != len(dim_names):
         raise EvidenceError(f"Shape {shape!r} has {len(dims)} dimensions, but the operation names "
                             f"{len(dim_names)} ({', '.join(dim_names)}).")

@@ -552,3 +552,10 @@ def test_local_memory_without_a_stack_frame_is_refused() -> None:
     with pytest.raises(EvidenceError, match="no stack frame, so its spills are unknown"):
         build._ptxas_from_cubin("k", census.ResUsage(registers=40, stack=0, shared=0),
                                 census.SassCounts(ldl=1, ldl_bytes=4))
+
+
+def test_ptx_code_is_the_ptx_without_the_paths_of_its_source() -> None:
+    a = '//\n.version 8.7\n\t.file\t1 "/work/main/kernels/x.py"\n\tld.global.f32 %f1, [%rd1];\n'
+    b = '//\n.version 8.7\n\t.file\t1 "/tmp/copy/kernels/x.py"\n\tld.global.f32 %f1, [%rd1];\n'
+    assert a != b and census.ptx_code(a) == census.ptx_code(b)
+    assert census.ptx_code(a) != census.ptx_code(b.replace("f32 %f1", "f32 %f2"))

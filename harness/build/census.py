@@ -331,3 +331,9 @@ def parse_sass(text: str) -> dict[str, SassCounts]:
                 setattr(counts, attr, getattr(counts, attr) + 1)
         out[name] = counts
     return out
+
+
+def ptx_code(ptx: str) -> str:
+    """A PTX text without its `.file` debug lines: the code, whichever path of the same source
+    compiled it (Triton's cache hands one process the kernel another copy of the tree compiled)."""
+    return "\n".join(line for line in ptx.splitlines() if not line.lstrip().startswith(".file"))

@@ -559,3 +559,5 @@ def test_ptx_code_is_the_ptx_without_the_paths_of_its_source() -> None:
     b = '//\n.version 8.7\n\t.file\t1 "/tmp/copy/kernels/x.py"\n\tld.global.f32 %f1, [%rd1];\n'
     assert a != b and census.ptx_code(a) == census.ptx_code(b)
     assert census.ptx_code(a) != census.ptx_code(b.replace("f32 %f1", "f32 %f2"))
+    debug = "\t.section\t.debug_info\n\t{\n.b32 {n} // Length of Unit\n"
+    assert census.ptx_code(a + debug.replace("{n}", "209")) == census.ptx_code(b + debug.replace("{n}", "264"))

@@ -334,6 +334,14 @@ def parse_sass(text: str) -> dict[str, SassCounts]:
 
 
 def ptx_code(ptx: str) -> str:
-    """A PTX text without its `.file` debug lines: the code, whichever path of the same source
-    compiled it (Triton's cache hands one process the kernel another copy of the tree compiled)."""
-    return "\n".join(line for line in ptx.splitlines() if not line.lstrip().startswith(".file"))
+    """A PTX text without its debug information (the `.file` lines and the `.debug_*` sections,
+    which hold the source's path and lengths that follow from it): the code, whichever path of the
+    same source compiled it (Triton's cache hands one process the kernel another copy of the tree
+    compiled)."""
+    code = []
+    for line in ptx.splitlines():
+        if line.lstrip().startswith(".section") and ".debug_" in line:
+            break
+        if not line.lstrip().startswith(".file"):
+            code.append(line)
+    return "\n".join(code)

@@ -5,6 +5,7 @@ versions of the Python packages a measurement depends on."""
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import platform
@@ -73,11 +74,56 @@ def stop_session(proc: subprocess.Popen[Any]) -> None:
     proc.wait()
 
 
+ISOLATIONS = (
+    ("unshare", "--pid", "--fork", "--mount-proc", "--kill-child"),
+    ("unshare", "--user", "--map-current-user", "--pid", "--fork", "--mount-proc", "--kill-child"),
+    ("unshare", "--user", "--map-root-user", "--pid", "--fork", "--mount-proc", "--kill-child"),
+)
+"""Ways to start a command in a process namespace of its own with its own /proc, tried in order:
+as root (or with CAP_SYS_ADMIN), then inside a user namespace keeping the user's id, then mapping
+it to root (util-linux before 2.38 has no --map-current-user)."""
+
+
+@functools.cache
+def isolation() -> tuple[str, ...]:
+    """The first of ISOLATIONS this machine allows (it runs /bin/true), or () where none does
+    (no unshare, or namespaces refused). EVIDENCE_NO_ISOLATION=1 forces (), as on such a machine.
+
+    Nsight Systems writes into its report the environment of every process above it, up to init:
+    the tool's parent, that one's parent and so on (found on the H200: scripts/probe_nsys_env.py),
+    so a secret exported in the shell that started snakemake reaches the raw report, whatever
+    environment the tool itself is given. In a process namespace with its own /proc the tool has
+    one ancestor, the namespace's first process, which runs with the clean environment given."""
+    if os.environ.get("EVIDENCE_NO_ISOLATION") == "1":
+        return ()
+    for candidate in ISOLATIONS:
+        exe = shutil.which(candidate[0])
+        if exe is None:
+            return ()
+        try:
+            done = subprocess.run([exe, *candidate[1:], "/bin/true"], stdin=subprocess.DEVNULL,
+                                  capture_output=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if done.returncode == 0:
+            return (exe, *candidate[1:])
+    return ()
+
+
+def isolation_note() -> str:
+    """One phrase saying how a profiler's process tree is kept from the invoking one (for records)."""
+    prefix = isolation()
+    if prefix:
+        return "process namespace: " + " ".join([Path(prefix[0]).name, *prefix[1:]])
+    return "none: this machine allows no process namespace, so a profiler sees the environment of every process above it"
+
+
 def clean_parent(argv: list[str]) -> list[str]:
-    """`argv` run as the child of a shell started with the (clean) environment it is given, not as a
-    child of this process: a profiler that records its parent's environment (Nsight Systems writes
-    one into its report) then finds only that clean environment."""
-    return ["/bin/sh", "-c", '"$@" & wait $!', "sh", *argv]
+    """`argv` run where no process above it holds the invoking environment: in a process namespace
+    of its own (`isolation`), as the child of a shell started with the (clean) environment it is
+    given. Where no namespace is allowed, only that shell: a profiler then still finds the
+    environment of the processes above this one (the caller deletes a raw report that holds it)."""
+    return [*isolation(), "/bin/sh", "-c", '"$@" & wait $!', "sh", *argv]
 
 
 def versions() -> dict[str, str]:

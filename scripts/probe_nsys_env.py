@@ -10,6 +10,11 @@ with the bytes around the first hit. Variants:
   direct   - nsys started directly (clean env), no shell between
   orphan   - nsys under a shell whose parent exited, so it is reparented (to init or a subreaper)
   reexec   - the process that starts nsys was itself started under `env -i` (clean initial environ)
+  orphan-delay - as orphan, nsys started a second after its shell's parent exited
+  ns-*     - nsys in a process namespace of its own (unshare; ns-nomount without its own /proc)
+  pipeline - harness.tools.clean_parent as it is now (the namespace where the machine allows one)
+Found on the H200 (2026-12-02): current, direct, orphan and reexec all hold PROBE_SHELL (not
+PROBE_SETENV): nsys records the environment of every process above it, as /proc shows it.
 """
 
 from __future__ import annotations
@@ -29,6 +34,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness.measure import capture  # noqa: E402
 from harness.tools import clean_parent, find_nsys  # noqa: E402
 
+NAMESPACES = {
+    "ns-root": ["--pid", "--fork", "--mount-proc", "--kill-child"],
+    "ns-user": ["--user", "--map-current-user", "--pid", "--fork", "--mount-proc", "--kill-child"],
+    "ns-user-root": ["--user", "--map-root-user", "--pid", "--fork", "--mount-proc", "--kill-child"],
+    "ns-nomount": ["--pid", "--fork", "--kill-child"],
+}
 TARGET = "import cupy; x = cupy.arange(1 << 20, dtype=cupy.float32); (x * 2).sum().get()"
 
 
@@ -71,6 +82,24 @@ def run_variant(name: str, nsys: str, folder: Path, values: dict[str, str]) -> N
                        env={**env, "RC": str(rc), "LOG": str(folder / f"{name}.log")}, start_new_session=True)
         while not rc.exists() and time.time() - t0 < 120:
             time.sleep(0.2)
+    elif name in NAMESPACES:
+        prefix = ["unshare", *NAMESPACES[name]]
+        ok = subprocess.run([*prefix, "/bin/true"], capture_output=True, text=True)
+        print(f"  {' '.join(prefix)} /bin/true: exit {ok.returncode} {ok.stderr.strip()[:200]}")
+        subprocess.run([*prefix, "/bin/sh", "-c", '"$@" & wait $!', "sh", *argv], env=env, stdout=log,
+                       stderr=subprocess.STDOUT, start_new_session=True)
+    elif name == "orphan-delay":
+        rc = folder / f"{name}.rc"
+        subprocess.run(["/bin/sh", "-c", '( sleep 1; echo "parent now $PPID" >>"$LOG"; "$@"; echo $? > "$RC" ) '
+                        '</dev/null >>"$LOG" 2>&1 &', "sh", *argv],
+                       env={**env, "RC": str(rc), "LOG": str(folder / f"{name}.log")}, start_new_session=True)
+        while not rc.exists() and time.time() - t0 < 120:
+            time.sleep(0.2)
+        print("  " + (folder / f"{name}.log").read_text().splitlines()[0])
+    elif name == "pipeline":  # whatever harness.tools.clean_parent does now
+        from harness.tools import isolation_note
+        print(f"  {isolation_note()}")
+        subprocess.run(clean_parent(argv), env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     elif name == "reexec":
         inner = ("import subprocess, sys, json; from harness.tools import clean_parent; "
                  "subprocess.run(clean_parent(json.loads(sys.argv[1])), start_new_session=True)")
@@ -112,7 +141,7 @@ def sqlite_hits(path: Path, values: dict[str, str]) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, default=Path(tempfile.mkdtemp(prefix="probe-nsys-")))
-    parser.add_argument("variants", nargs="*", default=["current", "direct", "orphan", "reexec"])
+    parser.add_argument("variants", nargs="*", default=["direct", "orphan-delay", *NAMESPACES, "pipeline"])
     args = parser.parse_args()
     if "PROBE_SHELL" not in os.environ:
         print("set PROBE_SHELL in the shell's environment first", file=sys.stderr)

@@ -84,3 +84,72 @@ def test_scrub_removes_environment_rows_and_their_pages(tmp_path: Path) -> None:
         assert conn.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0] > 0
         kept = conn.execute("SELECT count(DISTINCT value) FROM StringIds s JOIN CUPTI_ACTIVITY_KIND_KERNEL k ON k.demangledName = s.id").fetchone()[0]
         assert kept == kernel_names and kept > 0  # kernel names untouched
+
+
+WALK_UP = """
+import os, sys
+token = open(sys.argv[1]).read().encode()
+pid, seen, holding = os.getppid(), 0, []
+while pid > 0:
+    try:
+        environ = open(f"/proc/{pid}/environ", "rb").read()
+        status = open(f"/proc/{pid}/status").read()
+    except OSError:
+        break
+    seen += 1
+    if token in environ:
+        holding.append(pid)
+    pid = int(next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:")))
+print(seen, holding)
+"""
+
+STARTER = """
+import json, subprocess, sys
+from harness.tools import clean_parent
+argv = json.loads(sys.argv[1])
+print(subprocess.run(clean_parent(argv), env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
+                     start_new_session=True).stdout, end="")
+"""
+
+
+def _ancestors_holding(tmp_path: Path, **extra: str) -> tuple[int, str]:
+    """Start, from a process whose own environment holds a random token, a walker through
+    `clean_parent` (as the capture starts nsys); it reads the environment of every process above
+    it, as nsys does, and says how many it read and which held the token."""
+    import json
+    import secrets
+    import subprocess
+    import sys
+
+    token = "tok_" + secrets.token_hex(16)
+    (tmp_path / "token").write_text(token)
+    env = {**os.environ, "PLANTED_TOKEN": token, **extra}
+    walker = [sys.executable, "-c", WALK_UP, str(tmp_path / "token")]
+    out = subprocess.run([sys.executable, "-c", STARTER, json.dumps(walker)], env=env, capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).resolve().parents[1]).stdout.split(maxsplit=1)
+    return int(out[0]), out[1].strip()
+
+
+def test_a_profiler_finds_no_process_above_it_holding_the_invoking_environment(tmp_path: Path) -> None:
+    """nsys writes into its report the environment of every process above it (found on the H200,
+    scripts/probe_nsys_env.py); under `clean_parent` the only one is the namespace's first process,
+    which runs with the clean environment. Without the namespace the token is found: the walker
+    can tell."""
+    if not tools.isolation():
+        pytest.skip("this machine allows no process namespace (harness.tools.isolation)")
+    seen, holding = _ancestors_holding(tmp_path)
+    assert seen >= 1 and holding == "[]"
+    seen, holding = _ancestors_holding(tmp_path, EVIDENCE_NO_ISOLATION="1")
+    assert holding != "[]"  # the starter's own environment, and every process above it
+
+
+def test_isolation_is_refused_cleanly_without_unshare(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no unshare on it
+    tools.isolation.cache_clear()
+    try:
+        assert tools.isolation() == ()
+        assert tools.clean_parent(["x"])[:1] == ["/bin/sh"]
+        assert tools.isolation_note().startswith("none:")
+    finally:
+        monkeypatch.undo()
+        tools.isolation.cache_clear()

@@ -3,11 +3,14 @@
 repository: it finishes, renders every report, and every counters row is `ok`. The smoke tier
 (`-m 'gpu and smoke'`) holds it. The test holds the GPU's lock (tests/conftest.py), so the run
 takes its locks under the test's folder; the test process itself holds a CUDA context from earlier
-tests, which the run's quiet-GPU watch must take as its own (harness.gpu.watch.lineage)."""
+tests, which the run's quiet-GPU watch must take as its own (harness.gpu.watch.lineage). A random
+token in snakemake's environment reaches no file of the namespace, raw reports included, and the
+raw reports are kept (issue 31: nsys records the environment of every process above it)."""
 
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import sys
 import time
@@ -18,7 +21,7 @@ import pandas as pd
 import pytest
 import repo_copy
 
-from harness import config
+from harness import config, tools
 from harness.errors import EvidenceError
 from harness.gpu.device import gpu_state
 from harness.gpu.watch import others_only, wait_until_quiet
@@ -33,7 +36,8 @@ def test_the_main_command_on_the_smoke_config_renders_with_every_counter(tmp_pat
     torch.zeros(1, device="cuda")  # this process holds a CUDA context, as a test run does
     gpu_group.need_nsys(gpu_group.cfg_with())
     copy = repo_copy.copy_repo(tmp_path / "repo")
-    environment = repo_copy.env(copy, EVIDENCE_LOCK_DIR=str(tmp_path / "locks"))
+    secret = "tok_" + secrets.token_hex(16)  # in snakemake's own environment, so in every process above nsys
+    environment = repo_copy.env(copy, EVIDENCE_LOCK_DIR=str(tmp_path / "locks"), AWS_SECRET_ACCESS_KEY=secret)
     proc = repo_copy.snakemake(copy, environment, "--cores", "1", "report", "--configfile",
                                "workflow/configs/smoke.yaml", "--config", f"namespace={NS}", timeout=540)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -44,6 +48,13 @@ def test_the_main_command_on_the_smoke_config_renders_with_every_counter(tmp_pat
     assert len(counters) > 0
     assert set(counters["status"]) == {"ok"}, counters[["impl", "status", "reason"]].to_string()
     assert "its check failed" not in proc.stdout + proc.stderr
+    written = [p for folder in (copy / "artifacts" / NS, copy / "report" / NS) for p in folder.rglob("*") if p.is_file()]
+    holding = [str(p.relative_to(copy)) for p in written
+               if secret.encode() in p.read_bytes() or secret.encode("utf-16-le") in p.read_bytes()]
+    assert holding == []
+    reports = [p for p in written if p.name == "capture.nsys-rep"]
+    # the raw reports are kept where nsys runs in a process namespace of its own (harness.tools.isolation)
+    assert bool(reports) == bool(tools.isolation()), tools.isolation_note()
 
 
 def _stranger(ready: Path) -> int:

@@ -4,9 +4,13 @@ the invoking shell's environment out of both.
 No shell is involved: every command is an argument list. The tool (nsys, ncu) and the process it
 starts run under a minimal environment (`ENV_ALLOWLIST`) and a private temporary folder and home
 (`private_env`), so neither inherits a variable of the invoking shell nor finds a daemon another
-process started with one. The export's environment rows are then deleted and the file vacuumed
-(`scrub_export`), and every file written is searched for the values of the invoking environment
-outside the allowlist (`leaked_values`): a raw report that holds one is deleted, never kept.
+process started with one, and in a process namespace of their own where the machine allows one
+(harness.tools.isolation): nsys records the environment of every process above it, so without
+one the shell that started snakemake reaches the report. The fresh export (the report
+decompressed) is searched for the values of the invoking environment outside the allowlist
+(`leaked_values`): where it holds one, the raw report is deleted, never kept. The export's
+environment rows are then deleted and the file vacuumed (`scrub_export`), and every file written
+is searched again.
 Outputs are written under temporary names and renamed only when complete.
 """
 
@@ -26,7 +30,7 @@ from typing import Any
 
 from harness import ROOT
 from harness.errors import EvidenceError
-from harness.tools import clean_parent, find_nsys, stop_session
+from harness.tools import clean_parent, find_nsys, isolation_note, stop_session
 
 # Variables the captured process may see; everything else is dropped before nsys starts.
 ENV_ALLOWLIST = (
@@ -191,13 +195,20 @@ def profile_group(nsys_path: str | None, trace: Sequence[str], extra_args: Seque
         if not tmp_rep.is_file() or not tmp_sqlite.is_file():
             raise EvidenceError(f"nsys profile wrote no {'report' if not tmp_rep.is_file() else 'export'} (a .qdstrm "
                                 "alone means its importer failed, e.g. libdw.so.1 missing); see the log.")
+        held = leaked_values(tmp_sqlite, outside_values())
+        if held:  # the export is the report decompressed: the report holds these values too
+            tmp_rep.unlink()
         removed = scrub_export(tmp_sqlite)
-        os.replace(tmp_rep, report)
+        if not held:
+            os.replace(tmp_rep, report)
         os.replace(tmp_sqlite, export)
     finally:  # whatever nsys left under the partial name (a raw stream holds what the report would)
         for stale in report.parent.glob(leftovers):
             stale.unlink(missing_ok=True)
-    return {"nsys": nsys, "env_rows_removed": removed}
+    return {"nsys": nsys, "env_rows_removed": removed, "isolation": isolation_note(),
+            "report_withheld": [f"{report.name}: deleted, its export held the value of {', '.join(sorted(held))} from the "
+                                "invoking environment (nsys records every process above it, and no process namespace "
+                                "kept them out)"] if held else []}
 
 
 class GroupFailed(Exception):

@@ -126,7 +126,8 @@ def measure(*, op: str, shape: str, impls: Sequence[str], plan: Mapping[str, Any
         write_csv(results.get("spans") or [], derive.SPAN_SAMPLE_COLUMNS, files["spans"])
         write_csv(results.get("graphs") or [], derive.GRAPH_COLUMNS, files["graph"])
         export = nsys.export_info(files["export"]) if info is not None else {}
-        leaks = capture.keep_clean([files["report"], files["export"], Path(log)], capture.outside_values())
+        leaks = [*(info or {}).get("report_withheld", []),
+                 *capture.keep_clean([files["report"], files["export"], Path(log)], capture.outside_values())]
         for note in leaks:
             print(f"environment: {note}")
         flags = sampler.flags()
@@ -143,6 +144,7 @@ def measure(*, op: str, shape: str, impls: Sequence[str], plan: Mapping[str, Any
             "seconds": {**(results.get("seconds") or {}), "job": time.time() - started},
             "nsys": (info or {}).get("nsys"), "nsys_version": export.get("nsys_version"), "export": export,
             "env_rows_removed": (info or {}).get("env_rows_removed"), "environment_removed": leaks,
+            "isolation": (info or {}).get("isolation"),
             "versions": versions(), "host": platform.node(), "cache_mode": plan["cache_mode"],
             "baselines": _baseline_commits(plan), "baseline_dates": _baseline_commits(plan, "DATE"),
         }

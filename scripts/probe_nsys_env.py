@@ -13,8 +13,11 @@ with the bytes around the first hit. Variants:
   orphan-delay - as orphan, nsys started a second after its shell's parent exited
   ns-*     - nsys in a process namespace of its own (unshare; ns-nomount without its own /proc)
   pipeline - harness.tools.clean_parent as it is now (the namespace where the machine allows one)
-Found on the H200 (2026-12-02): current, direct, orphan and reexec all hold PROBE_SHELL (not
-PROBE_SETENV): nsys records the environment of every process above it, as /proc shows it.
+Found on the H200 (2026-12-02): current, direct, orphan, orphan-delay and reexec all hold
+PROBE_SHELL, never PROBE_SETENV: nsys records the environment of every process above it, as
+/proc/<pid>/environ shows it (the orphan is adopted by the nearest subreaper, here a `timeout`
+that holds the marker). ns-root, ns-user and ns-user-root hold nothing; ns-nomount writes no
+report. The pipeline takes the first namespace form the machine allows (harness.tools.isolation).
 """
 
 from __future__ import annotations

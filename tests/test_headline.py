@@ -72,7 +72,7 @@ def expected(s: dict[str, Any]) -> dict[str, list[str]]:
             assert c["rankable"] is False and c["reason"], c
             cell += f" ({md(c['reason'])})"
         elif c["distrusted"]:
-            cell += f" ({' and '.join(c['distrusted'])} distrusted by the cross-check)"
+            cell += f" ({listing(c['distrusted'])} distrusted by the cross-check)"
         comment.append(f"| {md(c['op'])} | {md(shape)} | {n2(c['ours_us'])} | {n2(c['control_us'])} | {n2(c['library_us'])} "
                        f"| {ratio(c)} | {cell} |")
         # the claim at each shape, in the operation's section of the note
@@ -83,7 +83,7 @@ def expected(s: dict[str, Any]) -> dict[str, list[str]]:
             if c["disturbed"]:
                 each += " NVML flagged captures at this shape (see the flags)."
             if c["distrusted"]:
-                each += f" The cross-check distrusts the kernel time of {' and '.join(c['distrusted'])} here (see the flags)."
+                each += f" The cross-check distrusts the kernel time of {listing(c['distrusted'])} here (see the flags)."
             note.append(each)
         else:
             note.append(f"- {md(shape)}: {md(c['note'])}")
@@ -96,7 +96,7 @@ def expected(s: dict[str, Any]) -> dict[str, list[str]]:
             if c["disturbed"]:
                 tail += " NVML flagged captures at this shape (see the flags)."
             if c["distrusted"]:
-                tail += f" The cross-check distrusts the kernel time of {' and '.join(c['distrusted'])} here (see the flags)."
+                tail += f" The cross-check distrusts the kernel time of {listing(c['distrusted'])} here (see the flags)."
             note.append(f"- **{md(c['op'])} {md(c['shape'])}**: {text}**{c['verdict']}**{tail}")
             page.append(f"{c['op']} {c['shape']}: {text}{c['verdict']}{tail}")
         else:
@@ -129,6 +129,11 @@ def expected(s: dict[str, Any]) -> dict[str, list[str]]:
             if claim is not None and d["impl"] in (claim["ours"], claim["control"], claim["library"]):
                 assert d["impl"] in claim["distrusted"]
     return {"comment": comment, "note": note, "page": page}
+
+
+def listing(names: list[str]) -> str:
+    """Names as an English list: 'a', 'a and b', 'a, b and c' (the reports' own wording)."""
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def stats_cant() -> str:

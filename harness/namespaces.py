@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from collections.abc import Iterable
 from pathlib import Path
 
 from harness import ROOT
@@ -91,3 +92,16 @@ def refuse_retained(name: str, root: str | Path = ROOT, overwrite: str | None = 
                     else f"pass {how} (recorded in its provenance)")
         raise ConfigError(f"namespace {name} is retained evidence ({why}) and is read-only: write a new namespace "
                           f"(--config namespace=NEW), or {override}.")
+
+
+def writes_into(name: str, outputs: Iterable[str | Path], root: str | Path = ROOT) -> bool:
+    """Whether any of `outputs` (paths relative to `root`, or absolute) lies in the namespace's
+    evidence, artifacts/<name>/ or report/<name>/: the bundle's own output (bundles/<ns>...) does
+    not, so a retained namespace can still be bundled, while every job that derives evidence does."""
+    root = Path(root).resolve()
+    inside = (root / "artifacts" / check_name(name), root / "report" / name)
+    for out in outputs:
+        path = (root / out).resolve() if not Path(out).is_absolute() else Path(out).resolve()
+        if any(path == folder or folder in path.parents for folder in inside):
+            return True
+    return False

@@ -8,7 +8,8 @@
 # once (on one GPU the lock still lets one measure at a time: the others import and wait);
 # SNAKE_TIMEOUT (seconds, default 540) stops snakemake with SIGINT, so it removes incomplete
 # outputs and its lock, and a second call on the same (warm) machine resumes. EVIDENCE_GIT_COMMIT
-# names the commit (the device copy has no .git). Everything worth keeping is packed into $OUT.
+# names the commit (the device copy has no .git). Everything worth keeping is packed into $OUT;
+# a finished namespace is also bundled and verified there ($OUT/bundle.txt).
 set -uo pipefail
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 # The device's copy of the tree may hold a .git of another commit: git must not answer for it, so
@@ -48,6 +49,12 @@ for f in $( [ "${STATS:-0}" = 1 ] && ls artifacts/"$ns"/measure/*/*/capture.sqli
     || echo "nsys stats failed on $f"
 done
 python3 -m harness job-times "$ns" 2>&1 | tee "$OUT/job-times.txt" | tail -15
+# The bundle is made and verified here, with the exports (which stay on this machine): the copy of
+# the tree that comes back has none, and the next call's copy no longer holds the namespace's tables.
+if [ "${PIPELINE:-1}" = 1 ] && [ -f "report/$ns/field_note.md" ]; then
+  { python3 -m harness bundle "$ns" --out "/tmp/$ns.evidence.tar.gz" --force && ls -la "/tmp/$ns.evidence.tar.gz" \
+      && python3 -m harness verify "/tmp/$ns.evidence.tar.gz"; echo "bundle and verify: exit $?"; } 2>&1 | tail -8 | tee "$OUT/bundle.txt"
+fi
 tar czf "$OUT/evidence.tgz" --exclude='*.nsys-rep' --exclude='*.ncu-rep' --exclude='capture.sqlite' --exclude='build' \
   "artifacts/$ns" "report/$ns" -C /tmp stats 2>/dev/null
 ls -la "$OUT"

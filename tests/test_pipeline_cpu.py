@@ -234,3 +234,21 @@ def test_a_run_that_would_write_into_retained_evidence_is_refused(run) -> None: 
     assert census.returncode != 0 and "is retained evidence" in census.stderr
     dry = snakemake(copy, env, "-n", "report", "--config", "capture={rounds: 20}", f"overwrite={NS}")
     assert dry.returncode == 0 and repo_copy.job_counts(dry.stdout)["measure"] == 2
+
+
+def test_a_finished_namespace_is_bundled_by_its_target_and_stays_unchanged(run) -> None:  # type: ignore[no-untyped-def]
+    """The bundle writes only under bundles/, so the retained namespace's target makes it (the
+    README's `snakemake --cores 1 bundle`, naming the namespace), and the namespace, its command
+    log included, is left byte for byte as it was."""
+    copy, env, _ = run
+    evidence = [p for folder in (copy / "artifacts" / NS, copy / "report" / NS) for p in sorted(folder.rglob("*"))
+                if p.is_file() and "logs" not in p.parts and "benchmarks" not in p.parts]
+    before = {p: p.read_bytes() for p in evidence}
+    made = snakemake(copy, env, "--cores", "1", "bundle", "--config", f"namespace={NS}")
+    assert made.returncode == 0, made.stderr[-2000:]
+    bundle = copy / "bundles" / f"{NS}.evidence.tar.gz"
+    assert bundle.is_file()
+    assert {p: p.read_bytes() for p in evidence} == before
+    verified = subprocess.run([sys.executable, "-m", "harness", "verify", str(bundle)], cwd=copy, env=env,
+                              capture_output=True, text=True)
+    assert verified.returncode == 0, verified.stdout + verified.stderr

@@ -131,31 +131,43 @@ def group_outputs(op, shape):
     ]
 
 
+RUN_LOG = {"record": True}
+
+
 onstart:
-    # Retained evidence is read-only: a run that would write into it stops here (a dry run, or a
-    # run with nothing to do, reads it freely).
-    if any(True for _ in workflow.dag.needrun_jobs()):
+    # Retained evidence is read-only: a run that would write into it stops here (a dry run, a run
+    # with nothing to do, or one whose jobs write only outside it, as the bundle, reads it freely;
+    # such a run leaves its commands.jsonl alone too).
+    writing = any(
+        namespaces.writes_into(NS, job.output, workflow.basedir)
+        for job in workflow.dag.needrun_jobs()
+    )
+    if writing:
         try:
             namespaces.refuse_retained(NS, workflow.basedir, CFG["overwrite"])
         except ConfigError as exc:
             print(exc, file=sys.stderr)
             sys.exit(1)
+    RUN_LOG["record"] = writing or not namespaces.retained(NS, workflow.basedir)
     # Only where the jobs run here: under a cluster executor (profiles/slurm, kubernetes)
     # this process runs on a login or client machine without a GPU, and the jobs get theirs from
     # the cluster.
     if workflow.local_exec:
         preflight.before_jobs(workflow.dag.needrun_jobs(), CFG)
-    runlog.record_start(
-        f"{A}/commands.jsonl", len(list(workflow.dag.needrun_jobs()))
-    )
+    if RUN_LOG["record"]:
+        runlog.record_start(
+            f"{A}/commands.jsonl", len(list(workflow.dag.needrun_jobs()))
+        )
 
 
 onsuccess:
-    runlog.record_end(f"{A}/commands.jsonl", "success")
+    if RUN_LOG["record"]:
+        runlog.record_end(f"{A}/commands.jsonl", "success")
 
 
 onerror:
-    runlog.record_end(f"{A}/commands.jsonl", "error")
+    if RUN_LOG["record"]:
+        runlog.record_end(f"{A}/commands.jsonl", "error")
 
 
 def trust_inputs():

@@ -6,7 +6,8 @@
 Each tier runs `python3 -m pytest -q -p no:cacheprovider -m <its marker>` (extra arguments after
 `--` are passed on), prints its wall time, and adds a section to
 `docs/evidence/gpu-tests/<full commit>.txt`: the commit, the GPU and its driver, the nsys and ncu
-versions, the Python packages, the tier, the wall time and pytest's summary line. The commit is
+versions, the Python packages, the tier, the wall time, pytest's summary line and its slowest
+test phases (`--durations`, where the wall time went). The commit is
 EVIDENCE_GIT_COMMIT where it is set (a copy without .git, as on the lent GPU machine), else git's
 HEAD. `--out DIR` also writes the file into DIR (the device tool's $OUT). The exit status is
 pytest's. Commit the file: it is how a reviewer knows the GPU path passed at that commit.
@@ -42,6 +43,19 @@ def summary_line(output: str) -> str:
     """pytest's closing summary line ('12 passed, 3 skipped in 40.1s'), or '' when it printed none."""
     lines = [m.group(1) for m in map(SUMMARY.match, output.splitlines()) if m]
     return lines[-1] if lines else ""
+
+
+DURATION = re.compile(r"^(\d+\.\d+)s (call|setup|teardown)\s+(\S+)")
+
+SLOWEST = 5
+"""How many of pytest's slowest test phases (--durations) the evidence file names."""
+
+
+def slowest(output: str, n: int = SLOWEST) -> list[str]:
+    """pytest's `--durations` lines ('12.34s call     tests/x.py::t'), slowest first, as
+    '12.3 s tests/x.py::t (call)': where a tier's wall time went."""
+    found = [(float(m.group(1)), m.group(3), m.group(2)) for m in map(DURATION.match, output.splitlines()) if m]
+    return [f"{s:.1f} s {test} ({phase})" for s, test, phase in sorted(found, reverse=True)[:n]]
 
 
 def commit() -> str:
@@ -81,14 +95,16 @@ def machine() -> dict[str, str]:
     return facts
 
 
-def section(tier: str, facts: dict[str, str], wall_s: float, summary: str, rc: int) -> str:
+def section(tier: str, facts: dict[str, str], wall_s: float, summary: str, rc: int,
+            slow: list[str] | None = None) -> str:
     """The evidence file's section for one tier run."""
     packages = ", ".join(f"{k} {v}" for k, v in versions().items())
     return (f"tier: {tier} (pytest -m '{TIERS[tier]}'; meant to take at most {TARGET_S[tier]} s)\n"
             f"date: {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n"
             f"gpu: {facts['gpu']}\ndriver: {facts['driver']}\nnsys: {facts['nsys']}\nncu: {facts['ncu']}\n"
             f"packages: {packages}\n"
-            f"wall time: {wall_s:.1f} s\npytest exit status: {rc}\npytest: {summary or '(no summary line)'}\n")
+            f"wall time: {wall_s:.1f} s\npytest exit status: {rc}\npytest: {summary or '(no summary line)'}\n"
+            + "".join(f"slowest: {line}\n" for line in slow or []))
 
 
 def main(argv: list[str]) -> int:
@@ -100,7 +116,8 @@ def main(argv: list[str]) -> int:
                         help="where the evidence file goes (default docs/evidence/gpu-tests)")
     ours, passed_on = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     args = parser.parse_args(ours)
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", TIERS[args.tier], *passed_on]
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--durations={SLOWEST}",
+               "--durations-min=0.5", "-m", TIERS[args.tier], *passed_on]
     start = time.monotonic()
     lines: list[str] = []
     with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
@@ -114,7 +131,7 @@ def main(argv: list[str]) -> int:
     print(f"gpu tests, {args.tier} tier: {wall:.1f} s (meant to take at most {TARGET_S[args.tier]} s): {summary}")
     at = commit()
     header = f"commit: {at}\n"
-    text = section(args.tier, machine(), wall, summary, proc.returncode)
+    text = section(args.tier, machine(), wall, summary, proc.returncode, slowest("".join(lines)))
     folders = [Path(args.evidence_dir)] + ([Path(args.out)] if args.out else [])
     for folder in folders:
         folder.mkdir(parents=True, exist_ok=True)

@@ -42,3 +42,14 @@ def test_a_tier_run_writes_its_evidence_file_under_the_commit(tmp_path: Path) ->
     assert "tier: smoke (pytest -m 'gpu and smoke'" in text and "wall time: " in text
     assert "pytest exit status: 5" in text and "deselected" in text.split("pytest: ")[-1]
     assert (tmp_path / "out" / f"{commit}.txt").read_text() == text
+
+
+def test_the_slowest_phases_are_pytests_durations_slowest_first() -> None:
+    gpu_tests = load()
+    out = ("============ slowest 5 durations ============\n"
+           "3.21s setup    tests/a.py::t1\n41.07s call     tests/test_end_to_end_gpu.py::test_main[x]\n"
+           "0.52s teardown tests/a.py::t1\n= 2 passed in 45.0s =\n")
+    assert gpu_tests.slowest(out) == ["41.1 s tests/test_end_to_end_gpu.py::test_main[x] (call)",  # type: ignore[attr-defined]
+                                      "3.2 s tests/a.py::t1 (setup)", "0.5 s tests/a.py::t1 (teardown)"]
+    assert gpu_tests.slowest(out, 1) == ["41.1 s tests/test_end_to_end_gpu.py::test_main[x] (call)"]  # type: ignore[attr-defined]
+    assert gpu_tests.slowest("no durations\n") == []  # type: ignore[attr-defined]

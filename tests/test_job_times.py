@@ -53,3 +53,12 @@ def test_an_unknown_namespace_is_one_sentence(tmp_path: Path, capsys: pytest.Cap
     assert cli(["job-times", "nosuch-1", "--artifacts", str(tmp_path / "artifacts")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "nosuch-1" in err and err.endswith(".")
+
+
+def test_a_benchmark_that_is_not_utf8_is_one_sentence(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bench = tmp_path / "artifacts" / "ns-1" / "benchmarks" / "measure"
+    bench.mkdir(parents=True)
+    (bench / "layernorm.tsv").write_bytes(b"s\th:m:s\n\xff\xfe1.0\t0:00:01\n")
+    code = cli(["job-times", "ns-1", "--artifacts", str(tmp_path / "artifacts")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.count("\n") == 0 and "layernorm.tsv is not UTF-8" in err, err

@@ -42,8 +42,7 @@ def job_rows(benchmarks: str | Path) -> list[dict[str, Any]]:
     root = Path(benchmarks)
     rows = []
     for path in sorted(root.rglob("*.tsv")):
-        with open(path, newline="") as fh:
-            lines = list(csv.DictReader(fh, delimiter="\t"))
+        lines = _read(path, "\t")
         if not lines:
             continue
         last = lines[-1]
@@ -56,10 +55,21 @@ def job_rows(benchmarks: str | Path) -> list[dict[str, Any]]:
 
 def read_rows(table: str | Path) -> list[dict[str, Any]]:
     """The rows of a job_times.csv written earlier, numbers as floats (None where empty)."""
-    with open(table, newline="") as fh:
-        return [{"rule": r.get("rule") or "", "job": r.get("job") or "", "seconds": _number(r.get("seconds")),
-                 "cpu_seconds": _number(r.get("cpu_seconds")), "max_rss_mb": _number(r.get("max_rss_mb"))}
-                for r in csv.DictReader(fh)]
+    return [{"rule": r.get("rule") or "", "job": r.get("job") or "", "seconds": _number(r.get("seconds")),
+             "cpu_seconds": _number(r.get("cpu_seconds")), "max_rss_mb": _number(r.get("max_rss_mb"))}
+            for r in _read(Path(table), ",")]
+
+
+def _read(path: Path, delimiter: str) -> list[dict[str, Any]]:
+    """The rows of a table; EvidenceError (one sentence) where it is not UTF-8 text or not a table."""
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            return list(csv.DictReader(fh, delimiter=delimiter))
+    except UnicodeDecodeError as exc:
+        raise EvidenceError(f"job-times: {path} is not UTF-8 text (byte {exc.start} cannot be read), so it is no "
+                            "table Snakemake or the pipeline wrote.") from None
+    except (csv.Error, OSError) as exc:
+        raise EvidenceError(f"job-times: {path} cannot be read as a table ({exc}).") from None
 
 
 def by_rule(rows: Iterable[dict[str, Any]]) -> list[tuple[str, int, float]]:

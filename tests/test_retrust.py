@@ -85,6 +85,20 @@ def test_a_namespace_without_provenance_is_one_sentence(tmp_path: Path, capsys: 
     assert "bare has no provenance.json" in capsys.readouterr().err
 
 
+def test_a_namespace_of_one_sweep_is_one_sentence_and_left_unchanged(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """h200-matmul-tile128-1 holds one operation's sweep tables and no report: there is nothing to
+    re-render, and retrust says so before it writes a table or a line of provenance."""
+    name = "h200-matmul-tile128-1"
+    art = tmp_path / "artifacts"
+    shutil.copytree(ROOT / "artifacts" / name, art / name)
+    before = {p: p.read_bytes() for p in sorted((art / name).rglob("*")) if p.is_file()}
+    assert retrust(name, art, tmp_path / "report") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and f"{name} has no tables/sweep.csv" in err and "nothing was rewritten" in err, err
+    assert {p: p.read_bytes() for p in sorted((art / name).rglob("*")) if p.is_file()} == before
+
+
 def test_retrust_does_not_depend_on_the_order_namespaces_are_retrusted(tmp_path: Path) -> None:
     """Trust tables are derived from what each namespace measured (its kernel times, census and NVML
     record), never from another namespace's possibly stale controls.csv: retrusting h200-loaded-1

@@ -43,6 +43,11 @@ def check_kernel_tables(artifacts: str | Path) -> None:
         history.read_table(table, required=KERNEL_TIME_COLUMNS, numbers=KERNEL_TIME_NUMBERS)
 
 
+def _holding(tdir: Path) -> str:
+    names = sorted(p.name for p in tdir.glob("*.csv")) if tdir.is_dir() else []
+    return ", ".join(names[:4]) + (", ..." if len(names) > 4 else "") if names else "no tables"
+
+
 def retrust(namespace: str, artifacts: str | Path = ROOT / "artifacts", reports: str | Path = ROOT / "report",
             rewrite_retained: bool = False) -> None:
     """Rerun the trust step and the render of `namespace`, and note the command in its provenance.
@@ -58,6 +63,9 @@ def retrust(namespace: str, artifacts: str | Path = ROOT / "artifacts", reports:
     if not isinstance(cfg, dict) or cfg.get("namespace") != namespace:
         raise EvidenceError(f"retrust: the provenance of {namespace} does not hold that namespace's configuration.")
     tdir = ns_dir / "tables"
+    if not (tdir / "sweep.csv").is_file():  # a namespace of one sweep (tables/sweep_<op>*.csv) has no report
+        raise EvidenceError(f"retrust: {namespace} has no tables/sweep.csv (it holds {_holding(tdir)}), so it has no "
+                            "report to re-render; nothing was rewritten.")
     check_kernel_tables(artifacts)
     t = cfg.get("trust") or {}
     tables_step.controls_and_drift(namespace=namespace, control=t.get("control", "triton"), margin=float(t.get("margin", trust.MARGIN)),

@@ -2,7 +2,8 @@
 # Run on the lent H200 (developers' device tool), from the repository root:
 #   source gpu-env.sh && bash scripts/h200_run.sh [snakemake targets...]
 # Environment: CONFIGFILE=F merges F over config.yaml; NAMESPACE=N writes namespace N (--config);
-# RUN_TESTS=0 skips the GPU tests; TIERS (default "smoke full") names the tiers of scripts/gpu_tests.py
+# AS_TYPED=1 runs the README's main command word for word (`snakemake --cores 1 report`, no
+# other option); RUN_TESTS=0 skips the GPU tests; TIERS (default "smoke full") names the tiers of scripts/gpu_tests.py
 # to run, TEST_ARGS narrows them (pytest arguments); STATS=1 runs nsys stats on every
 # capture; PIPELINE=0 skips the pipeline; CORES (default 4); GPU_SLOTS=K lets K GPU jobs start at
 # once (on one GPU the lock still lets one measure at a time: the others import and wait);
@@ -34,7 +35,11 @@ if [ "${RUN_TESTS:-1}" = 1 ]; then
 fi
 if [ "${PIPELINE:-1}" = 1 ]; then
   t1=$(date +%s)
-  timeout -s INT "${SNAKE_TIMEOUT:-540}" snakemake "${@:-report}" --cores "${CORES:-4}" ${GPU_SLOTS:+--resources gpu="$GPU_SLOTS"} --keep-going --rerun-incomplete ${CONFIGFILE:+--configfile "$CONFIGFILE"} ${NAMESPACE:+--config namespace="$NAMESPACE"} >> "$OUT/snakemake.txt" 2>&1
+  if [ "${AS_TYPED:-0}" = 1 ]; then  # the README's main command, word for word
+    timeout -s INT "${SNAKE_TIMEOUT:-540}" snakemake --cores 1 report >> "$OUT/snakemake.txt" 2>&1
+  else
+    timeout -s INT "${SNAKE_TIMEOUT:-540}" snakemake "${@:-report}" --cores "${CORES:-4}" ${GPU_SLOTS:+--resources gpu="$GPU_SLOTS"} --keep-going --rerun-incomplete ${CONFIGFILE:+--configfile "$CONFIGFILE"} ${NAMESPACE:+--config namespace="$NAMESPACE"} >> "$OUT/snakemake.txt" 2>&1
+  fi
   rc=$?
   grep -E "Error in rule|steps \(|CheckFailed|check failed|no CUDA|not found" "$OUT/snakemake.txt" | tail -25
   echo "snakemake: $(( $(date +%s) - t1 )) s, rc=$rc" | tee -a "$OUT/snakemake.txt"

@@ -6,13 +6,13 @@ read and print through these; the trust rules' own notes come from harness/table
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from typing import Any
 
 from harness.report import safe
 from harness.tables import trust
+from harness.tables.cells import integer, missing, number, text, truth  # noqa: F401 (words' own vocabulary)
 
 IMPL_ORDER = ["cuda", "triton", "torch", "external"]
 IMPL_LABEL = {"cuda": "cuda (ours, CUDA C++)", "triton": "triton (ours, Triton)", "torch": "torch (library)",
@@ -22,51 +22,6 @@ LIBRARY = "torch"
 
 NOT_RANKED = "not ranked"
 """The verdict of a ratio over the control that the controls table does not rank."""
-
-
-def missing(value: Any) -> bool:
-    """None, NaN or pandas' NA."""
-    if value is None:
-        return True
-    if isinstance(value, float) and math.isnan(value):
-        return True
-    return type(value).__name__ in ("NAType", "NaTType")
-
-
-def number(value: Any) -> float | None:
-    """A finite float, or None."""
-    if missing(value) or isinstance(value, bool):
-        return None
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return out if math.isfinite(out) else None
-
-
-def integer(value: Any) -> int | None:
-    """A whole number, or None."""
-    v = number(value)
-    return None if v is None else round(v)
-
-
-def text(value: Any) -> str | None:
-    """Text of a table cell, None where it is empty."""
-    return None if missing(value) or str(value) == "" else str(value)
-
-
-def truth(value: Any) -> bool | None:
-    """A boolean cell (True/False, true/false, 1/0), None where it is empty."""
-    if missing(value):
-        return None
-    if isinstance(value, str):
-        low = value.strip().lower()
-        if low in ("true", "1", "yes"):
-            return True
-        if low in ("false", "0", "no"):
-            return False
-        return None
-    return bool(value)
 
 
 def num(value: Any, digits: int = 2) -> str:

@@ -1,26 +1,21 @@
 """The phrases the trust rules write into their tables (controls.csv and drift.csv notes, the flag
 lines): numbers in µs and percent, lists joined with 'and', NVML's flags said once, and sentences
-that end with exactly one period. Also the cell readers those rules share (a missing value, a
-boolean cell, a float cell)."""
+that end with exactly one period. The cell readers those rules share are harness.tables.cells',
+under the names the rules use (`_missing`, `_float`, `_truthy`)."""
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable
 from typing import Any
 
-import pandas as pd
-
-
-def _missing(value: Any) -> bool:
-    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+from harness.tables import cells
+from harness.tables.cells import missing as _missing
+from harness.tables.cells import number as _float
 
 
 def _truthy(value: Any) -> bool:
-    if isinstance(value, str):
-        return value.strip().lower() in ("true", "1", "yes")
-    return bool(value) and not _missing(value)
+    return cells.truth(value) is True
 
 
 def _clause(text: Any) -> str:
@@ -89,15 +84,5 @@ def and_(items: Iterable[str]) -> str:
 def flag_clause(text: Any) -> str:
     """NVML's flags of a table cell made fit to sit inside a sentence ('' where there are none)."""
     return "" if _missing(text) or not str(text).strip() else _flag_text([text])
-
-
-def _float(value: Any) -> float | None:
-    if _missing(value):
-        return None
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(out) else out
 
 

@@ -280,6 +280,14 @@ def load(path: str | Path = ROOT / "config.yaml", *overrides: str | Path) -> dic
     return validate(raw)
 
 
+def check_file(path: str | Path) -> None:
+    """ConfigError (one sentence) where a config file is one `load` refuses: larger than
+    MAX_CONFIG_BYTES, not UTF-8, nested too deep, an alias bomb, not a mapping. The Snakefile asks
+    it of every --configfile, which Snakemake has merged into its config already, so the run and
+    `python -m harness config` refuse the same files."""
+    _read(path)
+
+
 def _read(path: str | Path) -> dict[str, Any]:
     try:
         with open(path, "rb") as fh:

@@ -259,6 +259,20 @@ def test_a_config_larger_than_the_limit_is_refused_unread(tmp_path: Path) -> Non
                                "is; it is refused unread.\n")
 
 
+def test_the_run_refuses_a_configfile_larger_than_the_limit_as_the_validator_does(tmp_path: Path) -> None:
+    """A --configfile over the limit that Snakemake itself reads (its keys valid, a long comment)
+    was taken by the run and refused by `python -m harness config`: both refuse it now."""
+    import subprocess
+    import sys
+
+    big = tmp_path / "big.yaml"
+    big.write_text("seed: 7\n# " + "a" * (config.MAX_CONFIG_BYTES + 10) + "\n")
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "report", "--configfile", str(big)],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert f"config: {big} is larger than {config.MAX_CONFIG_BYTES} bytes" in proc.stderr
+
+
 def test_the_validator_refuses_what_the_run_refuses(tmp_path: Path) -> None:
     """`python -m harness config` accepted `trust.earlier: nosuch`, which the run refuses."""
     override = tmp_path / "earlier.yaml"

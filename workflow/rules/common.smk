@@ -20,6 +20,9 @@ from harness.errors import ConfigError  # noqa: E402
 from harness.tables.derive import TABLES as TABLE_NAMES  # noqa: E402
 
 try:
+    # each --configfile, as `python -m harness config` reads it
+    for given in workflow.overwrite_configfiles:
+        hconfig.check_file(given)
     CFG = hconfig.validate(config)
 except ConfigError as exc:
     print(exc, file=sys.stderr)

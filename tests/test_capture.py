@@ -153,3 +153,74 @@ def test_isolation_is_refused_cleanly_without_unshare(monkeypatch: pytest.Monkey
     finally:
         monkeypatch.undo()
         tools.isolation.cache_clear()
+
+
+NSYS_LIKE = """#!{python}
+# Writes what Nsight Systems writes of the environment: the environment of every process above it
+# (as /proc shows it) into the report and into the export's StringIds, then exits 0.
+import os, sqlite3, sys
+from pathlib import Path
+argv = sys.argv[1:]
+base = Path(argv[argv.index("--output") + 1])
+blocks, pid = [], os.getppid()
+while pid > 0:
+    try:
+        blocks.append(open(f"/proc/{{pid}}/environ", "rb").read().replace(b"\\0", b"\\n").decode(errors="replace"))
+        status = open(f"/proc/{{pid}}/status").read()
+    except OSError:
+        break
+    pid = int(next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:")))
+base.with_name(base.name + ".nsys-rep").write_text("\\n".join(blocks))
+conn = sqlite3.connect(base.with_name(base.name + ".sqlite"))
+conn.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL)")
+conn.executemany("INSERT INTO StringIds (value) VALUES (?)", [(b,) for b in blocks])
+conn.commit()
+conn.close()
+"""
+
+PROFILE = """
+import json, sys
+from pathlib import Path
+from harness.measure import capture
+out = Path(sys.argv[2])
+info = capture.profile_group(sys.argv[1], ["cuda"], [], out / "plan.json", out / "capture.nsys-rep",
+                             out / "capture.sqlite", out / "log.txt", 60)
+print(json.dumps({k: info[k] for k in ("isolation", "report_withheld")}))
+"""
+
+
+@pytest.mark.parametrize("isolated", [True, False])
+def test_a_raw_report_is_kept_only_where_no_process_above_the_tool_holds_a_secret(tmp_path: Path,
+                                                                                 isolated: bool) -> None:
+    """A stand-in nsys that copies the environment of every process above it, as nsys does, under
+    the measure step's own call (`capture.profile_group`), started by a process whose environment
+    holds a secret: in a process namespace the raw report is kept and holds no secret; without one
+    the fresh export holds it, so the raw report is deleted and the record says why."""
+    import json
+    import secrets
+    import subprocess
+    import sys
+
+    if isolated and not tools.isolation():
+        pytest.skip("this machine allows no process namespace (harness.tools.isolation)")
+    nsys = tmp_path / "nsys"
+    nsys.write_text(NSYS_LIKE.format(python=sys.executable))
+    nsys.chmod(0o755)
+    secret = "tok_" + secrets.token_hex(16)
+    env = {**os.environ, "AWS_SECRET_ACCESS_KEY": secret}
+    if not isolated:
+        env["EVIDENCE_NO_ISOLATION"] = "1"
+    proc = subprocess.run([sys.executable, "-c", PROFILE, str(nsys), str(tmp_path)], env=env, capture_output=True,
+                          text=True, timeout=120, cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    info = json.loads(proc.stdout.strip().splitlines()[-1])
+    report, export = tmp_path / "capture.nsys-rep", tmp_path / "capture.sqlite"
+    assert secret.encode() not in export.read_bytes()  # scrubbed either way
+    if isolated:
+        assert info["isolation"].startswith("process namespace") and info["report_withheld"] == []
+        assert report.is_file() and secret.encode() not in report.read_bytes()
+    else:
+        assert info["isolation"].startswith("none:") and not report.exists()
+        (withheld,) = info["report_withheld"]
+        assert withheld.startswith("capture.nsys-rep: deleted, its export held the value of ") and \
+            "AWS_SECRET_ACCESS_KEY" in withheld

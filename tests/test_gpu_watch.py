@@ -158,3 +158,22 @@ def test_the_sampler_flags_another_jobs_process_and_not_the_captured_one() -> No
         pass
     (flag,) = shared.flags()
     assert flag.startswith("another compute process ran beside the captured one (1 at once; pids seen [31337])")
+
+
+def test_a_process_once_the_measurements_own_stays_its_own_after_it_leaves_the_lineage() -> None:
+    """NVML listed the group process for a moment after it exited (gone from /proc, so no longer
+    a descendant): it was counted as another job's and the capture flagged as shared."""
+    lineages = iter([{os.getpid(), 2969}, {os.getpid(), 2969}, {os.getpid()}, {os.getpid()}])
+    read = others_only(lambda: {**reading(procs=1), "pids": [2969]}, lambda: next(lineages))
+    assert read()["other_processes"] == 0 and read()["other_processes"] == 0
+    assert read()["other_pids"] == []  # 2969 has left the lineage, and is still the measurement's
+    stranger = others_only(lambda: {**reading(procs=1), "pids": [4242]}, lambda: {os.getpid()})
+    assert stranger()["other_pids"] == [4242]  # one never in the lineage is another job's
+
+
+def test_the_sampler_does_not_flag_the_group_process_as_it_exits() -> None:
+    lineages = iter([{os.getpid(), 2969}] * 3 + [{os.getpid()}] * 1000)
+    sampler = Sampler(others_only(lambda: {**reading(procs=1), "pids": [2969]}, lambda: next(lineages)), 0.001)
+    for _ in range(6):
+        sampler.take()
+    assert sampler.max_others == 0 and sampler.flags() == []

@@ -84,18 +84,23 @@ def lineage(pid: int | None = None) -> set[int]:
 
 
 def others_only(read: Reader, own: Callable[[], set[int]] = lineage) -> Reader:
-    """`read` with `other_processes` and `other_pids` added: the compute processes outside `own()`
-    (read at each call, as the measurement starts its children). `compute_processes` and `pids`
+    """`read` with `other_processes` and `other_pids` added: the compute processes outside the
+    measurement's own. `own()` is read at each call, as the measurement starts its children, and
+    a process once found among them stays the measurement's for the life of this reader: NVML may
+    still list the group process for a moment after it exited and left /proc (no longer anyone's
+    descendant), which flagged a capture as shared with "another" process (h200-ops-5,
+    neighbor_aggregation 65536x1048576x16: one pid, 69 samples). A process never in the lineage,
+    one of another job or of another container, is still another. `compute_processes` and `pids`
     stay as NVML gave them."""
+    seen: set[int] = set()
 
     def read_others() -> State:
         state = read()
         if "pids" not in state:
             return state
-        mine = own()
-        others = [pid for pid in state["pids"] if pid not in mine]
+        seen.update(own())
+        others = [pid for pid in state["pids"] if pid not in seen]
         return {**state, "other_processes": len(others), "other_pids": others}
-
     return read_others
 
 

@@ -88,8 +88,8 @@ def others_only(read: Reader, own: Callable[[], set[int]] = lineage) -> Reader:
     measurement's own. `own()` is read at each call, as the measurement starts its children, and
     a process once found among them stays the measurement's for the life of this reader: NVML may
     still list the group process for a moment after it exited and left /proc (no longer anyone's
-    descendant), which flagged a capture as shared with "another" process (h200-ops-5,
-    neighbor_aggregation 65536x1048576x16: one pid, 69 samples). A process never in the lineage,
+    descendant), which flagged a capture as shared with "another" process that was the group's
+    own (one pid over the whole capture). A process never in the lineage,
     one of another job or of another container, is still another. `compute_processes` and `pids`
     stay as NVML gave them."""
     seen: set[int] = set()

@@ -101,7 +101,7 @@ def writes_into(name: str, outputs: Iterable[str | Path], root: str | Path = ROO
     root = Path(root).resolve()
     inside = (root / "artifacts" / check_name(name), root / "report" / name)
     for out in outputs:
-        path = (root / out).resolve() if not Path(out).is_absolute() else Path(out).resolve()
+        path = (root / out).resolve()  # an absolute `out` stays itself under /
         if any(path == folder or folder in path.parents for folder in inside):
             return True
     return False

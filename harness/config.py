@@ -350,11 +350,17 @@ def shapes(cfg: Mapping[str, Any], op: str) -> list[str]:
     return out
 
 
+def base_implementations(cfg: Mapping[str, Any], op: str) -> list[str]:
+    """The implementations of one operation by kind (ours in CUDA and Triton, the library's, an
+    external kernel): its own list, else the top-level one; no variant, no baseline revision."""
+    return list(cfg["operations"][op].get("implementations") or cfg["implementations"])
+
+
 def implementations(cfg: Mapping[str, Any], op: str) -> list[str]:
-    """The implementations compared for one operation: its own list, else the top-level one, then
+    """The implementations compared for one operation: its base implementations, then
     the variants of it this run enables (named '<base>.<variant>', e.g. 'cuda.min_blocks_16'), then
     ours at each baseline revision (named '<impl>@<label>', e.g. 'cuda@main'; harness.baseline)."""
-    base = list(cfg["operations"][op].get("implementations") or cfg["implementations"])
+    base = base_implementations(cfg, op)
     at = [f"{impl}{baseline.SEPARATOR}{label}" for label in baseline_labels(cfg) for impl in base if impl in ops.OURS]
     return base + variant_impls(cfg, op) + at
 

@@ -3,8 +3,9 @@
     python3 scripts/gpu_tests.py smoke     # every operation x implementation once, one end-to-end run
     python3 scripts/gpu_tests.py full      # the whole GPU suite
 
-Each tier runs `python3 -m pytest -q -p no:cacheprovider -m <its marker>` (extra arguments after
-`--` are passed on), prints its wall time, and adds a section to
+Each tier runs `python3 -m pytest -q -p no:cacheprovider -m <its marker> [its files]` (extra
+arguments after `--` are passed on; test paths among them replace the tier's files), prints its
+wall time, and adds a section to
 `docs/evidence/gpu-tests/<full commit>.txt`: the commit, the GPU and its driver, the nsys and ncu
 versions, the Python packages, the tier, the wall time, pytest's summary line and its slowest
 test phases (`--durations`, where the wall time went). The commit is
@@ -35,6 +36,25 @@ TIERS = {"smoke": "gpu and smoke", "full": "gpu"}
 
 TARGET_S = {"smoke": 60, "full": 180}
 """The wall time each tier is meant to stay within on one H200."""
+
+SMOKE_MARK = re.compile(r"\bmark\.smoke\b")
+
+
+def tier_files(tier: str, tests: Path = ROOT / "tests") -> list[str]:
+    """The test files a tier collects, relative to the repository root; [] for all of tests/.
+    The smoke tier collects only the files that mark a test `smoke` (collecting all of tests/
+    costs seconds of a one-minute tier), the end-to-end run last: it then starts where the
+    generic test left a CUDA context and the JIT caches (Triton's, CuPy's), as the pipeline's
+    groups do after a namespace's build."""
+    if tier != "smoke":
+        return []
+    files = [p for p in sorted(tests.glob("test_*.py")) if SMOKE_MARK.search(p.read_text())]
+    return [str(p.relative_to(ROOT)) for p in sorted(files, key=lambda p: "end_to_end" in p.name)]
+
+
+def names_paths(args: list[str]) -> bool:
+    """Whether pytest arguments name a test path (a file or folder that exists, or a node id in one)."""
+    return any(not a.startswith("-") and (ROOT / a.split("::")[0]).exists() for a in args)
 
 SUMMARY = re.compile(r"^=*\s*(\d+ (passed|failed|skipped|error|errors|deselected)\b.*?)\s*=*$")
 
@@ -117,7 +137,8 @@ def main(argv: list[str]) -> int:
     ours, passed_on = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     args = parser.parse_args(ours)
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--durations={SLOWEST}",
-               "--durations-min=0.5", "-m", TIERS[args.tier], *passed_on]
+               "--durations-min=0.5", "-m", TIERS[args.tier],
+               *([] if names_paths(passed_on) else tier_files(args.tier)), *passed_on]
     start = time.monotonic()
     lines: list[str] = []
     with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:

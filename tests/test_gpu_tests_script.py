@@ -53,3 +53,27 @@ def test_the_slowest_phases_are_pytests_durations_slowest_first() -> None:
                                       "3.2 s tests/a.py::t1 (setup)", "0.5 s tests/a.py::t1 (teardown)"]
     assert gpu_tests.slowest(out, 1) == ["41.1 s tests/test_end_to_end_gpu.py::test_main[x] (call)"]  # type: ignore[attr-defined]
     assert gpu_tests.slowest("no durations\n") == []  # type: ignore[attr-defined]
+
+
+def _collected(*args: str) -> set[str]:
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                           "-m", "gpu and smoke", *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return {line for line in proc.stdout.splitlines() if "::" in line}
+
+
+def test_the_smoke_tiers_files_hold_every_smoke_test_and_the_end_to_end_run_comes_last() -> None:
+    gpu_tests = load()
+    files = gpu_tests.tier_files("smoke")  # type: ignore[attr-defined]
+    assert files[-1] == "tests/test_end_to_end_gpu.py" and "tests/test_ops_gpu.py" in files
+    assert gpu_tests.tier_files("full") == []  # type: ignore[attr-defined]
+    everywhere = _collected()
+    assert everywhere and _collected(*files) == everywhere
+
+
+def test_test_paths_after_the_separator_replace_the_tiers_files() -> None:
+    gpu_tests = load()
+    assert gpu_tests.names_paths(["tests/test_gpu_watch.py"])  # type: ignore[attr-defined]
+    assert gpu_tests.names_paths(["-x", "tests/test_ops_gpu.py::test_every_implementation_matches_its_reference"])  # type: ignore[attr-defined]
+    assert not gpu_tests.names_paths(["-x", "-k", "layernorm"])  # type: ignore[attr-defined]
+    assert not gpu_tests.names_paths(["tests/no_such_file.py"])  # type: ignore[attr-defined]

@@ -4,7 +4,9 @@ and at the operation's TEST_SHAPES (its edge shapes: zero rows, tails, widths no
 long rows), through the pipeline's own check; its bound call returns its output tensor and
 launches again on the same inputs with the same result.
 
-The default-shape cases are the smoke tier (`-m smoke`): every operation x implementation once.
+The default-shape cases of each operation's base implementations (ours, the library's, an
+external kernel; config.base_implementations) are the smoke tier (`-m smoke`): every operation x
+implementation once; the variants, named builds of the same CUDA source, run in the full tier.
 A new operation needs nothing here: it is found by its folder."""
 
 from __future__ import annotations
@@ -33,12 +35,17 @@ def is_default(op: str, shape: str) -> bool:
     return shape == CFG["operations"].get(op, {}).get("default")
 
 
+def is_smoke(op: str, shape: str, impl: str) -> bool:
+    """The smoke tier's case of an operation and implementation (module docstring)."""
+    return is_default(op, shape) and impl in config.base_implementations(CFG, op)
+
+
 def params_of(op: str) -> dict:
     return CFG["operations"].get(op) or {"tolerance": {"atol": 1e-4, "rtol": 1e-4}}
 
 
 @pytest.mark.parametrize(("op", "shape", "impl"),
-                         [pytest.param(*c, marks=pytest.mark.smoke) if is_default(c[0], c[1]) else c for c in cases()])
+                         [pytest.param(*c, marks=pytest.mark.smoke) if is_smoke(*c) else c for c in cases()])
 def test_every_implementation_matches_its_reference(op: str, shape: str, impl: str) -> None:
     record = run_check(op, shape, impl, params_of(op), CFG["seed"])
     assert record["passed"], failure(record)

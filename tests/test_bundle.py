@@ -637,11 +637,36 @@ def test_a_bundle_name_with_control_characters_is_escaped(tmp_path: Path, capsys
     assert "\x1b" not in err and "\x07" not in err and "\\x1b]0;owned\\x07.tar.gz" in err
 
 
+def test_the_commit_given_to_a_copy_without_git_stays_in_the_bundle_and_verifies(pipeline, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """On a machine whose copy of the tree has no .git, EVIDENCE_GIT_COMMIT names the commit
+    (harness.report.provenance.git_state): the provenance and the reports hold its value by design,
+    so the bundle keeps it where they have it, and the bundle verifies (it once withheld it, and
+    the reports rendered again from the withheld provenance differed from the bundled ones)."""
+    root = make_namespace(pipeline, tmp_path / "repo")
+    commit = "d3" * 20
+    where = root / "artifacts" / NS / "provenance.json"
+    provenance = json.loads(where.read_text())
+    provenance["git"] = {"commit": commit, "dirty": None, "source": "EVIDENCE_GIT_COMMIT"}
+    where.write_text(json.dumps(provenance, indent=1))
+    cfg = config.validate(provenance["config"])
+    render_namespace(cfg, table_inputs(root / "artifacts" / NS),
+                     output_paths(NS, list(cfg["operations"]), root / "artifacts", root / "report"))
+    assert commit in (root / "report" / NS / "field_note.md").read_text()
+    environ = {"EVIDENCE_GIT_COMMIT": commit, "EVIDENCE_GIT_DIRTY": "uncommitted", "PATH": "/usr/bin:/bin"}
+    notes: list[str] = []
+    out = bundle.make_bundle(NS, tmp_path / "out" / f"{NS}.tar.gz", root=root, notes=notes, environ=environ)
+    files = members(out)
+    assert commit.encode() in files[f"report/{NS}/field_note.md"] and commit.encode() in files[f"artifacts/{NS}/provenance.json"]
+    assert not any("withheld" in note for note in notes), notes
+    assert verifier.verify(out) == []
+
+
 def test_the_values_searched_for_are_credentials_not_descriptions() -> None:
     """The environment of the command and any the provenance records; not the host's name (the
     provenance records it by design), plain numbers, short values, or the capture's allowlist."""
     env = {"AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG/bPxR", "HOSTNAME": "gpu-node-01.cluster",
-           "SOURCE_DATE_EPOCH": "1796160759", "X": "1", "PATH": "/usr/bin:/bin"}
+           "SOURCE_DATE_EPOCH": "1796160759", "X": "1", "PATH": "/usr/bin:/bin",
+           "EVIDENCE_GIT_COMMIT": "ab" * 20, "EVIDENCE_GIT_DIRTY": "uncommitted"}
     provenance = {"capture": {"environment": {"RECORDED_TOKEN": "rec_" + "z" * 20}}}
     assert bundle.secret_values(provenance, env) == {"AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG/bPxR",
                                                      "RECORDED_TOKEN": "rec_" + "z" * 20}

@@ -12,6 +12,12 @@ test phases (`--durations`, where the wall time went). The commit is
 EVIDENCE_GIT_COMMIT where it is set (a copy without .git, as on the lent GPU machine), else git's
 HEAD. `--out DIR` also writes the file into DIR (the device tool's $OUT). The exit status is
 pytest's. Commit the file: it is how a reviewer knows the GPU path passed at that commit.
+
+`--prime` first pays, timed apart from the tier and written into its section, what a fresh
+machine pays once and a developer's machine paid long ago: the bytecode of the packages installed
+without it (`pip install --no-compile`, as the lent GPU machine's carried packages are; a plain
+install compiles it), and the first start of nsys and of ncu, each on a process that launches one
+kernel.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -78,6 +85,38 @@ def slowest(output: str, n: int = SLOWEST) -> list[str]:
     return [f"{s:.1f} s {test} ({phase})" for s, test, phase in sorted(found, reverse=True)[:n]]
 
 
+PRIME_CODE = "import torch; x = torch.ones(1 << 20, device='cuda'); print(float((x * 2).sum()))"
+"""The process nsys and ncu start once in `prime`: one kernel (and torch's own) on the GPU."""
+
+
+def _timed(argv: list[str], cwd: Path) -> str:
+    """Run `argv` (output discarded); '<seconds> s', or why it could not run."""
+    start = time.monotonic()
+    try:
+        proc = subprocess.run(argv, cwd=cwd, capture_output=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"not run ({type(exc).__name__})"
+    took = f"{time.monotonic() - start:.1f} s"
+    return took if proc.returncode == 0 else f"{took}, exit status {proc.returncode}"
+
+
+def prime(work: Path) -> str:
+    """A fresh machine's one-time costs (module docstring), each timed: one line for the evidence."""
+    parts = []
+    uncompiled = [d for d in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                  if d and Path(d).is_dir() and Path(d).resolve() != ROOT and os.access(d, os.W_OK)]
+    parts.append(f"bytecode of {', '.join(uncompiled)} " + _timed([sys.executable, "-m", "compileall", "-q", "-j", "0",
+                                                                   *uncompiled], work)
+                 if uncompiled else "no package folder on PYTHONPATH to compile")
+    for tool, args in (("nsys", ["profile", "--trace", "cuda", "--sample", "none", "--cpuctxsw", "none",
+                                 "--force-overwrite", "true", "--export", "sqlite", "-o", str(work / "prime")]),
+                       ("ncu", ["--clock-control", "none", "--metrics", "gpu__time_duration.sum"])):
+        path = shutil.which(tool)
+        parts.append(f"first {tool} start " + (_timed([path, *args, sys.executable, "-c", PRIME_CODE], work)
+                                              if path else "skipped (not found)"))
+    return "; ".join(parts)
+
+
 def commit() -> str:
     """The full commit the tree is at (module docstring)."""
     given = os.environ.get("EVIDENCE_GIT_COMMIT", "")
@@ -116,14 +155,15 @@ def machine() -> dict[str, str]:
 
 
 def section(tier: str, facts: dict[str, str], wall_s: float, summary: str, rc: int,
-            slow: list[str] | None = None) -> str:
+            slow: list[str] | None = None, primed: str = "") -> str:
     """The evidence file's section for one tier run."""
     packages = ", ".join(f"{k} {v}" for k, v in versions().items())
     return (f"tier: {tier} (pytest -m '{TIERS[tier]}'; meant to take at most {TARGET_S[tier]} s)\n"
             f"date: {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n"
             f"gpu: {facts['gpu']}\ndriver: {facts['driver']}\nnsys: {facts['nsys']}\nncu: {facts['ncu']}\n"
             f"packages: {packages}\n"
-            f"wall time: {wall_s:.1f} s\npytest exit status: {rc}\npytest: {summary or '(no summary line)'}\n"
+            + (f"primed before the tier, outside its wall time: {primed}\n" if primed else "")
+            + f"wall time: {wall_s:.1f} s\npytest exit status: {rc}\npytest: {summary or '(no summary line)'}\n"
             + "".join(f"slowest: {line}\n" for line in slow or []))
 
 
@@ -132,6 +172,8 @@ def main(argv: list[str]) -> int:
                                      "after -- go to pytest.")
     parser.add_argument("tier", choices=sorted(TIERS))
     parser.add_argument("--out", help="also write the evidence file into this folder")
+    parser.add_argument("--prime", action="store_true",
+                        help="first pay a fresh machine's one-time costs, timed apart (module docstring)")
     parser.add_argument("--evidence-dir", default=str(ROOT / "docs" / "evidence" / "gpu-tests"),
                         help="where the evidence file goes (default docs/evidence/gpu-tests)")
     ours, passed_on = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
@@ -139,6 +181,11 @@ def main(argv: list[str]) -> int:
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--durations={SLOWEST}",
                "--durations-min=0.5", "-m", TIERS[args.tier],
                *([] if names_paths(passed_on) else tier_files(args.tier)), *passed_on]
+    primed = ""
+    if args.prime:
+        with tempfile.TemporaryDirectory(prefix="gpu-tests-prime-") as work:
+            primed = prime(Path(work))
+        print(f"primed: {primed}")
     start = time.monotonic()
     lines: list[str] = []
     with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
@@ -152,7 +199,7 @@ def main(argv: list[str]) -> int:
     print(f"gpu tests, {args.tier} tier: {wall:.1f} s (meant to take at most {TARGET_S[args.tier]} s): {summary}")
     at = commit()
     header = f"commit: {at}\n"
-    text = section(args.tier, machine(), wall, summary, proc.returncode, slowest("".join(lines)))
+    text = section(args.tier, machine(), wall, summary, proc.returncode, slowest("".join(lines)), primed)
     folders = [Path(args.evidence_dir)] + ([Path(args.out)] if args.out else [])
     for folder in folders:
         folder.mkdir(parents=True, exist_ok=True)

@@ -29,8 +29,15 @@ echo "namespace: $ns" | tee -a "$OUT/env.txt"
 rc=0
 if [ "${RUN_TESTS:-1}" = 1 ]; then
   # each tier adds its section to docs/evidence/gpu-tests/<commit>.txt, copied to $OUT/gpu-tests/ to commit
+  # the first tier is primed (scripts/gpu_tests.py --prime: a fresh machine's one-time costs, timed apart)
+  prime=--prime
   for tier in ${TIERS:-smoke full}; do
-    python3 scripts/gpu_tests.py "$tier" --out "$OUT/gpu-tests" ${TEST_ARGS:+-- $TEST_ARGS} 2>&1 | tee -a "$OUT/gpu-tests.txt" | tail -25
+    python3 scripts/gpu_tests.py "$tier" $prime --out "$OUT/gpu-tests" ${TEST_ARGS:+-- $TEST_ARGS} 2>&1 | tee -a "$OUT/gpu-tests.txt" | tail -25
+    prime=
+  done
+  # where each end-to-end test's run spent its time (pytest keeps its last folders)
+  for repo in /tmp/pytest-of-*/pytest-*/test_the_main_command*/repo; do
+    [ -d "$repo/artifacts" ] && (cd "$repo" && echo "== $repo" && python3 -m harness job-times gpu-smoke) 2>&1 | tee -a "$OUT/gpu-tests.txt" | tail -14
   done
 fi
 if [ "${PIPELINE:-1}" = 1 ]; then
@@ -60,7 +67,7 @@ if [ "${PIPELINE:-1}" = 1 ] && [ -f "report/$ns/field_note.md" ]; then
   { python3 -m harness bundle "$ns" --out "/tmp/$ns.evidence.tar.gz" --force && ls -la "/tmp/$ns.evidence.tar.gz" \
       && python3 -m harness verify "/tmp/$ns.evidence.tar.gz"; echo "bundle and verify: exit $?"; } 2>&1 | tail -8 | tee "$OUT/bundle.txt"
 fi
-tar czf "$OUT/evidence.tgz" --exclude='*.nsys-rep' --exclude='*.ncu-rep' --exclude='capture.sqlite' --exclude='build' \
+tar czf "$OUT/evidence.tgz" --exclude='*.nsys-rep' --exclude='*.ncu-rep' --exclude='capture.sqlite' --exclude="artifacts/$ns/build" \
   "artifacts/$ns" "report/$ns" -C /tmp stats 2>/dev/null
 ls -la "$OUT"
 exit "$rc"

@@ -4,9 +4,13 @@ and writes the evidence file named by the commit with the tier, wall time and th
 from __future__ import annotations
 
 import importlib.util
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from harness import ROOT
 
@@ -77,3 +81,36 @@ def test_test_paths_after_the_separator_replace_the_tiers_files() -> None:
     assert gpu_tests.names_paths(["-x", "tests/test_ops_gpu.py::test_every_implementation_matches_its_reference"])  # type: ignore[attr-defined]
     assert not gpu_tests.names_paths(["-x", "-k", "layernorm"])  # type: ignore[attr-defined]
     assert not gpu_tests.names_paths(["tests/no_such_file.py"])  # type: ignore[attr-defined]
+
+
+def test_prime_times_the_bytecode_and_each_tools_first_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--prime compiles the packages on PYTHONPATH that lack bytecode and starts nsys and ncu once,
+    each timed; a tool that is missing or fails is said to be, and the tier still runs."""
+    gpu_tests = load()
+    site = tmp_path / "site"
+    (site / "pkg").mkdir(parents=True)
+    (site / "pkg" / "__init__.py").write_text("X = 1\n")
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "nsys").write_text("#!/bin/sh\nexit 0\n")
+    (tools / "ncu").write_text("#!/bin/sh\nexit 3\n")
+    for tool in ("nsys", "ncu"):
+        (tools / tool).chmod(0o755)
+    monkeypatch.setenv("PYTHONPATH", f"{ROOT}{os.pathsep}{site}")
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}/usr/bin:/bin")
+    line = gpu_tests.prime(tmp_path)  # type: ignore[attr-defined]
+    assert re.fullmatch(rf"bytecode of {re.escape(str(site))} \d+\.\d s; first nsys start \d+\.\d s; "
+                        r"first ncu start \d+\.\d s, exit status 3", line), line
+    assert list((site / "pkg" / "__pycache__").glob("__init__.*.pyc"))
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    assert gpu_tests.prime(tmp_path) == ("no package folder on PYTHONPATH to compile; "  # type: ignore[attr-defined]
+                                         "first nsys start skipped (not found); first ncu start skipped (not found)")
+
+
+def test_a_primed_tier_says_so_in_its_section() -> None:
+    gpu_tests = load()
+    facts = {"gpu": "g", "driver": "d", "nsys": "n", "ncu": "c"}
+    text = gpu_tests.section("smoke", facts, 50.0, "1 passed in 49.0s", 0, [], "first nsys start 4.0 s")  # type: ignore[attr-defined]
+    assert "primed before the tier, outside its wall time: first nsys start 4.0 s\nwall time: 50.0 s\n" in text
+    assert "primed" not in gpu_tests.section("smoke", facts, 50.0, "", 0)  # type: ignore[attr-defined]

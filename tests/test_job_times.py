@@ -62,3 +62,21 @@ def test_a_benchmark_that_is_not_utf8_is_one_sentence(tmp_path: Path, capsys: py
     code = cli(["job-times", "ns-1", "--artifacts", str(tmp_path / "artifacts")])
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.count("\n") == 0 and "layernorm.tsv is not UTF-8" in err, err
+
+
+def test_a_job_without_its_benchmark_file_here_keeps_its_row(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A copy that left some benchmark files out (an archive that dropped benchmarks/build/) does not
+    shrink the table: the jobs found are updated, the others kept, and the sentence says so."""
+    ns = tmp_path / "artifacts" / "ns-1"
+    (ns / "benchmarks" / "measure").mkdir(parents=True)
+    (ns / "benchmarks" / "measure" / "layernorm.tsv").write_text("s\th:m:s\tmax_rss\tcpu_time\n4.5\t0:00:04\t100\t3.0\n")
+    (ns / "tables").mkdir()
+    recorded = [{"rule": "build", "job": "layernorm", "seconds": 9.0, "cpu_seconds": 8.0, "max_rss_mb": 50.0},
+                {"rule": "measure", "job": "layernorm", "seconds": 2.5, "cpu_seconds": 1.0, "max_rss_mb": None}]
+    job_times.write_csv(recorded, job_times.COLUMNS, ns / "tables" / "job_times.csv")
+    assert cli(["job-times", "ns-1", "--artifacts", str(tmp_path / "artifacts")]) == 0
+    assert job_times.read_rows(ns / "tables" / "job_times.csv") == [
+        recorded[0], {"rule": "measure", "job": "layernorm", "seconds": 4.5, "cpu_seconds": 3.0, "max_rss_mb": 100.0}]
+    out = capsys.readouterr().out
+    assert "1 job(s) of ns-1's job_times.csv have no benchmark file here; their rows are kept." in out
+    assert f"{'all jobs':<16} {2:>5} {13.5:>9.1f}" in out

@@ -6,6 +6,8 @@ artifacts/<ns>/benchmarks/) beside the commands that ran (artifacts/<ns>/command
 total beside each command's wall time. The sum of the jobs is the work; the wall time of the
 command is what the user waited (the difference is Snakemake's own start-up and scheduling).
 
+Where the table exists already, a job of it that has no benchmark file here (a copy that left
+some out) keeps its row, and the sentence says how many did: the table never loses a job.
 A namespace without benchmarks/ (a fresh clone: they are not committed) is answered from its
 committed tables/job_times.csv, which is then read, never rewritten; a namespace with neither says
 so in one sentence and lists its commands' wall times, which is all its run recorded.
@@ -72,6 +74,17 @@ def _read(path: Path, delimiter: str) -> list[dict[str, Any]]:
         raise EvidenceError(f"job-times: {path} cannot be read as a table ({exc}).") from None
 
 
+def merged(found: list[dict[str, Any]], recorded: list[dict[str, Any]], ns: str) -> list[dict[str, Any]]:
+    """The rows of the benchmark files found, and each recorded row of a job they lack (module
+    docstring), in the order of (rule, job) where any is kept."""
+    seen = {(r["rule"], r["job"]) for r in found}
+    kept = [r for r in recorded if (r["rule"], r["job"]) not in seen]
+    if not kept:
+        return found
+    print(f"job-times: {len(kept)} job(s) of {ns}'s job_times.csv have no benchmark file here; their rows are kept.")
+    return sorted(found + kept, key=lambda r: (r["rule"], r["job"]))
+
+
 def by_rule(rows: Iterable[dict[str, Any]]) -> list[tuple[str, int, float]]:
     """(rule, jobs, total seconds), the longest first."""
     totals: dict[str, list[float]] = {}
@@ -104,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     commands = read_commands(ns_dir / "commands.jsonl")
     if (ns_dir / "benchmarks").is_dir():
         rows = job_rows(ns_dir / "benchmarks")
+        if table.is_file():
+            rows = merged(rows, read_rows(table), args.namespace)
         write_csv(rows, COLUMNS, table)
     elif table.is_file():
         rows = read_rows(table)

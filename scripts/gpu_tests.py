@@ -13,11 +13,12 @@ EVIDENCE_GIT_COMMIT where it is set (a copy without .git, as on the lent GPU mac
 HEAD. `--out DIR` also writes the file into DIR (the device tool's $OUT). The exit status is
 pytest's. Commit the file: it is how a reviewer knows the GPU path passed at that commit.
 
-`--prime` first pays, timed apart from the tier and written into its section, what a fresh
-machine pays once and a developer's machine paid long ago: the bytecode of the packages installed
-without it (`pip install --no-compile`, as the lent GPU machine's carried packages are; a plain
-install compiles it), and the first start of nsys and of ncu, each on a process that launches one
-kernel.
+`--prime` first times, apart from the tier and written into its section, what a start costs
+before any test runs: the bytecode of the packages installed without it (`pip install
+--no-compile`, as the lent GPU machine's carried packages are; a plain install compiles it), and
+one start of nsys and of ncu, each on a process that launches one kernel. On the H200 each start
+took 8-9 s and the tier after it was no faster (docs/evidence/gpu-tests/849e119ad82196cf93530beaea3c457da00d0d93.txt):
+the tools' start is paid by every capture, not once per machine, and is the floor of a group's job.
 """
 
 from __future__ import annotations
@@ -50,9 +51,8 @@ SMOKE_MARK = re.compile(r"\bmark\.smoke\b")
 def tier_files(tier: str, tests: Path = ROOT / "tests") -> list[str]:
     """The test files a tier collects, relative to the repository root; [] for all of tests/.
     The smoke tier collects only the files that mark a test `smoke` (collecting all of tests/
-    costs seconds of a one-minute tier), the end-to-end run last: it then starts where the
-    generic test left a CUDA context and the JIT caches (Triton's, CuPy's), as the pipeline's
-    groups do after a namespace's build."""
+    costs seconds of a one-minute tier), the end-to-end run last: a broken implementation is then
+    named by the generic test within seconds, before the run that takes most of the tier."""
     if tier != "smoke":
         return []
     files = [p for p in sorted(tests.glob("test_*.py")) if SMOKE_MARK.search(p.read_text())]
@@ -101,7 +101,7 @@ def _timed(argv: list[str], cwd: Path) -> str:
 
 
 def prime(work: Path) -> str:
-    """A fresh machine's one-time costs (module docstring), each timed: one line for the evidence."""
+    """The costs of a start before any test (module docstring), each timed: one line for the evidence."""
     parts = []
     uncompiled = [d for d in os.environ.get("PYTHONPATH", "").split(os.pathsep)
                   if d and Path(d).is_dir() and Path(d).resolve() != ROOT and os.access(d, os.W_OK)]
@@ -173,7 +173,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("tier", choices=sorted(TIERS))
     parser.add_argument("--out", help="also write the evidence file into this folder")
     parser.add_argument("--prime", action="store_true",
-                        help="first pay a fresh machine's one-time costs, timed apart (module docstring)")
+                        help="first time the tools' start apart from the tier (module docstring)")
     parser.add_argument("--evidence-dir", default=str(ROOT / "docs" / "evidence" / "gpu-tests"),
                         help="where the evidence file goes (default docs/evidence/gpu-tests)")
     ours, passed_on = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])

@@ -4,7 +4,7 @@
 # Environment: CONFIGFILE=F merges F over config.yaml; NAMESPACE=N writes namespace N (--config);
 # AS_TYPED=1 runs the README's main command word for word (`snakemake --cores 1 report`, no
 # other option); RUN_TESTS=0 skips the GPU tests; TIERS (default "smoke full") names the tiers of scripts/gpu_tests.py
-# to run, TEST_ARGS narrows them (pytest arguments); STATS=1 runs nsys stats on every
+# to run, TEST_ARGS narrows them (pytest arguments), PRIME=1 times nsys's and ncu's start before them; STATS=1 runs nsys stats on every
 # capture; PIPELINE=0 skips the pipeline; CORES (default 4); GPU_SLOTS=K lets K GPU jobs start at
 # once (on one GPU the lock still lets one measure at a time: the others import and wait);
 # SNAKE_TIMEOUT (seconds, default 540) stops snakemake with SIGINT, so it removes incomplete
@@ -29,8 +29,8 @@ echo "namespace: $ns" | tee -a "$OUT/env.txt"
 rc=0
 if [ "${RUN_TESTS:-1}" = 1 ]; then
   # each tier adds its section to docs/evidence/gpu-tests/<commit>.txt, copied to $OUT/gpu-tests/ to commit
-  # the first tier is primed (scripts/gpu_tests.py --prime: a fresh machine's one-time costs, timed apart)
-  prime=--prime
+  # PRIME=1: the first tier first times the tools' start apart (scripts/gpu_tests.py --prime)
+  prime=$([ "${PRIME:-0}" = 1 ] && echo --prime)
   for tier in ${TIERS:-smoke full}; do
     python3 scripts/gpu_tests.py "$tier" $prime --out "$OUT/gpu-tests" ${TEST_ARGS:+-- $TEST_ARGS} 2>&1 | tee -a "$OUT/gpu-tests.txt" | tail -25
     prime=

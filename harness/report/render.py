@@ -26,11 +26,12 @@ from typing import Any
 from harness import ROOT
 from harness.errors import EvidenceError
 from harness.io import write_text
-from harness.report import change
+from harness.report import change, resolution
 from harness.report import figures as figs
 from harness.report import safe, summary, trust_context
 from harness.report.sections import (_order, _records, _rows, _span_facts, _trust_section, counters_context,
-                                     cross_check_context, gpu_groups, gpu_quiet, table, variants_context)
+                                     cross_check_context, gpu_groups, gpu_quiet, resolution_context, table,
+                                     variants_context)
 from harness.report.words import (IMPL_LABEL, IMPL_ORDER, LIBRARY, OURS, arrows, cross_check_flag, dirty_unknown, disagrees, distrust_mark, interval, md,
                                   not_ranked_reason, num, pct, pct_points, plural, ratio_text, scaled, sci, sentence,
                                   unsampled, us_text, yes)
@@ -323,10 +324,14 @@ def build_context(cfg: Mapping[str, Any], tables: Mapping[str, Any], provenance:
     toc = [{"title": o["name"], "anchor": anchor(o["name"], taken)} for o in operations]
     for o, t in zip(operations, toc, strict=True):
         o["anchor"] = t["anchor"]
+    known = resolution_context(cfg, tables.get("variants"), tables.get("cross_check"))
     sections = {}
-    for key, title in (("trust", "Controls and drift"), ("variants", "What was tried and not kept"),
+    for key, title in (("trust", "Controls and drift"), ("resolution", "Resolution: A/A pairs and planted slowdowns"),
+                       ("variants", "What was tried and not kept"),
                        ("cross_check", "Cross-check against graph replay"), ("gpu_state", "GPU state"),
                        ("method", "Method and provenance"), ("limits", "What these numbers do not establish")):
+        if key == "resolution" and known is None:
+            continue
         sections[key] = {"title": title, "anchor": anchor(title, taken)}
         toc.append(sections[key])
     gpus = provenance.get("gpus") or []
@@ -355,7 +360,8 @@ def build_context(cfg: Mapping[str, Any], tables: Mapping[str, Any], provenance:
         "counts": total, "count_keys": COUNT_KEYS, "verdicts": stats.VERDICTS,
         "flags": flag_lines, "trust": tctx, "trust_section": _trust_section(tctx), "toc": toc, "sections": sections,
         "ceilings": _records(tables.get("ceilings")), "gpu_quiet": gpu_quiet(tables.get("gpu_state")),
-        "cross_check": cross, "variants": variants_context(tables.get("variants")),
+        "cross_check": cross, "resolution": known,
+        "variants": variants_context(tables.get("variants"), set(resolution.known(cfg))),
         "change": change.context(tables.get("change"), tables.get("controls"),
                                  {str(op): i for i, op in enumerate(cfg["operations"])}),
         "stages": change.stages(tables.get("change"), tables.get("kernel_time"), tables.get("span"), control,

@@ -4,10 +4,10 @@ controls and drift (each a `table(...)`: columns with their alignment, and rows 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from harness.report import safe, summary
+from harness.report import resolution, safe, summary
 from harness.report.words import (IMPL_ORDER, OURS, arrows, disagrees, num, number, pct, pct_points, ratio_text, scaled,
                                   sentence, text, truth, unsampled, yes)
 from harness.tables import counters as ctr
@@ -117,13 +117,15 @@ def counters_context(frame: Any, op: str, shape: str, impls: list[str], control:
             "comparison_text": comparison_text, "table": table(cols, table_rows)}
 
 
-def variants_context(frame: Any) -> dict[str, Any] | None:
+def variants_context(frame: Any, known: Collection[tuple[str, str]] = ()) -> dict[str, Any] | None:
     """The variants measured in this run against their bases (tables/variants.csv), and which were
-    not kept; None where the table is absent or empty."""
+    not kept; None where the table is absent or empty. The variants `known` ((op, variant) whose
+    answer is known in advance: harness.report.resolution) are in the table of every variant but
+    neither kept nor not kept: they were not tried for their own sake."""
     rows = _records(frame)
     if not rows:
         return None
-    outcomes = variants.outcomes(rows)
+    outcomes = variants.outcomes([r for r in rows if (str(r.get("op")), str(r.get("variant"))) not in known])
     measured = table([("op", "l"), ("variant", "l"), ("shape", "l"), ("base µs", "r"), ("variant µs", "r"),
                       ("variant/base", "r"), ("verdict", "l")],
                      [[r.get("op"), r.get("variant"), r.get("shape"), num(r.get("base_us")), num(r.get("variant_us")),
@@ -141,6 +143,23 @@ def variants_context(frame: Any) -> dict[str, Any] | None:
     candidates = [{"variant": o["variant"], "base": o["base"], "span": span_of(o)} for o in outcomes if o["outcome"] == "candidate"]
     return {"rows": rows, "outcomes": outcomes, "measured": measured, "not_kept": not_kept, "tried": tried,
             "candidates": candidates}
+
+
+def resolution_context(cfg: Mapping[str, Any], variants_frame: Any, cross_frame: Any) -> dict[str, Any] | None:
+    """The resolution section (harness.report.resolution.context) with its table and the sentence
+    of how many known answers came out as expected; None where the run measured none."""
+    known = resolution.context(cfg, variants_frame, cross_frame)
+    if known is None:
+        return None
+    known["table"] = table([("op", "l"), ("shape", "l"), ("variant", "l"), ("role", "l"), ("expected", "l"),
+                            ("variant/base [interval]", "r"), ("verdict", "l"), ("as expected", "l"),
+                            ("planted growth", "r"), ("replay ratio", "r")],
+                           [[r["op"], r["shape"], r["variant"], r["role"], r["expected"], r["ratio_text"],
+                             r["verdict_text"], r["as_expected_text"], r["growth_text"], r["replay_text"]]
+                            for r in known["rows"]])
+    known["sentence"] = "; ".join(f"{c['role']}s: {c['as_expected']} of {c['pairs']} {c['expected']}"
+                                  for c in known["counts"]) + "."
+    return known
 
 
 def cross_check_context(frame: Any, cc: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -25,7 +25,7 @@ from typing import Any
 
 from harness.errors import EvidenceError
 from harness.io import write_text
-from harness.report import change
+from harness.report import change, resolution
 from harness.report.words import NOT_RANKED, integer, missing, number, text, truth
 from harness.tables import stats, trust
 
@@ -215,6 +215,9 @@ def build(tables: Mapping[str, Any], provenance: Mapping[str, Any], *, control: 
     changed = change.rows(tables.get("change"))
     if changed:  # with a baseline revision: each kernel of ours against itself there, first in every report
         out["change"] = changed
+    known = resolution.rows(cfg, variants, tables.get("cross_check"))
+    if known:  # with A/A twins or planted slowdowns: how the verdicts came out where the answer is known
+        out["resolution"] = known
     for part in HEADLINE_KEYS:
         if headline is not None and part in headline:
             out[part] = headline[part]

@@ -1,0 +1,105 @@
+"""What the reports say of the pipeline's own resolution: ours against variants whose answer is
+known before the run. An A/A twin is the base kernel under another name, no define changed
+("same" expected); a planted slowdown is the base kernel on a problem `grow` larger whose extra
+part leaves the output as it is ("slower" expected, by about `grow`). Where a run measures such
+variants (workflow/configs/resolution.yaml), the field note and the page give them a section of
+their own and summary.json carries the same rows under `resolution`.
+
+The figures come from two tables: variants.csv (each variant over its base in the same rounds:
+the ratio, its interval and the verdict) and cross_check.csv (each implementation's CUDA-graph
+replay in the same group, a timer independent of Nsight Systems: the replay ratio is the
+variant's replay median over its base's, the plant's size measured another way; absent where the
+run's cross-check was off). The role of a variant is read from its definition in the run's
+config. `rows` is what summary.json holds (numbers as numbers); `context` what the templates
+print."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from harness.report.words import number, pct, ratio_text, text
+from harness.tables import stats
+
+EXPECTED = {"A/A twin": "same", "planted slowdown": "slower"}
+"""Each known-answer role and the verdict a right measurement gives it."""
+
+
+def role(definition: Any) -> str | None:
+    """The role of a variant by its config definition: 'planted slowdown' where it grows the
+    problem, 'A/A twin' where it changes nothing (no define, no growth), else None (a variant tried
+    for its own sake)."""
+    if not isinstance(definition, Mapping):
+        return None
+    if number(definition.get("grow")):
+        return "planted slowdown"
+    return None if definition.get("defines") else "A/A twin"
+
+
+def known(cfg: Mapping[str, Any]) -> dict[tuple[str, str], tuple[str, float | None]]:
+    """(op, variant implementation '<base>.<name>') -> (its role, its planted growth or None), for
+    every variant of the config that has a role."""
+    out: dict[tuple[str, str], tuple[str, float | None]] = {}
+    for op, spec in (cfg.get("operations") or {}).items():
+        for name, definition in ((spec or {}).get("variants") or {}).items() if isinstance(spec, Mapping) else ():
+            said = role(definition)
+            if said is not None:
+                out[(str(op), f"{definition.get('base', 'cuda')}.{name}")] = (said, number(definition.get("grow")))
+    return out
+
+
+def _records(frame: Any) -> list[dict[str, Any]]:
+    if frame is None or len(frame) == 0:
+        return []
+    return list(frame.to_dict("records"))
+
+
+def _replay(cross: Any) -> dict[tuple[str, str, str], float]:
+    """(op, shape, impl) -> the graph replay's median µs per call, where the replay was timed."""
+    out = {}
+    for r in _records(cross):
+        median = number(r.get("graph_median_us"))
+        if text(r.get("status")) == "ok" and median:
+            out[(str(r.get("op")), str(r.get("shape")), str(r.get("impl")))] = median
+    return out
+
+
+def rows(cfg: Mapping[str, Any], variants: Any, cross: Any) -> list[dict[str, Any]]:
+    """summary.json's `resolution`: one object per (op, shape, known-answer variant), in the
+    variants table's order: {op, shape, variant, base, role, expected, ratio, lo, hi, verdict,
+    as_expected, planted_growth, replay_ratio}."""
+    roles, replay = known(cfg), _replay(cross)
+    out = []
+    for r in _records(variants):
+        op, shape, variant, base = (str(r.get(k)) for k in ("op", "shape", "variant", "base"))
+        if (op, variant) not in roles:
+            continue
+        said, growth = roles[(op, variant)]
+        verdict = text(r.get("verdict"))
+        verdict = verdict if verdict in stats.VERDICTS else None
+        mine, theirs = replay.get((op, shape, variant)), replay.get((op, shape, base))
+        out.append({"op": op, "shape": shape, "variant": variant, "base": base, "role": said,
+                    "expected": EXPECTED[said], "ratio": number(r.get("ratio")), "lo": number(r.get("ratio_lo")),
+                    "hi": number(r.get("ratio_hi")), "verdict": verdict, "as_expected": verdict == EXPECTED[said],
+                    "planted_growth": growth, "replay_ratio": mine / theirs if mine and theirs else None})
+    return out
+
+
+def context(cfg: Mapping[str, Any], variants: Any, cross: Any) -> dict[str, Any] | None:
+    """The templates' `resolution`: None where the run measured no known-answer variant; else
+    its rows as text, and per role how many came out as expected."""
+    found = rows(cfg, variants, cross)
+    if not found:
+        return None
+    counts = {said: {"pairs": sum(r["role"] == said for r in found),
+                     "as_expected": sum(r["role"] == said and r["as_expected"] for r in found)} for said in EXPECTED}
+    shown = []
+    for r in found:
+        replay = r["replay_ratio"]
+        shown.append({**r, "ratio_text": ratio_text(r["ratio"], r["lo"], r["hi"]), "verdict_text": r["verdict"] or "no verdict",
+                      "growth_text": f"+{pct(r['planted_growth'])}" if r["planted_growth"] else "none",
+                      "replay_text": f"{replay:.3f}" if replay is not None else "not timed",
+                      "as_expected_text": "yes" if r["as_expected"] else "NO"})
+    return {"rows": shown, "counts": [{"role": said, **counts[said], "expected": EXPECTED[said]} for said in EXPECTED
+                                      if counts[said]["pairs"]],
+            "replayed": any(r["replay_ratio"] is not None for r in found)}

@@ -1,0 +1,95 @@
+"""The resolution section: variants whose answer is known before the run (an A/A twin, "same"
+expected; a planted slowdown, "slower" expected) get a section of their own in the field note and
+the page, and summary.json carries the same rows under `resolution`, each figure read from the
+variants table and the cross-check's graph replay. CPU only: a namespace derived as the pipeline
+derives one (tests/test_report.py's build_namespace)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_report import NS, build_namespace, small_config
+
+from harness import config
+from harness.report import render as report
+from harness.report import resolution
+
+TWIN = {"base": "cuda", "description": "our CUDA kernel under another name (A/A pair)"}
+PLANT = {"base": "cuda", "grow": 0.025, "description": "our CUDA kernel on a problem 2.5% larger (planted slowdown)"}
+
+
+def resolution_config() -> dict[str, Any]:
+    cfg = copy.deepcopy(small_config())
+    variants = cfg["operations"]["layernorm"].setdefault("variants", {})
+    variants.update(twin=TWIN, planted=PLANT)
+    cfg["variants"] = ["layernorm.block512", "layernorm.twin", "layernorm.planted"]
+    return config.validate(cfg)
+
+
+def rendered(root: Path, cfg: dict[str, Any]) -> tuple[str, str, dict[str, Any], dict[str, pd.DataFrame]]:
+    inputs = build_namespace(root, cfg)
+    out = root / "report" / NS
+    report.render_reports(cfg, inputs, out / "field_note.md", out / "issue_comment.md", html=out / "index.html",
+                          summary=out / "summary.json")
+    return ((out / "field_note.md").read_text(), (out / "index.html").read_text(),
+            json.loads((out / "summary.json").read_text()), report.load_tables(inputs))
+
+
+def test_roles_come_from_the_variant_definitions() -> None:
+    assert resolution.role(TWIN) == "A/A twin"
+    assert resolution.role(PLANT) == "planted slowdown"
+    assert resolution.role({"base": "cuda", "defines": {"LN_BLOCK": 512}, "description": "tried"}) is None
+    assert resolution.role(None) is None
+    assert resolution.known(resolution_config()) == {("layernorm", "cuda.twin"): ("A/A twin", None),
+                                                     ("layernorm", "cuda.planted"): ("planted slowdown", 0.025)}
+
+
+def test_the_known_answers_have_their_own_section_and_summary_rows(tmp_path: Path) -> None:
+    cfg = resolution_config()
+    note, page, summary, tables = rendered(tmp_path, cfg)
+    variants, cross = tables["variants"], tables["cross_check"]
+    replay = {(r.shape, r.impl): r.graph_median_us for r in cross.itertuples() if r.status == "ok"}
+    rows = summary["resolution"]
+    known = variants[variants["variant"].isin(["cuda.twin", "cuda.planted"])]
+    assert len(rows) == len(known) > 0
+    for row, (_, v) in zip(rows, known.iterrows(), strict=True):
+        assert (row["shape"], row["variant"], row["verdict"]) == (v["shape"], v["variant"], v["verdict"])
+        assert row["ratio"] == v["ratio"] and (row["lo"], row["hi"]) == (v["ratio_lo"], v["ratio_hi"])
+        assert row["expected"] == ("same" if row["variant"] == "cuda.twin" else "slower")
+        assert row["as_expected"] == (row["verdict"] == row["expected"])
+        assert row["replay_ratio"] == replay[(row["shape"], row["variant"])] / replay[(row["shape"], "cuda")]
+        assert row["planted_growth"] == (0.025 if row["variant"] == "cuda.planted" else None)
+    section = note.split("## Resolution: A/A pairs and planted slowdowns")[1].split("## What was tried and not kept")[0]
+    for role, expected in (("A/A twin", "same"), ("planted slowdown", "slower")):
+        mine = [r for r in rows if r["role"] == role]
+        assert f"{role}s: {sum(r['as_expected'] for r in mine)} of {len(mine)} {expected}" in section
+    for r in rows:
+        assert (f"| {r['op']} | {r['shape']} | {r['variant']} | {r['role']} | {r['expected']} | {r['ratio']:.3f} "
+                f"[{r['lo']:.3f}, {r['hi']:.3f}] | {r['verdict']} | {'yes' if r['as_expected'] else 'NO'} | "
+                f"{'+2.5%' if r['planted_growth'] else 'none'} | {r['replay_ratio']:.3f} |") in section
+    assert "Resolution: A/A pairs and planted slowdowns" in page and "replay ratio" in page
+    tried = note.split("## What was tried and not kept")[1].split("## Cross-check")[0].split("Every variant at every shape")[0]
+    assert "cuda.twin" not in tried and "cuda.planted" not in tried  # not tried for their own sake
+
+
+def test_a_run_without_known_answers_has_no_such_section(tmp_path: Path) -> None:
+    note, page, summary, _ = rendered(tmp_path, small_config())
+    assert "resolution" not in summary
+    assert "Resolution: A/A pairs" not in note and "Resolution: A/A pairs" not in page
+
+
+def test_without_a_replay_the_replay_ratio_is_not_timed() -> None:
+    cfg = resolution_config()
+    variants = pd.DataFrame([{"op": "layernorm", "shape": "4096x768", "variant": "cuda.planted", "base": "cuda",
+                              "ratio": 1.03, "ratio_lo": 1.02, "ratio_hi": 1.04, "verdict": "slower"}])
+    (row,) = resolution.rows(cfg, variants, None)
+    assert row["replay_ratio"] is None and row["as_expected"] is True
+    ctx = resolution.context(cfg, variants, None)
+    assert ctx is not None and ctx["rows"][0]["replay_text"] == "not timed" and ctx["replayed"] is False

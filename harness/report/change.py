@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from harness.report.words import number, ratio_text, text, us_text
+from harness.report.words import number, ratio_text, records, text, us_text
 from harness.tables import stats
 
 
@@ -23,21 +23,17 @@ def verdict(value: Any) -> str | None:
     return said if said in stats.VERDICTS else None
 
 
-def _records(frame: Any) -> list[dict[str, Any]]:
-    if frame is None or len(frame) == 0:
-        return []
-    return list(frame.to_dict("records"))
 
 
 def _control_states(controls: Any) -> dict[tuple[str, str], str]:
     return {(str(r.get("op")), str(r.get("shape"))): str(r.get("status") or "")
-            for r in _records(controls)}
+            for r in records(controls)}
 
 
 def rows(change: Any) -> list[dict[str, Any]]:
     """summary.json's `change`: one object per (revision, op, shape, impl), in the table's order."""
     out = []
-    for r in _records(change):
+    for r in records(change):
         out.append({"revision": text(r.get("revision")), "commit": text(r.get("commit")), "op": text(r.get("op")),
                     "shape": text(r.get("shape")), "impl": text(r.get("impl")),
                     "current_us": number(r.get("current_us")), "baseline_us": number(r.get("baseline_us")),
@@ -47,7 +43,7 @@ def rows(change: Any) -> list[dict[str, Any]]:
 
 
 def _by(frame: Any, keys: tuple[str, ...]) -> dict[tuple[str, ...], dict[str, Any]]:
-    return {tuple(str(r.get(k)) for k in keys): r for r in _records(frame)}
+    return {tuple(str(r.get(k)) for k in keys): r for r in records(frame)}
 
 
 def stages(change: Any, kernel_time: Any, span: Any, control: str, head: str | None,
@@ -56,13 +52,13 @@ def stages(change: Any, kernel_time: Any, span: Any, control: str, head: str | N
     build, oldest first and this checkout last: the revision (and its commit and date), its kernel
     time with its interval, its event span, and the control's kernel time in the same session (one
     session: the same for every build). Empty with fewer than two baselines."""
-    records = _records(change)
-    labels = list(dict.fromkeys(str(r.get("revision")) for r in records))
+    found = records(change)
+    labels = list(dict.fromkeys(str(r.get("revision")) for r in found))
     if len(labels) < 2:
         return []
     kt, sp = _by(kernel_time, ("op", "shape", "impl")), _by(span, ("op", "shape", "impl"))
     out: dict[tuple[str, str, str], dict[str, Any]] = {}
-    for r in records:
+    for r in found:
         op, shape, impl, label = str(r.get("op")), str(r.get("shape")), str(r.get("impl")), str(r.get("revision"))
         entry = out.setdefault((op, shape, impl), {"op": op, "shape": shape, "impl": impl, "builds": []})
         entry["builds"].append({"build": label, "commit": text(r.get("commit")) or "unknown",
@@ -88,12 +84,12 @@ def context(change: Any, controls: Any = None, order: Mapping[str, int] | None =
     table first names them, each with its commit and rows (op, shape, impl, current and baseline
     kernel time, ratio with its interval, verdict, the control's state at that shape), the
     operations in `order` (name -> position) and the counts of each verdict."""
-    records = _records(change)
-    if not records:
+    found = records(change)
+    if not found:
         return None
     states = _control_states(controls)
     revisions: dict[str, dict[str, Any]] = {}
-    for r in records:
+    for r in found:
         label = str(r.get("revision"))
         rev = revisions.setdefault(label, {"label": label, "commit": text(r.get("commit")) or "unknown", "rows": [],
                                            "counts": {v: 0 for v in stats.VERDICTS}})

@@ -29,11 +29,11 @@ from harness.io import write_text
 from harness.report import change, resolution
 from harness.report import figures as figs
 from harness.report import safe, summary, trust_context
-from harness.report.sections import (_order, _records, _rows, _span_facts, _trust_section, counters_context,
+from harness.report.sections import (_order, _rows, _span_facts, _trust_section, counters_context,
                                      cross_check_context, gpu_groups, gpu_quiet, resolution_context, table,
                                      variants_context)
 from harness.report.words import (IMPL_LABEL, IMPL_ORDER, LIBRARY, OURS, arrows, cross_check_flag, dirty_unknown, disagrees, distrust_mark, interval, md,
-                                  not_ranked_reason, num, pct, pct_points, plural, ratio_text, scaled, sci, sentence,
+                                  not_ranked_reason, num, pct, pct_points, plural, ratio_text, records, scaled, sci, sentence,
                                   unsampled, us_text, yes)
 from harness.tables import counters as ctr
 from harness.tables import history, stats, trust, variants
@@ -359,7 +359,7 @@ def build_context(cfg: Mapping[str, Any], tables: Mapping[str, Any], provenance:
         "margin": kind["margin"], "margin_pct": f"{kind['margin'] * 100:g}%" if kind["margin"] is not None else None,
         "counts": total, "count_keys": COUNT_KEYS, "verdicts": stats.VERDICTS,
         "flags": flag_lines, "trust": tctx, "trust_section": _trust_section(tctx), "toc": toc, "sections": sections,
-        "ceilings": _records(tables.get("ceilings")), "gpu_quiet": gpu_quiet(tables.get("gpu_state")),
+        "ceilings": records(tables.get("ceilings")), "gpu_quiet": gpu_quiet(tables.get("gpu_state")),
         "cross_check": cross, "resolution": known,
         "variants": variants_context(tables.get("variants"), set(resolution.known(cfg))),
         "change": change.context(tables.get("change"), tables.get("controls"),

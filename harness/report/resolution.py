@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from harness.report.words import number, pct, ratio_text, text
+from harness.report.words import number, pct, ratio_text, records, text
 from harness.tables import stats
 
 EXPECTED = {"A/A twin": "same", "planted slowdown": "slower"}
@@ -48,16 +48,12 @@ def known(cfg: Mapping[str, Any]) -> dict[tuple[str, str], tuple[str, float | No
     return out
 
 
-def _records(frame: Any) -> list[dict[str, Any]]:
-    if frame is None or len(frame) == 0:
-        return []
-    return list(frame.to_dict("records"))
 
 
 def _replay(cross: Any) -> dict[tuple[str, str, str], float]:
     """(op, shape, impl) -> the graph replay's median µs per call, where the replay was timed."""
     out = {}
-    for r in _records(cross):
+    for r in records(cross):
         median = number(r.get("graph_median_us"))
         if text(r.get("status")) == "ok" and median:
             out[(str(r.get("op")), str(r.get("shape")), str(r.get("impl")))] = median
@@ -70,7 +66,7 @@ def rows(cfg: Mapping[str, Any], variants: Any, cross: Any) -> list[dict[str, An
     as_expected, planted_growth, replay_ratio}."""
     roles, replay = known(cfg), _replay(cross)
     out = []
-    for r in _records(variants):
+    for r in records(variants):
         op, shape, variant, base = (str(r.get(k)) for k in ("op", "shape", "variant", "base"))
         if (op, variant) not in roles:
             continue

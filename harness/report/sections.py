@@ -8,7 +8,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from harness.report import resolution, safe, summary
-from harness.report.words import (IMPL_ORDER, OURS, arrows, disagrees, num, number, pct, pct_points, ratio_text, scaled,
+from harness.report.words import (IMPL_ORDER, OURS, arrows, disagrees, num, number, pct, pct_points, ratio_text, records, scaled,
                                   sentence, text, truth, unsampled, yes)
 from harness.tables import counters as ctr
 from harness.tables import stats, trust, variants
@@ -22,16 +22,12 @@ def table(columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]]) -> 
             "rows": [[cell if isinstance(cell, safe.Trusted) else safe.plain(cell) for cell in row] for row in rows]}
 
 
-def _records(frame: Any) -> list[dict[str, Any]]:
-    if frame is None or len(frame) == 0:
-        return []
-    return [{k: (None if summary.missing(v) else v) for k, v in r.items()} for r in frame.to_dict("records")]
 
 
 def _rows(frame: Any, **match: str) -> list[dict[str, Any]]:
     """Records of a frame whose columns equal the given values (as text)."""
     out = []
-    for r in _records(frame):
+    for r in records(frame):
         if all(str(r.get(k)) == v for k, v in match.items()):
             out.append(r)
     return out
@@ -122,7 +118,7 @@ def variants_context(frame: Any, known: Collection[tuple[str, str]] = ()) -> dic
     not kept; None where the table is absent or empty. The variants `known` ((op, variant) whose
     answer is known in advance: harness.report.resolution) are in the table of every variant but
     neither kept nor not kept: they were not tried for their own sake."""
-    rows = _records(frame)
+    rows = records(frame)
     if not rows:
         return None
     outcomes = variants.outcomes([r for r in rows if (str(r.get("op")), str(r.get("variant"))) not in known])
@@ -166,7 +162,7 @@ def cross_check_context(frame: Any, cc: Mapping[str, Any]) -> dict[str, Any] | N
     """The cross-check rows, those that disagree and those not compared (with the reason)."""
     if frame is None:
         return None
-    rows = _records(frame)
+    rows = records(frame)
     compared = [r for r in rows if r.get("status") == "ok"]
     disagree = [r for r in compared if disagrees(r)]
     shown = rows if cc.get("enabled", True) else []
@@ -198,7 +194,7 @@ def gpu_quiet(state: Any) -> dict[str, Any] | None:
         lo, hi = min(vals), max(vals)
         return f"{lo:g}" if lo == hi else f"{lo:g}-{hi:g}"
 
-    rows = _records(state)
+    rows = records(state)
     disturbed = [{"op": r.get("op"), "shape": r.get("shape"), "impl": r.get("impl"), "flags": r.get("flags")}
                  for r in rows if truth(r.get("disturbed"))]
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}

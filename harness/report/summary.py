@@ -26,7 +26,7 @@ from typing import Any
 from harness.errors import EvidenceError
 from harness.io import write_text
 from harness.report import change, resolution
-from harness.report.words import NOT_RANKED, integer, missing, number, text, truth
+from harness.report.words import NOT_RANKED, integer, missing, number, records, text, truth
 from harness.tables import stats, trust
 
 SCHEMA = "kernel-evidence-summary/1"
@@ -107,15 +107,11 @@ def commands(provenance: Mapping[str, Any]) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------------------ building
 
 
-def _records(frame: Any) -> list[dict[str, Any]]:
-    if frame is None or len(frame) == 0:
-        return []
-    return [{k: (None if missing(v) else v) for k, v in r.items()} for r in frame.to_dict("records")]
 
 
 def _by(frame: Any, keys: tuple[str, ...]) -> dict[tuple[str, ...], dict[str, Any]]:
     out: dict[tuple[str, ...], dict[str, Any]] = {}
-    for r in _records(frame):
+    for r in records(frame):
         if all(k in r for k in keys):
             out.setdefault(tuple(str(r[k]) for k in keys), r)
     return out
@@ -156,7 +152,7 @@ def build(tables: Mapping[str, Any], provenance: Mapping[str, Any], *, control: 
 
     keys: list[tuple[str, str, str]] = []
     for frame in (kt, check):
-        for r in _records(frame):
+        for r in records(frame):
             key = (str(r.get("op")), str(r.get("shape")), str(r.get("impl")))
             if None not in (r.get("op"), r.get("shape"), r.get("impl")) and key not in keys:
                 keys.append(key)

@@ -24,6 +24,13 @@ NOT_RANKED = "not ranked"
 """The verdict of a ratio over the control that the controls table does not rank."""
 
 
+def records(frame: Any) -> list[dict[str, Any]]:
+    """A table's rows as dicts, a missing cell as None; [] for no table or an empty one."""
+    if frame is None or len(frame) == 0:
+        return []
+    return [{k: (None if missing(v) else v) for k, v in r.items()} for r in frame.to_dict("records")]
+
+
 def num(value: Any, digits: int = 2) -> str:
     """A number with thousands separators and `digits` decimals; 'n/a' for none."""
     v = number(value)

@@ -105,9 +105,11 @@ def prime(work: Path) -> str:
     parts = []
     uncompiled = [d for d in os.environ.get("PYTHONPATH", "").split(os.pathsep)
                   if d and Path(d).is_dir() and Path(d).resolve() != ROOT and os.access(d, os.W_OK)]
-    parts.append(f"bytecode of {', '.join(uncompiled)} " + _timed([sys.executable, "-m", "compileall", "-q", "-j", "0",
-                                                                   *uncompiled], work)
-                 if uncompiled else "no package folder on PYTHONPATH to compile")
+    if uncompiled:
+        compiled = _timed([sys.executable, "-m", "compileall", "-q", "-j", "0", *uncompiled], work)
+        parts.append(f"bytecode of {', '.join(uncompiled)} {compiled}")
+    else:
+        parts.append("no package folder on PYTHONPATH to compile")
     for tool, args in (("nsys", ["profile", "--trace", "cuda", "--sample", "none", "--cpuctxsw", "none",
                                  "--force-overwrite", "true", "--export", "sqlite", "-o", str(work / "prime")]),
                        ("ncu", ["--clock-control", "none", "--metrics", "gpu__time_duration.sum"])):

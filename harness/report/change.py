@@ -16,13 +16,10 @@ from harness.report.words import number, ratio_text, records, text, us_text
 from harness.tables import stats
 
 
-
 def verdict(value: Any) -> str | None:
     """A verdict cell as one of the four verdicts, or None."""
     said = text(value)
     return said if said in stats.VERDICTS else None
-
-
 
 
 def _control_states(controls: Any) -> dict[tuple[str, str], str]:

@@ -48,8 +48,6 @@ def known(cfg: Mapping[str, Any]) -> dict[tuple[str, str], tuple[str, float | No
     return out
 
 
-
-
 def _replay(cross: Any) -> dict[tuple[str, str, str], float]:
     """(op, shape, impl) -> the graph replay's median µs per call, where the replay was timed."""
     out = {}

@@ -22,8 +22,6 @@ def table(columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]]) -> 
             "rows": [[cell if isinstance(cell, safe.Trusted) else safe.plain(cell) for cell in row] for row in rows]}
 
 
-
-
 def _rows(frame: Any, **match: str) -> list[dict[str, Any]]:
     """Records of a frame whose columns equal the given values (as text)."""
     out = []

@@ -107,8 +107,6 @@ def commands(provenance: Mapping[str, Any]) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------------------ building
 
 
-
-
 def _by(frame: Any, keys: tuple[str, ...]) -> dict[tuple[str, ...], dict[str, Any]]:
     out: dict[tuple[str, ...], dict[str, Any]] = {}
     for r in records(frame):

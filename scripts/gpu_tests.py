@@ -45,17 +45,19 @@ TIERS = {"smoke": "gpu and smoke", "full": "gpu"}
 TARGET_S = {"smoke": 60, "full": 180}
 """The wall time each tier is meant to stay within on one H200."""
 
-SMOKE_MARK = re.compile(r"\bmark\.smoke\b")
+MARKS = {"smoke": re.compile(r"\bmark\.smoke\b"), "full": re.compile(r"\bmark\.gpu\b")}
+"""How a test file marks a tier's tests (tests/conftest.py marks every test of a test_*_gpu.py gpu)."""
 
 
 def tier_files(tier: str, tests: Path = ROOT / "tests") -> list[str]:
-    """The test files a tier collects, relative to the repository root; [] for all of tests/.
-    The smoke tier collects only the files that mark a test `smoke` (collecting all of tests/
-    costs seconds of a one-minute tier), the end-to-end run last: a broken implementation is then
-    named by the generic test within seconds, before the run that takes most of the tier."""
-    if tier != "smoke":
-        return []
-    files = [p for p in sorted(tests.glob("test_*.py")) if SMOKE_MARK.search(p.read_text())]
+    """The test files a tier collects, relative to the repository root: the files that hold its
+    tests (collecting all of tests/ imports every CPU test module, seconds of the tier), the
+    end-to-end run last: a broken implementation is then named by the generic test within seconds,
+    before the run that takes most of the tier. The full tier's files are those named
+    test_*_gpu.py and those that mark a test gpu; the smoke tier's, those that mark one smoke."""
+    mark = MARKS[tier]
+    files = [p for p in sorted(tests.glob("test_*.py"))
+             if mark.search(p.read_text()) or (tier == "full" and p.name.endswith("_gpu.py"))]
     return [str(p.relative_to(ROOT)) for p in sorted(files, key=lambda p: "end_to_end" in p.name)]
 
 

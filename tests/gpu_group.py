@@ -43,15 +43,3 @@ def measure(tmp: Path, monkeypatch: pytest.MonkeyPatch, cfg: dict[str, Any], op:
                                   log=str(tmp / "measure.log"), settings={**config.operational(cfg), **settings},
                                   exclusive=False, threads=1)
     return record, folder
-
-
-def counters(tmp: Path, cfg: dict[str, Any], op: str, shape: str, impls: list[str]) -> Path:
-    """The counters step over a group `measure` left under `tmp`: the counters table's path."""
-    folder = tmp / "artifacts" / "ns"
-    table = folder / "counters" / op / f"{shape}.csv"
-    measure_step.counters(op=op, shape=shape, impls=impls, plan=config.counters_plan(cfg, op),
-                          metrics=cfg["counters"]["metrics"], namespace="ns",
-                          record_json=str(folder / "measure" / op / shape / "record.json"),
-                          raw_out=str(table.with_suffix(".raw.csv")), table_out=str(table),
-                          log=str(tmp / "counters.log"), settings=config.operational(cfg))
-    return table

@@ -23,11 +23,12 @@ SITECUSTOMIZE = '''\
 import harness.gpu.device as _device
 
 _device.require_gpu = lambda: None
+_device.require_visible_gpu = lambda: None
 
 import harness.gpu.preflight as _preflight
 import harness.measure.ceilings as _ceilings
 
-_preflight.require_gpu = _device.require_gpu
+_preflight.require_visible_gpu = _device.require_visible_gpu
 _preflight.gpu_memory_bytes = lambda: 141 * 10**9
 
 

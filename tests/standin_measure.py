@@ -25,7 +25,7 @@ def use_standin_nsys(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     fake_device.install(tmp / "bin")
     monkeypatch.setenv("PATH", f"{tmp / 'bin'}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("EVIDENCE_LOCK_DIR", str(tmp / "locks"))
-    monkeypatch.setattr(measure_step.device, "require_gpu", lambda: None)
+    monkeypatch.setattr(measure_step.device, "require_visible_gpu", lambda: None)
     return tmp
 
 

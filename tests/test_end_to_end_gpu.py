@@ -5,10 +5,13 @@ repository: it finishes, renders every report, and every counters row is `ok`. T
 takes its locks under the test's folder; the test process itself holds a CUDA context from earlier
 tests, which the run's quiet-GPU watch must take as its own (harness.gpu.watch.lineage). A random
 token in snakemake's environment reaches no file of the namespace, raw reports included, and the
-raw reports are kept (issue 31: nsys records the environment of every process above it)."""
+raw reports are kept (issue 31: nsys records the environment of every process above it). The run's
+own tables show the capture attributed: every call of every captured round is one kernel of its
+implementation, and the sweep's ratio lies inside its interval."""
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import subprocess
@@ -20,13 +23,18 @@ import gpu_group
 import pandas as pd
 import pytest
 import repo_copy
+import yaml
 
-from harness import config, tools
+from harness import ROOT, config, tools
 from harness.errors import EvidenceError
 from harness.gpu.device import gpu_state
 from harness.gpu.watch import others_only, wait_until_quiet
+from harness.tables import stats
 
 NS = "gpu-smoke"
+SMOKE = yaml.safe_load((ROOT / "workflow" / "configs" / "smoke.yaml").read_text())
+SHAPE = SMOKE["operations"]["layernorm"]["default"]
+ROUNDS = SMOKE["capture"]["rounds"]
 
 
 @pytest.mark.smoke
@@ -52,6 +60,20 @@ def test_the_main_command_on_the_smoke_config_renders_with_every_counter(tmp_pat
     holding = [str(p.relative_to(copy)) for p in written
                if secret.encode() in p.read_bytes() or secret.encode("utf-16-le") in p.read_bytes()]
     assert holding == []
+    group = copy / "artifacts" / NS / "measure" / "layernorm" / SHAPE
+    record = json.loads((group / "record.json").read_text())
+    assert record["passed"] == ["cuda", "triton", "torch"] and record["rounds"] == ROUNDS
+    launches = pd.read_csv(group / "launches.csv")
+    for impl in ("cuda", "triton"):  # one kernel per call, every call of every round attributed
+        mine = launches[launches["impl"] == impl]
+        assert len(mine) == ROUNDS * record["calls_per_round"][impl]
+        assert sorted(mine["round"].unique()) == list(range(ROUNDS))
+    assert set(counters["impl"]) == {"cuda", "triton", "torch"}
+    assert not [p for p in written if ".partial" in p.name]
+    (sweep,) = pd.read_csv(copy / "artifacts" / NS / "tables" / "sweep.csv").to_dict("records")
+    assert sweep["cuda_vs_triton"] in stats.VERDICTS
+    assert sweep["cuda_over_triton_lo"] <= sweep["cuda_over_triton"] <= sweep["cuda_over_triton_hi"]
+    assert len(pd.read_csv(copy / "artifacts" / NS / "tables" / "rounds.csv")) == 3 * ROUNDS
     reports = [p for p in written if p.name == "capture.nsys-rep"]
     # the raw reports are kept where nsys runs in a process namespace of its own (harness.tools.isolation)
     assert bool(reports) == bool(tools.isolation()), tools.isolation_note()

@@ -59,20 +59,23 @@ def test_the_slowest_phases_are_pytests_durations_slowest_first() -> None:
     assert gpu_tests.slowest("no durations\n") == []  # type: ignore[attr-defined]
 
 
-def _collected(*args: str) -> set[str]:
+def _collected(tier: str, *args: str) -> set[str]:
+    marker = {"smoke": "gpu and smoke", "full": "gpu"}[tier]
     proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                           "-m", "gpu and smoke", *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+                           "-m", marker, *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     return {line for line in proc.stdout.splitlines() if "::" in line}
 
 
-def test_the_smoke_tiers_files_hold_every_smoke_test_and_the_end_to_end_run_comes_last() -> None:
+@pytest.mark.parametrize("tier", ["smoke", "full"])
+def test_a_tiers_files_hold_every_test_of_the_tier_and_the_end_to_end_run_comes_last(tier: str) -> None:
     gpu_tests = load()
-    files = gpu_tests.tier_files("smoke")  # type: ignore[attr-defined]
+    files = gpu_tests.tier_files(tier)  # type: ignore[attr-defined]
     assert files[-1] == "tests/test_end_to_end_gpu.py" and "tests/test_ops_gpu.py" in files
-    assert gpu_tests.tier_files("full") == []  # type: ignore[attr-defined]
-    everywhere = _collected()
-    assert everywhere and _collected(*files) == everywhere
+    everywhere = _collected(tier)
+    assert everywhere and _collected(tier, *files) == everywhere
+    if tier == "full":  # fewer files than tests/ holds: the CPU test modules are not imported
+        assert len(files) < len(list((ROOT / "tests").glob("test_*.py")))
 
 
 def test_test_paths_after_the_separator_replace_the_tiers_files() -> None:

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
+from pathlib import Path
 from typing import Any
 
 from harness.errors import ToolMissing
+
+NO_TORCH = "torch is not installed, so no GPU work can run; run the README's set-up command."
+NO_GPU = ("no CUDA GPU is visible here (torch.cuda.is_available() is False): the check, capture and "
+          "span rules need one; run the workflow on a GPU machine, or read the retained evidence "
+          "committed under artifacts/ and report/.")
 
 
 def require_gpu() -> None:
@@ -12,12 +20,86 @@ def require_gpu() -> None:
     try:
         import torch
     except ImportError:
-        raise ToolMissing("torch is not installed, so no GPU work can run; run the README's set-up command.") from None
+        raise ToolMissing(NO_TORCH) from None
     if not torch.cuda.is_available():
-        raise ToolMissing(
-            "no CUDA GPU is visible here (torch.cuda.is_available() is False): the check, capture and "
-            "span rules need one; run the workflow on a GPU machine, or read the retained evidence "
-            "committed under artifacts/ and report/.")
+        raise ToolMissing(NO_GPU)
+
+
+def require_visible_gpu() -> None:
+    """require_gpu's answer without importing torch (which takes seconds), for a process that only
+    starts the GPU work in a child (the run's preflight, the measure step before nsys): ToolMissing
+    unless torch is installed as a CUDA build (its version module, read alone) and NVML lists a
+    GPU. Where CUDA_VISIBLE_DEVICES is set (NVML does not heed it), or NVML or the version module
+    cannot answer, torch itself is asked (require_gpu)."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        raise ToolMissing(NO_TORCH)
+    if "CUDA_VISIBLE_DEVICES" in os.environ:
+        return require_gpu()
+    build = torch_cuda_build(Path(next(iter(spec.submodule_search_locations))))
+    if build is None:
+        raise ToolMissing(NO_GPU)
+    count = nvml_device_count() if build is not False else None
+    if count is None:
+        return require_gpu()
+    if count == 0:
+        raise ToolMissing(NO_GPU)
+    return None
+
+
+def torch_cuda_build(package: Path) -> str | None | bool:
+    """The CUDA version torch at `package` was built for, from its version module loaded on its
+    own: None for a build with neither CUDA nor ROCm (torch.cuda is never available there), False
+    where the module cannot be read so or names a ROCm build (torch itself is asked)."""
+    try:
+        spec = importlib.util.spec_from_file_location("_evidence_torch_version", package / "version.py")
+        if spec is None or spec.loader is None:
+            return False
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        cuda, hip = getattr(module, "cuda"), getattr(module, "hip", None)
+    except Exception:  # any failure to read it so is answered by importing torch
+        return False
+    if hip is not None or not (cuda is None or isinstance(cuda, str)):
+        return False
+    return cuda
+
+
+def nvml_device_count() -> int | None:
+    """How many GPUs NVML lists; None without NVML (no driver, no pynvml)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:
+        return None
+    try:
+        return int(pynvml.nvmlDeviceGetCount())
+    except Exception:
+        return None
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def nvml_smallest_memory() -> int | None:
+    """The total memory in bytes of the smallest GPU NVML lists (a job may be given any of them);
+    None without NVML or where CUDA_VISIBLE_DEVICES is set (NVML does not heed it)."""
+    if "CUDA_VISIBLE_DEVICES" in os.environ:
+        return None
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:
+        return None
+    try:
+        totals = [int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).total)
+                  for i in range(pynvml.nvmlDeviceGetCount())]
+        return min(totals) if totals else None
+    except Exception:
+        return None
+    finally:
+        pynvml.nvmlShutdown()
 
 
 def has_gpu() -> bool:

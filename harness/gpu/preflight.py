@@ -10,7 +10,7 @@ from typing import Any
 from harness import ops
 from harness.config import shapes
 from harness.errors import ToolMissing
-from harness.gpu.device import require_gpu
+from harness.gpu.device import nvml_smallest_memory, require_visible_gpu
 from harness.tools import find_nsys
 
 
@@ -20,7 +20,7 @@ def problems(needs: Iterable[tuple[str, int]], cfg: dict[str, Any]) -> list[str]
     found: list[str] = []
     if any(gpu > 0 for _, gpu in needs):
         try:
-            require_gpu()
+            require_visible_gpu()
         except ToolMissing as exc:
             found.append(str(exc))
     if any(rule == "measure" for rule, _ in needs):
@@ -39,6 +39,11 @@ about 4x the bytes a call moves (bytes_moved counts each input and output once).
 
 
 def gpu_memory_bytes() -> int:
+    """The GPU memory a job can count on: NVML's smallest GPU, else torch's device 0 (importing
+    torch and starting CUDA cost seconds of every run's start)."""
+    found = nvml_smallest_memory()
+    if found is not None:
+        return found
     import torch
 
     return int(torch.cuda.get_device_properties(0).total_memory)

@@ -72,7 +72,7 @@ def measure(*, op: str, shape: str, impls: Sequence[str], plan: Mapping[str, Any
     cross-check settings, the nsys trace); `settings` what does not (tool paths, timeouts, the lock
     wait, the quiet-GPU policy). A crash of one implementation's check records it as failed and the
     group runs again without it. Without a CUDA GPU here, one sentence before nsys is started."""
-    device.require_gpu()
+    device.require_visible_gpu()
     files = derive.group_files(group_dir)
     folder = files["record"].parent
     folder.mkdir(parents=True, exist_ok=True)

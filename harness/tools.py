@@ -126,6 +126,12 @@ def clean_parent(argv: list[str]) -> list[str]:
     return [*isolation(), "/bin/sh", "-c", '"$@" & wait $!', "sh", *argv]
 
 
+PROVENANCE_INPUTS = ("EVIDENCE_GIT_COMMIT", "EVIDENCE_GIT_DIRTY")
+"""The variables the provenance takes its commit from where the tree has no .git
+(harness.report.provenance.git_state): their values are written into the provenance and the
+reports on purpose, so they are never searched for as credentials."""
+
+
 def versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
     for dist in ("torch", "triton", "cupy-cuda13x", "snakemake", "sqlite-utils", "pandas", "jinja2"):

@@ -179,6 +179,14 @@ def test_outside_values_leave_out_the_allowlist_and_short_values() -> None:
     assert capture.outside_values(env) == {"AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG"}
 
 
+def test_the_commit_a_copy_without_git_is_given_is_not_a_credential() -> None:
+    """The provenance writes EVIDENCE_GIT_COMMIT into the reports on purpose: neither the capture's
+    scrub nor the bundle's searches for it, while a credential beside it still is."""
+    env = {"EVIDENCE_GIT_COMMIT": "0123456789abcdef" * 2 + "01234567", "EVIDENCE_GIT_DIRTY": "uncommitted",
+           "GITHUB_TOKEN": "ghp_" + "x" * 30}
+    assert capture.outside_values(env) == {"GITHUB_TOKEN": "ghp_" + "x" * 30}
+
+
 def test_a_leaked_value_is_blanked_from_an_export_and_a_raw_file_is_deleted(tmp_path: Path) -> None:
     secret = "tok_" + "9" * 20
     export = fake_device.synthetic_export(tmp_path / "c.sqlite", ["cuda"], 2, {"cuda": 2})

@@ -74,7 +74,7 @@ from harness.errors import ConfigError, EvidenceError, shown
 from harness.io import check_out, partial_path
 from harness.measure.capture import leaked_values, outside_values, scrub_export, scrub_values
 from harness.namespaces import check_name
-from harness.report.provenance import INPUTS, git_state
+from harness.report.provenance import git_state
 
 FORMAT = "kernel-evidence-bundle/2"
 FORMATS = (FORMAT, "kernel-evidence-bundle/1")
@@ -223,13 +223,13 @@ def secret_values(provenance: Any = None, environ: Mapping[str, str] | None = No
     """The values searched for in every member, name -> value: those of the environment of this
     command and of any environment the provenance records (harness.measure.capture.outside_values:
     outside the capture's allowlist, long enough, not a path that exists), less plain numbers,
-    which a table holds of its own accord, the DESCRIPTIVE variables (the host's name) and the
-    provenance's own inputs (harness.report.provenance.INPUTS: the commit of a copy without .git,
+    which a table holds of its own accord, and the DESCRIPTIVE variables (the host's name).
+    outside_values leaves out the provenance's own inputs (the commit of a copy without .git,
     which the reports name by design)."""
     values = outside_values(_recorded_environment(provenance))
     values.update(outside_values(environ))
     return {k: v for k, v in values.items()
-            if not _NUMBER.fullmatch(v) and k not in DESCRIPTIVE and k not in INPUTS and not k.startswith("LC_")}
+            if not _NUMBER.fullmatch(v) and k not in DESCRIPTIVE and not k.startswith("LC_")}
 
 
 def scrub_members(files: dict[str, Path], values: Mapping[str, str], scratch: Path,

@@ -30,7 +30,7 @@ from typing import Any
 
 from harness import ROOT
 from harness.errors import EvidenceError
-from harness.tools import clean_parent, find_nsys, isolation_note, stop_session
+from harness.tools import PROVENANCE_INPUTS, clean_parent, find_nsys, isolation_note, stop_session
 
 # Variables the captured process may see; everything else is dropped before nsys starts.
 ENV_ALLOWLIST = (
@@ -77,12 +77,13 @@ def outside_values(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The invoking environment's variables outside the allowlist whose values are worth searching
     for, name -> value: long enough (SECRET_MIN_LENGTH), and not what the pipeline writes of its
     own accord (a value found in an allowlisted variable, in the interpreter's or the project's
-    path, or a path that exists on this machine, such as a home or tool folder)."""
+    path, or a path that exists on this machine, such as a home or tool folder, and the commit a
+    copy without .git is given: PROVENANCE_INPUTS)."""
     env = dict(os.environ if environ is None else environ)
     own = " ".join([*(v for k, v in env.items() if k in ENV_ALLOWLIST), sys.executable, sys.prefix, str(ROOT)])
     out = {}
     for k, v in env.items():
-        if k in ENV_ALLOWLIST or len(v) < SECRET_MIN_LENGTH or v in own:
+        if k in ENV_ALLOWLIST or k in PROVENANCE_INPUTS or len(v) < SECRET_MIN_LENGTH or v in own:
             continue
         try:
             if os.path.exists(v):

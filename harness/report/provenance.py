@@ -29,11 +29,6 @@ def config_hash(cfg: dict[str, Any]) -> str:
 
 COMMIT = re.compile(r"[0-9a-f]{40}")
 
-INPUTS = ("EVIDENCE_GIT_COMMIT", "EVIDENCE_GIT_DIRTY")
-"""The variables the provenance takes its commit from where the tree has no .git (`git_state`):
-their values are written into the provenance and the reports on purpose, not credentials."""
-
-
 def git_state() -> dict[str, Any]:
     """The commit the run used and whether tracked files differed from it: from git where this is a
     checkout; else from EVIDENCE_GIT_COMMIT (and EVIDENCE_GIT_DIRTY), which whoever copied the

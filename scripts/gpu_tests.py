@@ -16,9 +16,11 @@ pytest's. Commit the file: it is how a reviewer knows the GPU path passed at tha
 `--prime` first times, apart from the tier and written into its section, what a start costs
 before any test runs: the bytecode of the packages installed without it (`pip install
 --no-compile`, as the lent GPU machine's carried packages are; a plain install compiles it), and
-one start of nsys and of ncu, each on a process that launches one kernel. On the H200 each start
-took 8-9 s and the tier after it was no faster (docs/evidence/gpu-tests/849e119ad82196cf93530beaea3c457da00d0d93.txt):
-the tools' start is paid by every capture, not once per machine, and is the floor of a group's job.
+one start of nsys and of ncu, each on a process that launches one kernel. On a fresh H200 each
+first start took 8-9 s and the tier after it was no faster
+(docs/evidence/gpu-tests/849e119ad82196cf93530beaea3c457da00d0d93.txt); on a warm machine nsys adds
+1.7-1.9 s to such a process and ncu 1.0-1.8 s (scripts/probe_starts.py,
+docs/evidence/starts/639cb53d01d74f6e4bac40a6516822e65d839ec4.txt), a cost every capture pays.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 # AS_TYPED=1 runs the README's main command word for word (`snakemake --cores 1 report`, no
 # other option); RUN_TESTS=0 skips the GPU tests; TIERS (default "smoke full") names the tiers of scripts/gpu_tests.py
 # to run, TEST_ARGS narrows them (pytest arguments), PRIME=1 times nsys's and ncu's start before them; PROBE=1
-# times every start after them (scripts/probe_starts.py); STATS=1 runs nsys stats on every
+# times every start after them (scripts/probe_starts.py; PROBE_ONLY=TEXT only those named so); STATS=1 runs nsys stats on every
 # capture; PIPELINE=0 skips the pipeline; CORES (default 4); GPU_SLOTS=K lets K GPU jobs start at
 # once (on one GPU the lock still lets one measure at a time: the others import and wait);
 # SNAKE_TIMEOUT (seconds, default 540) stops snakemake with SIGINT, so it removes incomplete
@@ -41,12 +41,13 @@ if [ "${RUN_TESTS:-1}" = 1 ]; then
     case "$repo" in *current*) continue ;; esac  # pytest's links to the latest folders
     [ -d "$repo/artifacts" ] && (cd "$repo" && echo "== $repo" && python3 -m harness job-times gpu-smoke \
       && for r in artifacts/gpu-smoke/measure/*/*/record.json; do python3 -c "import json, sys; print(sys.argv[1], json.load(open(sys.argv[1]))['seconds'])" "$r"; done \
+      && grep -hE 'group seconds|counters: ncu profile' artifacts/gpu-smoke/logs/measure/*/*.log artifacts/gpu-smoke/logs/counters/*/*.log \
       && grep -hE '^\[|^(local)?rule |^Finished job' .snakemake/log/*.snakemake.log) \
       2>&1 | tee -a "$OUT/gpu-tests.txt" | tail -15
   done
 fi
 # PROBE=1: what each start costs here (scripts/probe_starts.py), into $OUT/starts.txt
-[ "${PROBE:-0}" = 1 ] && python3 scripts/probe_starts.py --out "$OUT"
+[ "${PROBE:-0}" = 1 ] && python3 scripts/probe_starts.py --out "$OUT" ${PROBE_ONLY:+--only "$PROBE_ONLY"}
 if [ "${PIPELINE:-1}" = 1 ]; then
   t1=$(date +%s)
   if [ "${AS_TYPED:-0}" = 1 ]; then  # the README's main command, word for word

@@ -73,6 +73,8 @@ def test_one_process_checks_captures_and_times_every_implementation(cfg: dict) -
     firsts = spans.sort_values(["round", "sample"]).groupby("round")["impl"].first().tolist()
     assert firsts == ["cuda", "triton", "torch"]  # the order rotates from round to round
     assert [g["status"] for g in out["graphs"]] == ["ok"] * 4
+    phases = [p for p in out["seconds"] if p in ("checks", "spans", "graph_replay", "capture")]
+    assert phases == ["checks", "spans", "graph_replay", "capture"]  # the capture last: the process's exit closes it
 
 
 def test_cold_mode_rotates_input_sets(cfg: dict) -> None:

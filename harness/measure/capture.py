@@ -168,7 +168,8 @@ def _run(argv: list[str], log: Any, what: str, env: dict[str, str], timeout: flo
 def group_command(nsys: str, trace: Sequence[str], extra_args: Sequence[str], out_base: Path,
                   plan: Path) -> list[str]:
     """nsys profile of the group process (harness.measure.group): one report and its SQLite export
-    of the one capture range the process opens (--capture-range-end stop)."""
+    of the one capture range the process opens, which its exit closes (--capture-range-end stop:
+    no second range)."""
     return [nsys, "profile", "--trace", ",".join(trace), *extra_args, "--capture-range", "cudaProfilerApi",
             "--capture-range-end", "stop", "--force-overwrite", "true", "--export", "sqlite",
             "--output", str(out_base), sys.executable, "-m", "harness", "group", str(plan)]

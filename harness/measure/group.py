@@ -15,18 +15,21 @@ captured in interleaved rounds, and timed by event spans and graph replay.
    per round: as many as the slowest fills `capture.round_us` with (between 1 and
    `capture.max_calls`). The same count for all keeps what one slot shares with the next (the L2
    the previous implementation left, the clocks) the same for all.
-3. **Capture.** One profiler range (cudaProfilerStart/Stop, for nsys --capture-range=cudaProfilerApi)
-   holding `capture.rounds` rounds. In each round every implementation makes one untimed call
-   (its inputs back in the cache after the previous implementation's), outside every NVTX range,
-   and then its calls inside an NVTX range `capture/<impl>/<round>` nested in a range `capture`,
-   the order rotated from round to round, so drift in clock or temperature hits every
-   implementation alike. Kernel time and its interval come from the kernels nsys attributes to
-   the round ranges (harness.tables); ncu's `--nvtx-include capture/` profiles the kernels inside
-   `capture` (harness.measure.counters), so neither sees the untimed calls.
-4. **Spans**, after the profiler range has closed: `span.rounds` rounds of `span.samples / rounds`
+3. **Spans**, before the profiler range opens: `span.rounds` rounds of `span.samples / rounds`
    samples each, the order rotated, each implementation's samples after one untimed call; each
    sample is a CUDA-event span around one call, waited for.
-5. **Graph replay** of each implementation (the cross-check of the kernel time).
+4. **Graph replay** of each implementation (the cross-check of the kernel time).
+5. **Capture**, last. One profiler range (cudaProfilerStart, for nsys
+   --capture-range=cudaProfilerApi) holding `capture.rounds` rounds. In each round every
+   implementation makes one untimed call (its inputs back in the cache after the previous
+   implementation's), outside every NVTX range, and then its calls inside an NVTX range
+   `capture/<impl>/<round>` nested in a range `capture`, the order rotated from round to round,
+   so drift in clock or temperature hits every implementation alike. Kernel time and its
+   interval come from the kernels nsys attributes to the round ranges (harness.tables); ncu's
+   `--nvtx-include capture/` profiles the kernels inside `capture` (harness.measure.counters), so
+   neither sees the untimed calls. The range is closed by the process's exit, not by
+   cudaProfilerStop: on the H200 a stop holds the process about 3 s while nsys flushes, an exit
+   right after the range does not (`scripts/probe_starts.py`), and nothing is measured after it.
 
 The results (checks, calls per round, launch paths, span samples, graph rows, the seconds each
 phase took) are written as JSON to the plan's `results` path, atomically.
@@ -154,7 +157,7 @@ def capture_rounds(torch: Any, calls: Mapping[str, Callable[[], Any]], per_round
     """The captured rounds (module docstring, step 3)."""
     order = list(calls)
     torch.cuda.synchronize()
-    if profile:
+    if profile:  # closed by the process's exit (module docstring, step 5)
         torch.cuda.profiler.start()
     push, pop = torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop
     for r in range(rounds):
@@ -168,8 +171,6 @@ def capture_rounds(torch: Any, calls: Mapping[str, Callable[[], Any]], per_round
             pop()
             pop()
         torch.cuda.synchronize()
-    if profile:
-        torch.cuda.profiler.stop()
 
 
 def span_samples(torch: Any, calls: Mapping[str, Callable[[], Any]], op: str, shape: str, samples: int,
@@ -194,11 +195,18 @@ def span_samples(torch: Any, calls: Mapping[str, Callable[[], Any]], op: str, sh
 
 
 def run(plan: Mapping[str, Any]) -> dict[str, Any]:
-    """Everything the plan asks for; returns (and writes) the results."""
+    """Everything the plan asks for; returns (and writes) the results. Where the plan says when its
+    process was launched (`launched_at`, the launcher's time.time()), `seconds` holds `start_up`,
+    from then until this call (the profiler's start, Python's and the imports), and `gpu_init`
+    (torch and the CUDA context) besides each phase's seconds."""
+    seconds: dict[str, float] = {}
+    if "launched_at" in plan:
+        seconds["start_up"] = time.time() - float(plan["launched_at"])
+    t = time.perf_counter()
     require_gpu()
     import torch
 
-    seconds: dict[str, float] = {}
+    seconds["gpu_init"] = time.perf_counter() - t
     t0 = time.perf_counter()
     progress = Progress(plan.get("progress"))
     op, shape = plan["op"], plan["shape"]
@@ -223,18 +231,12 @@ def run(plan: Mapping[str, Any]) -> dict[str, Any]:
     per_round = {impl: k for impl in passed}
     seconds["bind_and_warmup"] = time.perf_counter() - t
 
-    t = time.perf_counter()
-    progress.mark("capture")
-    if passed:
-        capture_rounds(torch, calls, per_round, int(cap["rounds"]), bool(plan.get("profile", True)))
-    seconds["capture"] = time.perf_counter() - t
-
     spans: list[dict[str, Any]] = []
     graphs: list[dict[str, Any]] = []
     if plan.get("spans", True) and passed:
         t = time.perf_counter()
         progress.mark("spans")
-        for call in calls.values():  # the first calls after the profiler range pay its wake-up
+        for call in calls.values():
             for _ in range(int(span["warmup"])):
                 call()
         torch.cuda.synchronize()
@@ -247,6 +249,12 @@ def run(plan: Mapping[str, Any]) -> dict[str, Any]:
                 graphs.append(graph_replay.measure(op, shape, impl, call, int(cc["calls"]), int(cc["replays"]),
                                                    float(cc["max_seconds"])))
             seconds["graph_replay"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    progress.mark("capture")
+    if passed:
+        capture_rounds(torch, calls, per_round, int(cap["rounds"]), bool(plan.get("profile", True)))
+    seconds["capture"] = time.perf_counter() - t
     seconds["total"] = time.perf_counter() - t0
     results = {
         "op": op, "shape": shape, "impls": list(plan["impls"]), "checks": records, "passed": passed,
@@ -259,6 +267,7 @@ def run(plan: Mapping[str, Any]) -> dict[str, Any]:
                            for i in passed if any(s["impl"] == i for s in spans)},
     }
     progress.mark("done")
+    print("group seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in seconds.items()), file=sys.stderr, flush=True)
     if plan.get("results"):
         write_json(results, plan["results"])
     return results

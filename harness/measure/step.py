@@ -93,11 +93,13 @@ def measure(*, op: str, shape: str, impls: Sequence[str], plan: Mapping[str, Any
                                  "check_s": float(settings.get("check_s", group.CHECK_S)),
                                  "results": str(folder / "results.json"), "progress": str(folder / "progress.json")}
                     plan_path = folder / "plan.json"
-                    write_json(full_plan, plan_path)
+                    write_json({**full_plan, "launched_at": time.time()}, plan_path)
+                    profiled = time.time()
                     try:
                         info = capture.profile_group(settings["nsys_path"], plan["nsys"]["trace"], plan["nsys"]["extra_args"],
                                                      plan_path, files["report"], files["export"], Path(log),
                                                      float(settings["timeout_s"]))
+                        profiled = time.time() - profiled
                         break
                     except capture.GroupFailed as exc:
                         progress = _read_json(folder / "progress.json")
@@ -140,8 +142,9 @@ def measure(*, op: str, shape: str, impls: Sequence[str], plan: Mapping[str, Any
             "input_sets": results.get("input_sets", {}), "warmup_us_per_call": results.get("warmup_us_per_call", {}),
             "crashed": crashed, "gpu_uuid": uuid,
             "gpu": {"before": before, "waited_s": waited, "during": sampler.summary(), "after": after},
-            "span": {"exclusive": exclusive, "threads": threads, "measured": "in the group process, after the capture range closed"},
-            "seconds": {**(results.get("seconds") or {}), "job": time.time() - started},
+            "span": {"exclusive": exclusive, "threads": threads, "measured": "in the group process, before the capture range opened"},
+            "seconds": {**(results.get("seconds") or {}), "profile": profiled if info is not None else None,
+                        "job": time.time() - started},
             "nsys": (info or {}).get("nsys"), "nsys_version": export.get("nsys_version"), "export": export,
             "env_rows_removed": (info or {}).get("env_rows_removed"), "environment_removed": leaks,
             "isolation": (info or {}).get("isolation"),
@@ -227,15 +230,17 @@ def _profile_counters(op: str, shape: str, passed: Sequence[str], plan: Mapping[
     tmp_rep = tmp_base.with_name(tmp_base.name + ".ncu-rep")
     tmp_rep.unlink(missing_ok=True)
     plan_path = raw.with_name(raw.name + ".plan.json")
-    write_json({**plan, "op": op, "shape": shape, "impls": list(passed), "profile": False, "spans": False, "check": False},
-               plan_path)
+    write_json({**plan, "op": op, "shape": shape, "impls": list(passed), "profile": False, "spans": False, "check": False,
+                "launched_at": time.time()}, plan_path)
     argv = ncu.profile_command(ncu_path, metrics, group.RANGE, tmp_base, [sys.executable, "-m", "harness", "group", str(plan_path)])
     try:
         with tempfile.TemporaryDirectory(prefix="evidence-ncu-") as private:
             with lock(f"counters {op} {shape}", raw.parents[2], float(settings["gpu_lock_timeout_s"]), op, shape):
+                started = time.time()
                 rc, output = run_command(clean_parent(argv), log, env=capture.private_env(Path(private)),
                                          timeout=float(settings["ncu_timeout_s"]),
                                          what=f"ncu profile of {op} {shape}")
+                profiled = time.time() - started
         reason = ncu.unavailable_reason(output)
         if reason:
             return list(without(reason, "unavailable", passed))
@@ -246,6 +251,7 @@ def _profile_counters(op: str, shape: str, passed: Sequence[str], plan: Mapping[
                                  what=f"ncu export of {op} {shape}")
         if rc != 0:
             raise EvidenceError(f"ncu --import of {tmp_rep.name} failed with exit status {rc}.")
+        print(f"counters: ncu profile {profiled:.1f} s, export {time.time() - started - profiled:.1f} s")
         write_text(export, raw)
         kernels = counter_table.read_raw_csv(raw)
         if not kernels:

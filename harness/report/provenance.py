@@ -15,6 +15,7 @@ from typing import Any
 
 from harness import ROOT, ops
 from harness.errors import EvidenceError
+from harness.io import write_json
 from harness.runlog import commands
 from harness.tools import versions
 
@@ -103,3 +104,8 @@ def collect(cfg: dict[str, Any], capture_metas: list[dict[str, Any]], commands_f
         "commands": commands(commands_file),
         "python_executable": sys.executable,
     }
+
+
+def write(cfg: dict[str, Any], records: list[str], commands_file: str | Path, out: str | Path) -> None:
+    """The provenance rule's step: `collect` over the group records at `records`, into `out`."""
+    write_json(collect(cfg, [json.loads(Path(p).read_text()) for p in records], commands_file), out)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import EvidenceError
+from harness.io import read_csvs, write_csv
 
 COUNTER_COLUMNS_FIXED = ["namespace", "op", "shape", "impl", "status", "reason", "kernel_index", "kernel",
                          "grid", "block", "source"]
@@ -132,6 +133,13 @@ def unavailable_rows(reason: str, metrics: Mapping[str, str], namespace: str, op
 
 def columns(metrics: Mapping[str, str]) -> list[str]:
     return [*COUNTER_COLUMNS_FIXED, *metrics]
+
+
+def write_table(parts: Sequence[str], metrics: Mapping[str, str], out: str | Path) -> None:
+    """The counters_table rule's step: the groups' counters tables at `parts`, one after another,
+    into `out` (the header alone for none)."""
+    frame = read_csvs(parts)
+    write_csv(frame.to_dict("records") if parts else [], columns(metrics), out)
 
 
 # ----------------------------------------------------------------------------- report summaries

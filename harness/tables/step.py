@@ -1,5 +1,6 @@
-"""The tables stage's workflow steps: the namespace's tables, one shape's and one sweep's, the
-counters table, and the controls and drift. workflow/scripts/ call these, one per rule."""
+"""The tables stage's workflow steps: the namespace's tables, one shape's and one sweep's, and the
+controls and drift. workflow/scripts/ call these, one per rule (the counters table's step is
+harness.tables.counters.write_table, which needs none of these imports)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from typing import Any
 
 import pandas as pd
 
-from harness.io import read_csvs, write_csv
-from harness.tables import counters, derive, nsys, trust
+from harness.io import write_csv
+from harness.tables import derive, nsys, trust
 
 
 def _groups(group_files: Sequence[str]) -> list[derive.Group]:
@@ -69,11 +70,6 @@ def sweep(group_files: Sequence[str], outputs: Mapping[str, str], *, namespace: 
                                      descriptions={op: dict(descriptions)}, margin=margin)
     _write({"sweep": tables["sweep"], "kernel_time": tables["kernel_time"], "variants": tables["variants"]},
            {"sweep": outputs["table"], "kernel_time": outputs["kernel_time"], "variants": outputs["variants"]})
-
-
-def counters_table(parts: Sequence[str], metrics: Mapping[str, str], out: str) -> None:
-    frame = read_csvs(parts) if parts else pd.DataFrame(columns=counters.columns(metrics))
-    write_csv(frame.to_dict("records"), counters.columns(metrics), out)
 
 
 def controls_and_drift(*, namespace: str, control: str, margin: float, earlier: str | None, controls_out: str,

@@ -487,7 +487,7 @@ def operational(cfg: Mapping[str, Any]) -> dict[str, Any]:
 
 
 REPORT_KEYS = ("namespace", "arch", "cache_mode", "operations", "capture", "span", "cross_check", "counters", "trust",
-               "verdict")
+               "verdict", "ceilings")
 """The config the render reads: a change elsewhere (a timeout, a path) does not re-render."""
 
 

@@ -102,12 +102,12 @@ def commands(work: Path) -> list[tuple[str, list[str]]]:
         from harness.measure.counters import requested_metrics
 
         every = ",".join(requested_metrics(config.load(repo / "config.yaml")["counters"]["metrics"]))
-        ranged = [ncu, "--clock-control", "none", "--nvtx", "--nvtx-include", "capture/", "--force-overwrite"]
+        included = [ncu, "--clock-control", "none", "--nvtx", "--nvtx-include", "capture/", "--force-overwrite"]
         out += [("ncu --nvtx-include capture/, 3 kernels, one metric",
-                 [*ranged, "--metrics", "gpu__time_duration.sum", "--export", str(work / "c2"), py, "-c",
+                 [*included, "--metrics", "gpu__time_duration.sum", "--export", str(work / "c2"), py, "-c",
                   ranged(3)]),
                 ("ncu --nvtx-include capture/, 3 kernels, the config's metrics",
-                 [*ranged, "--metrics", every, "--export", str(work / "c3"), py, "-c", ranged(3)])]
+                 [*included, "--metrics", every, "--export", str(work / "c3"), py, "-c", ranged(3)])]
     return out
 
 

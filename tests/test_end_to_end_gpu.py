@@ -1,6 +1,7 @@
 """The README's main command end to end on a real GPU, on the smoke configuration
-(workflow/configs/smoke.yaml: one small shape of one operation, counters on), in a copy of the
-repository: it finishes, renders every report, and every counters row is `ok`. The smoke tier
+(workflow/configs/smoke.yaml: one small shape of one operation, counters on, ceilings off), in a
+copy of the repository: it finishes, renders every report, every counters row is `ok`, and the
+report says the ceilings were not measured (tests/test_ceilings_gpu.py measures them). The smoke tier
 (`-m 'gpu and smoke'`) holds it. The test holds the GPU's lock (tests/conftest.py), so the run
 takes its locks under the test's folder; the test process itself holds a CUDA context from earlier
 tests, which the run's quiet-GPU watch must take as its own (harness.gpu.watch.lineage). A random
@@ -56,6 +57,8 @@ def test_the_main_command_on_the_smoke_config_renders_with_every_counter(tmp_pat
     assert len(counters) > 0
     assert set(counters["status"]) == {"ok"}, counters[["impl", "status", "reason"]].to_string()
     assert "its check failed" not in proc.stdout + proc.stderr
+    assert not (copy / "artifacts" / NS / "tables" / "ceilings.csv").exists()
+    assert "not measured in this run (`ceilings.enabled: false`)" in (copy / "report" / NS / "field_note.md").read_text()
     written = [p for folder in (copy / "artifacts" / NS, copy / "report" / NS) for p in folder.rglob("*") if p.is_file()]
     holding = [str(p.relative_to(copy)) for p in written
                if secret.encode() in p.read_bytes() or secret.encode("utf-16-le") in p.read_bytes()]

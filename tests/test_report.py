@@ -554,3 +554,17 @@ def test_hostile_strings_stay_text_in_markdown(tmp_path: Path) -> None:
     assert kernel_rows  # the kernel name with a newline stayed on its row, the break made visible (rendered as \n)
     summaries = [line for line in lines if line.startswith("<details><summary>")]
     assert all(re.fullmatch(r"<details><summary>[^<>]*</summary>", s) for s in summaries)
+
+
+def test_a_run_without_ceilings_says_they_were_not_measured(tmp_path: Path) -> None:
+    cfg = small_config(ceilings={"enabled": False})
+    inputs = build_namespace(tmp_path, cfg)
+    Path(inputs.pop("ceilings")).unlink()  # no ceilings job ran
+    out = tmp_path / "report" / NS
+    report.render_reports(cfg, inputs, out / "field_note.md", out / "issue_comment.md")
+    note = (out / "field_note.md").read_text()
+    assert "- **Ceilings**: not measured in this run (`ceilings.enabled: false`)" in note
+    assert "The ceilings were not measured in this run" in note and "copy_bandwidth " not in note
+    measured, _, _ = render(tmp_path / "measured")
+    assert "- **Ceilings**: measured in this session on this GPU: copy_bandwidth" in measured
+    assert "not measured in this run" not in measured

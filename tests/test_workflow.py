@@ -38,6 +38,15 @@ def test_dry_run_lists_every_job() -> None:
         assert gone not in counts
 
 
+def test_without_ceilings_no_job_measures_them_and_the_rest_stays() -> None:
+    proc = run_snakemake("-n", "--forceall", "report", "--config", "ceilings={enabled: false}")
+    assert proc.returncode == 0, proc.stderr
+    counts = job_counts(proc.stdout)
+    assert "ceilings" not in counts
+    assert counts["tables"] == counts["render"] == 1 and counts["measure"] > 0
+    assert "ceilings.csv" not in proc.stdout
+
+
 def test_sweep_and_shape_targets() -> None:
     cfg = config.load()
     for op in cfg["operations"]:

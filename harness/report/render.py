@@ -360,6 +360,7 @@ def build_context(cfg: Mapping[str, Any], tables: Mapping[str, Any], provenance:
         "counts": total, "count_keys": COUNT_KEYS, "verdicts": stats.VERDICTS,
         "flags": flag_lines, "trust": tctx, "trust_section": _trust_section(tctx), "toc": toc, "sections": sections,
         "ceilings": records(tables.get("ceilings")), "gpu_quiet": gpu_quiet(tables.get("gpu_state")),
+        "ceilings_measured": bool((cfg.get("ceilings") or {}).get("enabled", True)),
         "cross_check": cross, "resolution": known,
         "variants": variants_context(tables.get("variants"), set(resolution.known(cfg))),
         "change": change.context(tables.get("change"), tables.get("controls"),

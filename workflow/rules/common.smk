@@ -102,6 +102,14 @@ def shapes_of(op):
     return hconfig.shapes(CFG, op)
 
 
+def ceilings_input():
+    """The ceilings table as a named input of the rules that read it, or nothing with
+    ceilings.enabled false (no ceilings job then; the fractions stay empty)."""
+    if not CFG["ceilings"]["enabled"]:
+        return {}
+    return {"ceilings": f"{A}/tables/ceilings.csv"}
+
+
 def counter_parts():
     """The counters table of every (op, shape, impl) the config asks counters for: each
     operation's default shape, or every shape with counters.shapes: all; none when disabled.

@@ -22,13 +22,13 @@ rule provenance:
 
 rule render:
     input:
+        **ceilings_input(),
         kernel_time=f"{A}/tables/kernel_time.csv",
         kernel_time_detail=f"{A}/tables/kernel_time_detail.csv",
         span=f"{A}/tables/span.csv",
         check=f"{A}/tables/check.csv",
         sweep=f"{A}/tables/sweep.csv",
         census=f"{A}/tables/census.csv",
-        ceilings=f"{A}/tables/ceilings.csv",
         gpu_state=f"{A}/tables/gpu_state.csv",
         controls=f"{A}/tables/controls.csv",
         drift=f"{A}/tables/drift.csv",

@@ -4,6 +4,7 @@
 
 rule tables:
     input:
+        **ceilings_input(),
         groups=[
             f
             for op in OPS
@@ -11,7 +12,6 @@ rule tables:
             for f in group_outputs(op, shape)
         ],
         census=f"{A}/tables/census.csv",
-        ceilings=f"{A}/tables/ceilings.csv",
     output:
         **{
             name: (

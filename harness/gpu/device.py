@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from harness.errors import ToolMissing
+
+T = TypeVar("T")
 
 NO_TORCH = "torch is not installed, so no GPU work can run; run the README's set-up command."
 NO_GPU = ("no CUDA GPU is visible here (torch.cuda.is_available() is False): the check, capture and "
@@ -39,7 +42,7 @@ def require_visible_gpu() -> None:
     build = torch_cuda_build(Path(next(iter(spec.submodule_search_locations))))
     if build is None:
         raise ToolMissing(NO_GPU)
-    count = nvml_device_count() if build is not False else None
+    count = None if build is False else nvml_device_count()
     if count is None:
         return require_gpu()
     if count == 0:
@@ -65,20 +68,25 @@ def torch_cuda_build(package: Path) -> str | None | bool:
     return cuda
 
 
+def nvml(read: Callable[[Any], T]) -> T:
+    """`read(pynvml)` between nvmlInit and nvmlShutdown, NVML shut down however it ends. Reads
+    only; never changes a setting, never creates a CUDA context. Any failure propagates (no
+    pynvml, no driver, a call NVML refuses): each caller says what its absence means."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    try:
+        return read(pynvml)
+    finally:
+        pynvml.nvmlShutdown()
+
+
 def nvml_device_count() -> int | None:
     """How many GPUs NVML lists; None without NVML (no driver, no pynvml)."""
     try:
-        import pynvml
-
-        pynvml.nvmlInit()
+        return nvml(lambda n: int(n.nvmlDeviceGetCount()))
     except Exception:
         return None
-    try:
-        return int(pynvml.nvmlDeviceGetCount())
-    except Exception:
-        return None
-    finally:
-        pynvml.nvmlShutdown()
 
 
 def nvml_smallest_memory() -> int | None:
@@ -87,19 +95,11 @@ def nvml_smallest_memory() -> int | None:
     if "CUDA_VISIBLE_DEVICES" in os.environ:
         return None
     try:
-        import pynvml
-
-        pynvml.nvmlInit()
+        totals = nvml(lambda n: [int(n.nvmlDeviceGetMemoryInfo(n.nvmlDeviceGetHandleByIndex(i)).total)
+                                 for i in range(n.nvmlDeviceGetCount())])
     except Exception:
         return None
-    try:
-        totals = [int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).total)
-                  for i in range(pynvml.nvmlDeviceGetCount())]
-        return min(totals) if totals else None
-    except Exception:
-        return None
-    finally:
-        pynvml.nvmlShutdown()
+    return min(totals) if totals else None
 
 
 def has_gpu() -> bool:
@@ -124,18 +124,17 @@ def device_info() -> dict[str, Any]:
         "memory_bytes": props.total_memory,
         "cuda_runtime": torch.version.cuda,
     }
-    try:
-        import pynvml
 
-        pynvml.nvmlInit()
-        info["driver"] = pynvml.nvmlSystemGetDriverVersion()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-        util = pynvml.nvmlDeviceGetUtilizationRates(handle)
-        info["gpu_utilization_pct"] = util.gpu
-        info["power_w"] = round(pynvml.nvmlDeviceGetPowerUsage(handle) / 1000, 1)
-        info["sm_clock_mhz"] = pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)
-        info["mem_clock_mhz"] = pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM)
-        pynvml.nvmlShutdown()
+    def read(n: Any) -> dict[str, Any]:
+        handle = n.nvmlDeviceGetHandleByIndex(0)
+        return {"driver": n.nvmlSystemGetDriverVersion(),
+                "gpu_utilization_pct": n.nvmlDeviceGetUtilizationRates(handle).gpu,
+                "power_w": round(n.nvmlDeviceGetPowerUsage(handle) / 1000, 1),
+                "sm_clock_mhz": n.nvmlDeviceGetClockInfo(handle, n.NVML_CLOCK_SM),
+                "mem_clock_mhz": n.nvmlDeviceGetClockInfo(handle, n.NVML_CLOCK_MEM)}
+
+    try:
+        info.update(nvml(read))
     except Exception as exc:  # NVML is informative only; its absence never stops a run
         info["nvml"] = f"unavailable: {type(exc).__name__}"
     return info
@@ -144,33 +143,28 @@ def device_info() -> dict[str, Any]:
 def gpu_state(index: int = 0) -> dict[str, Any]:
     """NVML reading of the GPU's state (utilisation, memory, power, clocks, temperature, throttle
     reasons, other processes). Reads only; never changes a setting. Does not create a CUDA context."""
-    try:
-        import pynvml
 
-        pynvml.nvmlInit()
-    except Exception as exc:
-        return {"nvml": f"unavailable: {type(exc).__name__}"}
-    try:
-        h = pynvml.nvmlDeviceGetHandleByIndex(index)
-        util = pynvml.nvmlDeviceGetUtilizationRates(h)
-        mem = pynvml.nvmlDeviceGetMemoryInfo(h)
-        procs = pynvml.nvmlDeviceGetComputeRunningProcesses(h)
+    def read(n: Any) -> dict[str, Any]:
+        h = n.nvmlDeviceGetHandleByIndex(index)
+        util, mem = n.nvmlDeviceGetUtilizationRates(h), n.nvmlDeviceGetMemoryInfo(h)
+        procs = n.nvmlDeviceGetComputeRunningProcesses(h)
         return {
-            "name": pynvml.nvmlDeviceGetName(h),
-            "uuid": pynvml.nvmlDeviceGetUUID(h),
-            "driver": pynvml.nvmlSystemGetDriverVersion(),
+            "name": n.nvmlDeviceGetName(h),
+            "uuid": n.nvmlDeviceGetUUID(h),
+            "driver": n.nvmlSystemGetDriverVersion(),
             "utilization_pct": util.gpu,
             "memory_used_mib": round(mem.used / 2**20),
-            "power_w": round(pynvml.nvmlDeviceGetPowerUsage(h) / 1000, 1),
-            "sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
-            "mem_clock_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM),
-            "temperature_c": pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU),
-            "throttle_reasons": int((getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
-                                     or pynvml.nvmlDeviceGetCurrentClocksThrottleReasons)(h)),
+            "power_w": round(n.nvmlDeviceGetPowerUsage(h) / 1000, 1),
+            "sm_clock_mhz": n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM),
+            "mem_clock_mhz": n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_MEM),
+            "temperature_c": n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU),
+            "throttle_reasons": int((getattr(n, "nvmlDeviceGetCurrentClocksEventReasons", None)
+                                     or n.nvmlDeviceGetCurrentClocksThrottleReasons)(h)),
             "compute_processes": len(procs),
             "pids": sorted(int(p.pid) for p in procs),
         }
+
+    try:
+        return nvml(read)
     except Exception as exc:
-        return {"nvml": f"error: {type(exc).__name__}: {exc}"}
-    finally:
-        pynvml.nvmlShutdown()
+        return {"nvml": f"unavailable: {type(exc).__name__}: {exc}"}

@@ -35,6 +35,7 @@ from typing import Any
 import filelock
 
 from harness.errors import EvidenceError
+from harness.gpu.device import nvml
 
 DEFAULT_TIMEOUT_S = 1800.0
 
@@ -45,6 +46,11 @@ def lock_dir() -> Path:
     return Path(os.environ.get("EVIDENCE_LOCK_DIR") or Path(tempfile.gettempdir()) / "kernel-evidence-locks")
 
 
+def _text(uuid: Any) -> str:
+    """A UUID as NVML returns it (bytes in older pynvml), as text."""
+    return uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+
+
 def device_uuid() -> str:
     """UUID of the GPU this process will use: the first entry of CUDA_VISIBLE_DEVICES (an index or
     a UUID), read through NVML; without NVML, a name derived from that entry."""
@@ -52,14 +58,7 @@ def device_uuid() -> str:
     if first.startswith(("GPU-", "MIG-")):
         return first
     try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            uuid = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(int(first)))
-        finally:
-            pynvml.nvmlShutdown()
-        return uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+        return _text(nvml(lambda n: n.nvmlDeviceGetUUID(n.nvmlDeviceGetHandleByIndex(int(first)))))
     except Exception:  # no NVML (no GPU, or no driver): still one lock per visible device index
         return f"device-{first}"
 
@@ -124,16 +123,8 @@ def visible_devices() -> list[str]:
     if entries is not None and len(entries) <= 1:
         return [device_uuid()]
     try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            listed = []
-            for i in range(pynvml.nvmlDeviceGetCount()):
-                uuid = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))
-                listed.append(uuid.decode() if isinstance(uuid, bytes) else str(uuid))
-        finally:
-            pynvml.nvmlShutdown()
+        listed = nvml(lambda n: [_text(n.nvmlDeviceGetUUID(n.nvmlDeviceGetHandleByIndex(i)))
+                                 for i in range(n.nvmlDeviceGetCount())])
     except Exception:  # no NVML: one device per listed entry, named as device_uuid() names them
         if not entries:
             return [device_uuid()]
@@ -155,13 +146,7 @@ def nvml_index(uuid: str) -> int | None:
     """NVML's index of the device with this UUID (NVML ignores CUDA_VISIBLE_DEVICES, so a
     reading of a pinned GPU must name it by this index); None without NVML or for no such device."""
     try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            return int(pynvml.nvmlDeviceGetIndex(pynvml.nvmlDeviceGetHandleByUUID(uuid)))
-        finally:
-            pynvml.nvmlShutdown()
+        return nvml(lambda n: int(n.nvmlDeviceGetIndex(n.nvmlDeviceGetHandleByUUID(uuid))))
     except Exception:
         return None
 

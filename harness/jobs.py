@@ -4,8 +4,10 @@ ends the job with one sentence (in the log and on stderr) instead of a traceback
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,3 +32,19 @@ def run_step(log_path: str | Path | None, step: Callable[[], Any]) -> Any:
                     fh.flush()
                     os._exit(1)  # a dead CUDA context: skip the teardown and its noise
                 sys.exit(1)
+
+
+def preload(*modules: str) -> threading.Thread:
+    """Import these libraries (heavy ones a step needs only later: pandas, sqlite_utils) in a
+    background thread, so that their import overlaps a wait, a group process under nsys or ncu,
+    instead of lengthening the job by it. Returns the thread. A library that fails to import is
+    left to the step's own import of it, which says why where it is used."""
+
+    def load() -> None:
+        for name in modules:
+            with contextlib.suppress(Exception):
+                importlib.import_module(name)
+
+    thread = threading.Thread(target=load, name="preload", daemon=True)
+    thread.start()
+    return thread

@@ -27,6 +27,7 @@ from harness.gpu.device import gpu_state
 from harness.gpu.lock import group_gpu_lock, group_record, nvml_index
 from harness.gpu.watch import Sampler, others_only, wait_until_quiet
 from harness.io import write_csv, write_json, write_text
+from harness.jobs import preload
 from harness.measure import capture, group
 from harness.measure import ceilings as ceilings_mod
 from harness.measure import counters as ncu
@@ -82,6 +83,7 @@ def measure(*, op: str, shape: str, impls: Sequence[str], plan: Mapping[str, Any
     try:
         crashed: dict[str, str] = {}
         started = time.time()
+        preload("pandas", "sqlite_utils")  # needed once the group process has run: imported while it runs
         policy = settings["gpu_state"]
         with lock(f"measure {op} {shape}", ns_dir, float(settings["gpu_lock_timeout_s"]), op, shape) as uuid:
             reader = _gpu_reader(uuid)
@@ -237,6 +239,7 @@ def _profile_counters(op: str, shape: str, passed: Sequence[str], plan: Mapping[
         with tempfile.TemporaryDirectory(prefix="evidence-ncu-") as private:
             with lock(f"counters {op} {shape}", raw.parents[2], float(settings["gpu_lock_timeout_s"]), op, shape):
                 started = time.time()
+                preload("pandas")  # the table's writer needs it once ncu has run: imported while it runs
                 rc, output = run_command(clean_parent(argv), log, env=capture.private_env(Path(private)),
                                          timeout=float(settings["ncu_timeout_s"]),
                                          what=f"ncu profile of {op} {shape}")

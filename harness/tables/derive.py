@@ -15,14 +15,15 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from harness import baseline, ops
 from harness.ops import variants as config_variants
 from harness.tables import nsys, stats
 from harness.tables.cross_check import CROSS_CHECK_COLUMNS, compare
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 RANGE_PREFIX = "capture/"
 """The captured calls of implementation I in round R run inside the NVTX range 'capture/I/R'."""
@@ -116,14 +117,22 @@ def launch_rows(export: str | Path, op: str, shape: str) -> list[dict[str, Any]]
     return rows
 
 
+def _frame(columns: list[str]) -> pd.DataFrame:
+    """An empty table with these columns."""
+    import pandas as pd  # here, not at the top: the measure step imports this module and needs pandas
+    # only after its group process has run, which it overlaps the import with (harness.io.preload)
+
+    return pd.DataFrame(columns=columns)
+
+
 @dataclass
 class Group:
     """What one measurement group left, read back."""
 
     record: dict[str, Any]
     launches: pd.DataFrame
-    spans: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=SPAN_SAMPLE_COLUMNS))
-    graph: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=GRAPH_COLUMNS))
+    spans: pd.DataFrame = field(default_factory=lambda: _frame(SPAN_SAMPLE_COLUMNS))
+    graph: pd.DataFrame = field(default_factory=lambda: _frame(GRAPH_COLUMNS))
 
     @property
     def key(self) -> tuple[str, str]:
@@ -136,10 +145,12 @@ def read_group(group_dir: str | Path, launches: pd.DataFrame | None = None) -> G
     record = json.loads(f["record"].read_text())
 
     def frame(path: Path, columns: list[str]) -> pd.DataFrame:
+        import pandas as pd
+
         if path.is_file() and path.stat().st_size:
             df = pd.read_csv(path, dtype={"shape": str, "impl": str, "op": str})
-            return df if not df.empty else pd.DataFrame(columns=columns)
-        return pd.DataFrame(columns=columns)
+            return df if not df.empty else _frame(columns)
+        return _frame(columns)
 
     return Group(record=record, launches=launches if launches is not None else frame(f["launches"], LAUNCH_COLUMNS),
                  spans=frame(f["spans"], SPAN_SAMPLE_COLUMNS), graph=frame(f["graph"], GRAPH_COLUMNS))
@@ -358,6 +369,8 @@ def namespace_tables(groups: Iterable[Group], *, namespace: str, cache_mode: str
                      margin: float = stats.MARGIN) -> dict[str, list[dict[str, Any]]]:
     """Every table of TABLES, as rows, from the groups of a namespace: the pipeline's tables step and
     `python -m harness verify` call this one function."""
+    import pandas as pd
+
     ceil = ceiling_values(ceilings)
     cc = cross_check or {"rtol": 0.1, "atol_us_per_kernel": 1.5}
     out: dict[str, list[dict[str, Any]]] = {name: [] for name in TABLES}
@@ -384,6 +397,8 @@ def namespace_tables(groups: Iterable[Group], *, namespace: str, cache_mode: str
 
 def frames(tables: Mapping[str, list[dict[str, Any]]]) -> dict[str, pd.DataFrame]:
     """The rows of `namespace_tables` as DataFrames with exactly each table's columns."""
+    import pandas as pd
+
     out = {}
     for name, rows in tables.items():
         cols = COLUMNS[name]

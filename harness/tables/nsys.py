@@ -79,12 +79,12 @@ import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import Any
-
-import sqlite_utils
-from sqlite_utils.db import quote_identifier
+from typing import TYPE_CHECKING, Any
 
 from harness.errors import EvidenceError
+
+if TYPE_CHECKING:
+    import sqlite_utils
 
 __all__ = [
     "NsysExportError", "KERN_SUM_COLUMNS", "NVTX_KERN_SUM_COLUMNS", "RANGE_KERNEL_KEYS",
@@ -314,6 +314,8 @@ def _open(path: str | Path, time_limit_s: float | None,
     conn.create_function("nsys_stdev", 5, _stdev, deterministic=True)
     # typeshed types an aggregate's step as taking one argument; this one takes three
     conn.create_aggregate("nsys_innermost", 3, _Innermost)  # type: ignore[arg-type]
+    import sqlite_utils  # here, not at the top, as pandas in harness.tables.derive
+
     db = sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
     try:
         with _reading(guard):
@@ -413,6 +415,8 @@ class _Export:
                 raise NsysExportError(
                     f"{label} has {table} as a virtual table, not a stored table, so it is refused.")
             declared = t.columns_dict  # {name: python type of the declared type's affinity}
+            from sqlite_utils.db import quote_identifier
+
             hidden = {row[1] for row in self.db.execute(
                 f"PRAGMA main.table_xinfo({quote_identifier(name)})") if row[6]}
         want = _DECLARED.get(table, {})

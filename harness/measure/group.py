@@ -154,7 +154,7 @@ def checks(plan: Mapping[str, Any], progress: Progress) -> dict[str, dict[str, A
 
 def capture_rounds(torch: Any, calls: Mapping[str, Callable[[], Any]], per_round: Mapping[str, int], rounds: int,
                    profile: bool) -> None:
-    """The captured rounds (module docstring, step 5)."""
+    """The captured rounds (module docstring, step 3)."""
     order = list(calls)
     torch.cuda.synchronize()
     if profile:  # closed by the process's exit (module docstring, step 5)
@@ -175,7 +175,7 @@ def capture_rounds(torch: Any, calls: Mapping[str, Callable[[], Any]], per_round
 
 def span_samples(torch: Any, calls: Mapping[str, Callable[[], Any]], op: str, shape: str, samples: int,
                  rounds: int) -> list[dict[str, Any]]:
-    """Event spans (module docstring, step 3): one row per sample."""
+    """Event spans (module docstring, step 4): one row per sample."""
     order = list(calls)
     per_round = max(1, samples // max(1, rounds))
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

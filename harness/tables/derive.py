@@ -120,7 +120,7 @@ def launch_rows(export: str | Path, op: str, shape: str) -> list[dict[str, Any]]
 def _frame(columns: list[str]) -> pd.DataFrame:
     """An empty table with these columns."""
     import pandas as pd  # here, not at the top: the measure step imports this module and needs pandas
-    # only after its group process has run, which it overlaps the import with (harness.io.preload)
+    # only after its group process has run, which it overlaps the import with (harness.jobs.preload)
 
     return pd.DataFrame(columns=columns)
 

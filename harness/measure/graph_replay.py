@@ -84,13 +84,21 @@ def renew_default_generator(torch: Any) -> None:
 
 
 def measure(op: str, shape: str, impl: str, call: Callable[[], Any], calls_per_replay: int, replays: int,
-            max_seconds: float = float("inf")) -> dict[str, Any]:
+            max_seconds: float = float("inf"), placements: int = 1) -> dict[str, Any]:
     """One row of the graph table: the replay timing, or status 'not capturable' with the reason
-    (the cross-check is then skipped for that implementation, and the report says so)."""
+    (the cross-check is then skipped for that implementation, and the report says so). A call
+    with several placements (harness.ops.bind_group) gets one graph per placement, the replays
+    and `max_seconds` shared among them, and the row pools their replays."""
     row: dict[str, Any] = {"op": op, "shape": shape, "impl": impl, "calls_per_replay": calls_per_replay,
                            "replays": replays}
+    select = getattr(call, "select", None)
+    places = max(1, placements) if select is not None else 1
     try:
-        times = replay_times(call, calls_per_replay, replays, max_seconds)
+        times: list[float] = []
+        for p in range(places):
+            if select is not None:
+                select(p)
+            times += replay_times(call, calls_per_replay, max(1, -(-replays // places)), max_seconds / places)
     except Exception as exc:  # a library call that synchronises or allocates cannot be captured
         import torch
 

@@ -9,22 +9,29 @@ captured in interleaved rounds, and timed by event spans and graph replay.
    progress file and exits at once (status 3), and the measure step runs the group again without
    it. A check that does not finish within the plan's `check_s` (a hung kernel) is recorded the
    same way (status 124).
-2. **Warm-up and calls per round.** Each implementation that passed is bound once to its timing
-   inputs (harness.ops.bind) and called `capture.warmup` times; CUDA events over those calls
+2. **Warm-up and calls per round.** The implementations that passed are bound together to one
+   set of timing inputs per placement (harness.ops.bind_group: `capture.placements` copies of the
+   same inputs at other addresses; every implementation launches on the same buffers, a planted
+   slowdown on its grown copy of them), and each is called `capture.warmup` times; CUDA events over those calls
    estimate its time per call. Every implementation of the group makes the same number of calls
    per round: as many as the slowest fills `capture.round_us` with (between 1 and
    `capture.max_calls`). The same count for all keeps what one slot shares with the next (the L2
    the previous implementation left, the clocks) the same for all.
 3. **Spans**, before the profiler range opens: `span.rounds` rounds of `span.samples / rounds`
-   samples each, the order rotated, each implementation's samples after one untimed call; each
-   sample is a CUDA-event span around one call, waited for.
-4. **Graph replay** of each implementation (the cross-check of the kernel time).
+   samples each, in the rounds' orders and placements (below), each implementation's samples
+   after one untimed call; each sample is a CUDA-event span around one call, waited for.
+4. **Graph replay** of each implementation (the cross-check of the kernel time), its replays
+   shared among the placements.
 5. **Capture**, last. One profiler range (cudaProfilerStart, for nsys
    --capture-range=cudaProfilerApi) holding `capture.rounds` rounds. In each round every
    implementation makes one untimed call (its inputs back in the cache after the previous
    implementation's), outside every NVTX range, and then its calls inside an NVTX range
-   `capture/<impl>/<round>` nested in a range `capture`, the order rotated from round to round,
-   so drift in clock or temperature hits every implementation alike. Kernel time and its
+   `capture/<impl>/<round>` nested in a range `capture`. Round r launches on placement
+   r mod `capture.placements`, in order r of a Williams design of the implementations (`balanced`):
+   over its cycle every implementation comes right after every other equally often and stands
+   in every position equally often, so neither drift in clock or temperature nor what one slot
+   leaves the next favours one of them (a rotation by one put every implementation after the
+   same neighbour in every round). Kernel time and its
    interval come from the kernels nsys attributes to the round ranges (harness.tables); ncu's
    `--nvtx-include capture/` profiles the kernels inside `capture` (harness.measure.counters), so
    neither sees the untimed calls. The range is closed by the process's exit, not by
@@ -85,6 +92,31 @@ def rotation(items: list[str], index: int) -> list[str]:
         return []
     k = index % len(items)
     return items[k:] + items[:k]
+
+
+def williams(n: int) -> list[list[int]]:
+    """A Williams design of `n` treatments: orders of 0..n-1 (n of them for an even n, 2n for an
+    odd n) in which every treatment comes right after every other equally often (once, or twice
+    for an odd n) and stands in every position equally often. Its first order is 0, 1, n-1, 2,
+    n-2, ...; order i adds i to each (mod n); an odd n adds each order reversed."""
+    if n <= 0:
+        return []
+    first, lo, hi = [0], 1, n - 1
+    while len(first) < n:
+        first.append(lo)
+        lo += 1
+        if len(first) < n:
+            first.append(hi)
+            hi -= 1
+    orders = [[(t + i) % n for t in first] for i in range(n)]
+    return orders + [o[::-1] for o in orders] if n % 2 else orders
+
+
+def balanced(items: list[str], index: int) -> list[str]:
+    """The order of round `index`: order `index` (cyclically) of the Williams design of the items,
+    so that over whole cycles of it each item follows every other equally often."""
+    orders = williams(len(items))
+    return [items[t] for t in orders[index % len(orders)]] if orders else []
 
 
 def calls_per_round(per_call_us: float, round_us: float, max_calls: int) -> int:
@@ -152,16 +184,25 @@ def checks(plan: Mapping[str, Any], progress: Progress) -> dict[str, dict[str, A
     return out
 
 
+def place(calls: Mapping[str, Callable[[], Any]], index: int) -> None:
+    """Round `index`'s placement (its number modulo the placements) for every call that has them."""
+    for call in calls.values():
+        select = getattr(call, "select", None)
+        if select is not None:
+            select(index)
+
+
 def capture_rounds(torch: Any, calls: Mapping[str, Callable[[], Any]], per_round: Mapping[str, int], rounds: int,
                    profile: bool) -> None:
-    """The captured rounds (module docstring, step 3)."""
+    """The captured rounds (module docstring, step 5)."""
     order = list(calls)
     torch.cuda.synchronize()
     if profile:  # closed by the process's exit (module docstring, step 5)
         torch.cuda.profiler.start()
     push, pop = torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop
     for r in range(rounds):
-        for impl in rotation(order, r):
+        place(calls, r)
+        for impl in balanced(order, r):
             call, k = calls[impl], per_round[impl]
             call()  # untimed: outside every range, after the previous implementation's calls
             push(RANGE)
@@ -175,13 +216,14 @@ def capture_rounds(torch: Any, calls: Mapping[str, Callable[[], Any]], per_round
 
 def span_samples(torch: Any, calls: Mapping[str, Callable[[], Any]], op: str, shape: str, samples: int,
                  rounds: int) -> list[dict[str, Any]]:
-    """Event spans (module docstring, step 4): one row per sample."""
+    """Event spans (module docstring, step 3): one row per sample."""
     order = list(calls)
     per_round = max(1, samples // max(1, rounds))
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     rows: list[dict[str, Any]] = []
     for r in range(rounds):
-        for impl in rotation(order, r):
+        place(calls, r)
+        for impl in balanced(order, r):
             call = calls[impl]
             call()  # untimed, as in the capture
             for i in range(per_round):
@@ -221,7 +263,9 @@ def run(plan: Mapping[str, Any]) -> dict[str, Any]:
 
     t = time.perf_counter()
     progress.mark("bind")
-    calls = {impl: ops.bind(op, impl, shape, plan["params"], plan["seed"], plan["cache_mode"]) for impl in passed}
+    placements = int(cap.get("placements", 1))
+    calls = ops.bind_group(op, passed, shape, plan["params"], plan["seed"], plan["cache_mode"], placements) if passed else {}
+    placements = max((int(getattr(c, "placements", 1)) for c in calls.values()), default=1)
     per_call: dict[str, float] = {}
     for impl, call in calls.items():
         for _ in range(int(cap["warmup"])):
@@ -247,7 +291,7 @@ def run(plan: Mapping[str, Any]) -> dict[str, Any]:
             progress.mark("graph replay")
             for impl, call in calls.items():
                 graphs.append(graph_replay.measure(op, shape, impl, call, int(cc["calls"]), int(cc["replays"]),
-                                                   float(cc["max_seconds"])))
+                                                   float(cc["max_seconds"]), placements))
             seconds["graph_replay"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -258,7 +302,7 @@ def run(plan: Mapping[str, Any]) -> dict[str, Any]:
     seconds["total"] = time.perf_counter() - t0
     results = {
         "op": op, "shape": shape, "impls": list(plan["impls"]), "checks": records, "passed": passed,
-        "rounds": int(cap["rounds"]), "calls_per_round": per_round,
+        "rounds": int(cap["rounds"]), "placements": placements, "calls_per_round": per_round,
         "warmup_us_per_call": {i: per_call[i] for i in passed},
         "launch_paths": {impl: str(getattr(call, "launch_path", "direct")) for impl, call in calls.items()},
         "input_sets": {impl: int(getattr(call, "input_sets", 1)) for impl, call in calls.items()},

@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
@@ -62,9 +62,14 @@ class Bound(Protocol):
     sets: list[tuple[Tensors, Tensor]]
     """The (inputs, out) sets it launches on, in turn (one in hot mode)."""
     input_sets: int
-    """How many sets the call rotates through."""
+    """How many sets one call rotates through (cold mode), else 1."""
+    placements: int
+    """How many placements `select` chooses from (hot mode), else 1."""
     launch_path: str
     """How it launches: 'direct' (a CUDA launch or the library call), 'prepared' or 'jit' (Triton)."""
+
+    def select(self, placement: int) -> None:
+        """Launch every later call on input set `placement` (hot mode; modulo the placements)."""
 
     def __call__(self) -> Tensor: ...
 
@@ -279,42 +284,69 @@ def run(op_name: str, impl: str, inputs: Tensors, out: Tensor, params: Params, s
 
 
 def bind(op_name: str, impl: str, shape: str, params: Params, seed: int, cache_mode: str = "hot") -> Bound:
-    """Fresh inputs and an output for one (operation, shape, implementation), and a zero-argument
-    call that launches it once on them (the form the capture target and the span timer use).
+    """One implementation's call on inputs of its own: `bind_group` of that implementation alone,
+    on one placement."""
+    return bind_group(op_name, [impl], shape, params, seed, cache_mode)[impl]
 
-    hot: every call reuses one input set, so a shape that fits in the L2 is read from it. cold: the
-    calls rotate through `cold_sets` input sets (different seeds) and outputs, totalling several
-    times the L2, so each call reads its inputs from device memory."""
+
+def bind_group(op_name: str, impls: Sequence[str], shape: str, params: Params, seed: int, cache_mode: str = "hot",
+               placements: int = 1) -> dict[str, Bound]:
+    """Fresh inputs and an output for one (operation, shape), and for each implementation a
+    zero-argument call that launches it once on them (the form the capture target and the span
+    timer use). Every implementation launches on the same input buffers and output (a planted
+    slowdown on its grown copy of them): what the group compares is the kernels, never where their
+    data sit.
+
+    hot: one input set per placement, the same values (seeded from `seed`) allocated `placements`
+    times, each while the earlier ones are held, so that each lies at other addresses; `select(p)`
+    makes every later call of an implementation launch on placement p, so a shape that fits in
+    the L2 is read from it. cold: the calls rotate through `cold_sets` input sets (different
+    seeds) and outputs, totalling several times the L2, so each call reads its inputs from device
+    memory (`placements` does not apply: the rotation already moves the data)."""
     op = get(op_name)
-    binder = launcher(op, impl, params, shape)
-    count = 1
+    binders = {impl: launcher(op, impl, params, shape) for impl in impls}
+    count, sets_per_call = max(1, int(placements)), 1
     if cache_mode == "cold":
         import torch
 
         l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or 0)
-        count = cold_sets(op.bytes_moved(shape), l2)
-    calls: list[Call] = []
-    kept = []  # the input sets stay alive as long as the call that launches on them
+        count = sets_per_call = cold_sets(op.bytes_moved(shape), l2)
+    kept: list[tuple[Tensors, Any]] = []  # the input sets stay alive as long as the calls that launch on them
+    launches: dict[str, list[Call]] = {impl: [] for impl in impls}
     for i in range(count):
-        inputs = op.make_inputs(shape, seed + i, params)
+        inputs = op.make_inputs(shape, seed + (i if cache_mode == "cold" else 0), params)
         out = op.make_output(inputs, shape)
         out.fill_(float("nan"))
         kept.append((inputs, out))
-        calls.append(binder(inputs, out, params))
-    if count == 1:
+        for impl in impls:
+            launches[impl].append(binders[impl](inputs, out, params))
+    return {impl: _placed(launches[impl], kept, sets_per_call) for impl in impls}
+
+
+def _placed(calls: list[Call], sets: list[tuple[Tensors, Any]], sets_per_call: int) -> Bound:
+    """One Bound over the calls of one implementation on each input set: with `sets_per_call` > 1
+    (cold) each call launches on the next set in turn; otherwise on the selected placement."""
+    state = [0, 0]  # [selected placement, next set of the rotation]
+
+    def select(p: int) -> None:
+        state[0] = p % len(calls)
+
+    if len(calls) == 1:
         call = calls[0]
-    else:
-        turn = [0]
-
+    elif sets_per_call > 1:
         def call() -> Tensor:
-            launch = calls[turn[0]]
-            turn[0] = (turn[0] + 1) % count
+            launch = calls[state[1]]
+            state[1] = (state[1] + 1) % len(calls)
             return launch()
+    else:
+        def call() -> Tensor:
+            return calls[state[0]]()
 
-    # input_sets: how many sets the call rotates through; launch_path: how it launches ('direct'
-    # for a CUDA launch or the library call, 'prepared' or 'jit' for Triton, harness.launch.triton)
-    return _annotated(call, sets=kept, input_sets=count, launch_path=getattr(calls[0], "launch_path", "direct"))
-
+    # input_sets: how many sets one call rotates through; placements: how many `select` chooses
+    # from; launch_path: how it launches ('direct' for a CUDA launch or the library call, 'prepared'
+    # or 'jit' for Triton, harness.launch.triton)
+    return _annotated(call, sets=sets, input_sets=sets_per_call, placements=1 if sets_per_call > 1 else len(calls),
+                      select=select, launch_path=getattr(calls[0], "launch_path", "direct"))
 
 
 def _annotated(call: Call, **attributes: Any) -> Bound:

@@ -214,7 +214,7 @@ def _kernel_time_rows(group: Group, detail: pd.DataFrame, namespace: str, cache_
         calls = int(group.record["calls_per_round"][impl]) * rounds
         main = grp.sort_values("total_ns", ascending=False).iloc[0]
         kernel_us = float(grp["total_ns"].sum()) / calls / 1000.0
-        _, lo, hi = stats.mean_interval(per_round[impl], seed=stats.seed_of(op, shape, impl))
+        _, lo, hi = stats.mean_interval(per_round[impl], seed=stats.seed_of(op, shape, impl), clusters=placements(group))
         gbps = moved / (kernel_us * 1e3) if kernel_us > 0 else None  # bytes per ns = GB/s
         tflops = flops / (kernel_us * 1e6) if kernel_us > 0 and flops else None
         same_size = same_size_ceiling(ceil, moved)
@@ -235,13 +235,20 @@ def _kernel_time_rows(group: Group, detail: pd.DataFrame, namespace: str, cache_
     return out
 
 
+def placements(group: Group) -> list[int] | None:
+    """The placement of each of the group's rounds (harness.tables.stats.placement_of), None for a
+    record of one placement or of none (before placements existed)."""
+    return stats.placement_of(int(group.record.get("rounds") or 0), int(group.record.get("placements") or 1))
+
+
 def ratio(per_round: Mapping[str, Sequence[float]], a: str, b: str, key: Sequence[str],
-          margin: float = stats.MARGIN) -> dict[str, Any]:
-    """RATIO_COLUMNS of a/b from the rounds of one capture (paired), or empty values where either
-    was not captured."""
+          margin: float = stats.MARGIN, clusters: Sequence[int] | None = None) -> dict[str, Any]:
+    """RATIO_COLUMNS of a/b from the rounds of one capture (paired; `clusters` the placement of
+    each round), or empty values where either was not captured."""
     if a not in per_round or b not in per_round or not per_round[a] or not per_round[b]:
         return {c: None for c in RATIO_COLUMNS}
-    r, lo, hi = stats.ratio_interval(per_round[a], per_round[b], paired=True, seed=stats.seed_of(*key, a, b))
+    r, lo, hi = stats.ratio_interval(per_round[a], per_round[b], paired=True, seed=stats.seed_of(*key, a, b),
+                                     clusters=clusters)
     return {"ratio": r, "ratio_lo": lo, "ratio_hi": hi, "half_width": stats.half_width(lo, hi, r),
             "verdict": stats.verdict(lo, hi, margin)}
 
@@ -258,7 +265,7 @@ def _sweep_row(group: Group, kt_rows: list[dict[str, Any]], namespace: str, cach
     for impl in SWEEP_IMPLS:
         row[f"{impl}_us"] = t.get(impl)
     for a, b in (("cuda", "triton"), ("cuda", "torch"), ("external", "triton")):
-        r = ratio(per_round, a, b, (op, shape), margin)
+        r = ratio(per_round, a, b, (op, shape), margin, placements(group))
         row[f"{a}_over_{b}"], row[f"{a}_over_{b}_lo"], row[f"{a}_over_{b}_hi"] = r["ratio"], r["ratio_lo"], r["ratio_hi"]
         row[f"{a}_vs_{b}"] = r["verdict"]
         if (a, b) == ("cuda", "triton"):
@@ -276,7 +283,7 @@ def _variant_rows(group: Group, kt_rows: list[dict[str, Any]], descriptions: Map
         base, name = config_variants.split(impl)
         if name is None:
             continue
-        r = ratio(per_round, impl, base, (op, shape), margin)
+        r = ratio(per_round, impl, base, (op, shape), margin, placements(group))
         out.append({"namespace": namespace, "op": op, "shape": shape, "variant": impl, "base": base,
                     "description": descriptions.get(name, ""), "cache_mode": cache_mode,
                     "base_us": t.get(base), "variant_us": t.get(impl), **r, "margin": margin})
@@ -296,7 +303,7 @@ def _change_rows(group: Group, kt_rows: list[dict[str, Any]], namespace: str, ca
         ours, revision = baseline.split(impl)
         if revision is None:
             continue
-        r = ratio(per_round, ours, impl, (op, shape), margin)
+        r = ratio(per_round, ours, impl, (op, shape), margin, placements(group))
         out.append({"namespace": namespace, "op": op, "shape": shape, "impl": ours, "revision": revision,
                     "commit": commits.get(revision), "commit_date": dates.get(revision), "cache_mode": cache_mode,
                     "current_us": t.get(ours), "baseline_us": t.get(impl), **r, "margin": margin})

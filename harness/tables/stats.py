@@ -9,7 +9,10 @@ A capture holds `rounds` rounds; in each, every implementation of the group made
 * its interval is a percentile bootstrap: `RESAMPLES` times, draw rounds with replacement, the same
   rounds for a and b when they were measured in the same rounds (paired: whatever drifted between
   rounds moved both), independently otherwise (two namespaces); take the ratio of the sums each
-  time, and the 2.5th and 97.5th percentiles of those ratios. The resampling is seeded from the
+  time, and the 2.5th and 97.5th percentiles of those ratios. Where the rounds ran on several
+  placements of the inputs (round r on placement r mod P), the draw has two stages: P placements
+  with replacement, then each drawn placement's rounds with replacement (Kalibera and Jones's
+  hierarchical resampling), so what the placement moves is in the interval. The resampling is seeded from the
   names of what is compared, so a table re-derived from the same export is the same, digit for
   digit.
 
@@ -46,10 +49,37 @@ def seed_of(*names: str) -> int:
     return zlib.crc32("\0".join(names).encode())
 
 
+def placement_of(rounds: int, placements: int) -> list[int] | None:
+    """The placement of each round (round r on placement r mod `placements`,
+    harness.measure.group), or None where there was one placement (or the record names none)."""
+    return [r % placements for r in range(rounds)] if placements > 1 and rounds > 0 else None
+
+
+def _two_stage(rng: numpy.random.Generator, clusters: Sequence[int], resamples: int) -> tuple[numpy.ndarray, numpy.ndarray]:
+    """(indices, mask), each [resamples, P, m]: per resample, P clusters drawn with replacement
+    from the P there are, and within each drawn cluster as many of its rounds as it holds, drawn
+    with replacement (the mask marks the draws: clusters may differ in size by one)."""
+    labels = numpy.asarray(clusters)
+    groups = [numpy.flatnonzero(labels == u) for u in numpy.unique(labels)]
+    sizes = numpy.array([g.size for g in groups])
+    members = numpy.zeros((len(groups), int(sizes.max())), dtype=int)
+    for i, g in enumerate(groups):
+        members[i, :g.size] = g
+    chosen = rng.integers(0, len(groups), size=(resamples, len(groups)))
+    n = sizes[chosen][..., None]
+    pos = numpy.floor(rng.random((resamples, len(groups), members.shape[1])) * n).astype(int)
+    mask = numpy.arange(members.shape[1])[None, None, :] < n
+    return members[chosen[..., None], numpy.minimum(pos, members.shape[1] - 1)], mask
+
+
 def ratio_interval(a: Sequence[float], b: Sequence[float], *, paired: bool, seed: int,
-                   resamples: int = RESAMPLES, level: float = LEVEL) -> tuple[float, float, float]:
+                   resamples: int = RESAMPLES, level: float = LEVEL,
+                   clusters: Sequence[int] | None = None) -> tuple[float, float, float]:
     """(ratio, lo, hi) of sum(a) / sum(b) with its bootstrap interval; `paired` draws the same
-    rounds for both (they must then have as many rounds)."""
+    rounds for both (they must then have as many rounds). With `clusters` (the placement of each
+    round, paired only) the bootstrap has two stages: placements with replacement, then rounds
+    within each drawn placement with replacement, so the interval holds what the placement
+    moves as well as what moves from round to round."""
     x, y = numpy.asarray(a, dtype=float), numpy.asarray(b, dtype=float)
     if x.size == 0 or y.size == 0 or not y.sum() > 0:
         raise ValueError("a ratio needs rounds on both sides and a positive denominator")
@@ -57,22 +87,35 @@ def ratio_interval(a: Sequence[float], b: Sequence[float], *, paired: bool, seed
         raise ValueError("paired rounds must be as many on both sides")
     ratio = float(x.sum() / y.sum())
     rng = numpy.random.default_rng(seed)
-    ix = rng.integers(0, x.size, size=(resamples, x.size))
-    iy = ix if paired else rng.integers(0, y.size, size=(resamples, y.size))
-    boot = x[ix].sum(axis=1) / y[iy].sum(axis=1)
     tail = (1.0 - level) / 2.0
+    if clusters is not None and paired and len(set(clusters)) > 1:
+        if len(clusters) != x.size:
+            raise ValueError("clusters must name the placement of every round")
+        idx, mask = _two_stage(rng, clusters, resamples)
+        boot = (x[idx] * mask).sum(axis=(1, 2)) / (y[idx] * mask).sum(axis=(1, 2))
+    else:
+        ix = rng.integers(0, x.size, size=(resamples, x.size))
+        iy = ix if paired else rng.integers(0, y.size, size=(resamples, y.size))
+        boot = x[ix].sum(axis=1) / y[iy].sum(axis=1)
     lo, hi = numpy.quantile(boot, [tail, 1.0 - tail])
     return ratio, float(lo), float(hi)
 
 
 def mean_interval(values: Sequence[float], *, seed: int, resamples: int = RESAMPLES,
-                  level: float = LEVEL) -> tuple[float, float, float]:
-    """(mean, lo, hi) of one implementation's round values, by the same bootstrap."""
+                  level: float = LEVEL, clusters: Sequence[int] | None = None) -> tuple[float, float, float]:
+    """(mean, lo, hi) of one implementation's round values, by the same bootstrap (two stages
+    with `clusters`)."""
     x = numpy.asarray(values, dtype=float)
     if x.size == 0:
         raise ValueError("no rounds")
     rng = numpy.random.default_rng(seed)
-    boot = x[rng.integers(0, x.size, size=(resamples, x.size))].mean(axis=1)
+    if clusters is not None and len(set(clusters)) > 1:
+        if len(clusters) != x.size:
+            raise ValueError("clusters must name the placement of every round")
+        idx, mask = _two_stage(rng, clusters, resamples)
+        boot = (x[idx] * mask).sum(axis=(1, 2)) / mask.sum(axis=(1, 2))
+    else:
+        boot = x[rng.integers(0, x.size, size=(resamples, x.size))].mean(axis=1)
     tail = (1.0 - level) / 2.0
     lo, hi = numpy.quantile(boot, [tail, 1.0 - tail])
     return float(x.mean()), float(lo), float(hi)

@@ -108,7 +108,7 @@ def ratios(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
 def bind_all(op: str, shape: str, impls: dict[str, str], params: dict[str, Any], seed: int, mode: str,
              torch: Any, pad: int = 0) -> dict[str, Any]:
     keep = torch.empty(pad, dtype=torch.uint8, device="cuda") if pad else None
-    calls = {name: ops.bind(op, impl, shape, params, seed, mode) for name, impl in impls.items()}
+    calls: dict[str, Any] = {name: ops.bind(op, impl, shape, params, seed, mode) for name, impl in impls.items()}
     calls["_pad"] = keep
     return calls
 

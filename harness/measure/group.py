@@ -26,8 +26,9 @@ captured in interleaved rounds, and timed by event spans and graph replay.
    --capture-range=cudaProfilerApi) holding `capture.rounds` rounds. In each round every
    implementation makes one untimed call (its inputs back in the cache after the previous
    implementation's), outside every NVTX range, and then its calls inside an NVTX range
-   `capture/<impl>/<round>` nested in a range `capture`. Round r launches on placement
-   r mod `capture.placements`, in order r of a Williams design of the implementations (`balanced`):
+   `capture/<impl>/<round>` nested in a range `capture`. Round r launches on the placement
+   `round_placements` gives it (each placement once in every block of `capture.placements`
+   rounds, in a seeded random order), in order r of a Williams design of the implementations (`balanced`):
    over its cycle every implementation comes right after every other equally often and stands
    in every position equally often, so neither drift in clock or temperature nor what one slot
    leaves the next favours one of them (a rotation by one put every implementation after the
@@ -47,6 +48,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
 import statistics
 import sys
 import time
@@ -184,24 +186,37 @@ def checks(plan: Mapping[str, Any], progress: Progress) -> dict[str, dict[str, A
     return out
 
 
-def place(calls: Mapping[str, Callable[[], Any]], index: int) -> None:
-    """Round `index`'s placement (its number modulo the placements) for every call that has them."""
+def round_placements(rounds: int, placements: int, seed: int) -> list[int]:
+    """The placement each round launches on: every `placements` rounds hold each placement once,
+    in an order drawn afresh for each such block (seeded), so a placement is tied neither to a
+    round's order of implementations (the Williams cycle) nor to its place in the capture."""
+    rng = random.Random(seed)
+    out: list[int] = []
+    while len(out) < rounds:
+        block = list(range(max(1, placements)))
+        rng.shuffle(block)
+        out += block
+    return out[:rounds]
+
+
+def place(calls: Mapping[str, Callable[[], Any]], placement: int) -> None:
+    """Launch every call that has placements on `placement`."""
     for call in calls.values():
         select = getattr(call, "select", None)
         if select is not None:
-            select(index)
+            select(placement)
 
 
 def capture_rounds(torch: Any, calls: Mapping[str, Callable[[], Any]], per_round: Mapping[str, int], rounds: int,
-                   profile: bool) -> None:
-    """The captured rounds (module docstring, step 5)."""
+                   profile: bool, placements: list[int] | None = None) -> None:
+    """The captured rounds (module docstring, step 5); round r on `placements[r]`."""
     order = list(calls)
     torch.cuda.synchronize()
     if profile:  # closed by the process's exit (module docstring, step 5)
         torch.cuda.profiler.start()
     push, pop = torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop
     for r in range(rounds):
-        place(calls, r)
+        place(calls, placements[r] if placements else 0)
         for impl in balanced(order, r):
             call, k = calls[impl], per_round[impl]
             call()  # untimed: outside every range, after the previous implementation's calls
@@ -215,14 +230,14 @@ def capture_rounds(torch: Any, calls: Mapping[str, Callable[[], Any]], per_round
 
 
 def span_samples(torch: Any, calls: Mapping[str, Callable[[], Any]], op: str, shape: str, samples: int,
-                 rounds: int) -> list[dict[str, Any]]:
+                 rounds: int, placements: list[int] | None = None) -> list[dict[str, Any]]:
     """Event spans (module docstring, step 3): one row per sample."""
     order = list(calls)
     per_round = max(1, samples // max(1, rounds))
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     rows: list[dict[str, Any]] = []
     for r in range(rounds):
-        place(calls, r)
+        place(calls, placements[r % len(placements)] if placements else 0)
         for impl in balanced(order, r):
             call = calls[impl]
             call()  # untimed, as in the capture
@@ -266,6 +281,7 @@ def run(plan: Mapping[str, Any]) -> dict[str, Any]:
     placements = int(cap.get("placements", 1))
     calls = ops.bind_group(op, passed, shape, plan["params"], plan["seed"], plan["cache_mode"], placements) if passed else {}
     placements = max((int(getattr(c, "placements", 1)) for c in calls.values()), default=1)
+    sequence = round_placements(int(cap["rounds"]), placements, int(plan["seed"]))
     per_call: dict[str, float] = {}
     for impl, call in calls.items():
         for _ in range(int(cap["warmup"])):
@@ -284,7 +300,7 @@ def run(plan: Mapping[str, Any]) -> dict[str, Any]:
             for _ in range(int(span["warmup"])):
                 call()
         torch.cuda.synchronize()
-        spans = span_samples(torch, calls, op, shape, int(span["samples"]), int(span["rounds"]))
+        spans = span_samples(torch, calls, op, shape, int(span["samples"]), int(span["rounds"]), sequence)
         seconds["spans"] = time.perf_counter() - t
         if cc["enabled"]:
             t = time.perf_counter()
@@ -297,12 +313,13 @@ def run(plan: Mapping[str, Any]) -> dict[str, Any]:
     t = time.perf_counter()
     progress.mark("capture")
     if passed:
-        capture_rounds(torch, calls, per_round, int(cap["rounds"]), bool(plan.get("profile", True)))
+        capture_rounds(torch, calls, per_round, int(cap["rounds"]), bool(plan.get("profile", True)), sequence)
     seconds["capture"] = time.perf_counter() - t
     seconds["total"] = time.perf_counter() - t0
     results = {
         "op": op, "shape": shape, "impls": list(plan["impls"]), "checks": records, "passed": passed,
-        "rounds": int(cap["rounds"]), "placements": placements, "calls_per_round": per_round,
+        "rounds": int(cap["rounds"]), "placements": placements,
+        "round_placements": sequence, "calls_per_round": per_round,
         "warmup_us_per_call": {i: per_call[i] for i in passed},
         "launch_paths": {impl: str(getattr(call, "launch_path", "direct")) for impl, call in calls.items()},
         "input_sets": {impl: int(getattr(call, "input_sets", 1)) for impl, call in calls.items()},

@@ -140,6 +140,7 @@ def measure(*, op: str, shape: str, impls: Sequence[str], plan: Mapping[str, Any
         record = {
             "op": op, "shape": shape, "impls": list(impls), "checks": {i: checks[i] for i in impls if i in checks},
             "passed": results.get("passed", []), "rounds": results.get("rounds"),
+            "placements": results.get("placements", 1), "round_placements": results.get("round_placements"),
             "calls_per_round": results.get("calls_per_round", {}), "launch_paths": results.get("launch_paths", {}),
             "input_sets": results.get("input_sets", {}), "warmup_us_per_call": results.get("warmup_us_per_call", {}),
             "crashed": crashed, "gpu_uuid": uuid,

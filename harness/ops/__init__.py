@@ -293,9 +293,9 @@ def bind_group(op_name: str, impls: Sequence[str], shape: str, params: Params, s
                placements: int = 1) -> dict[str, Bound]:
     """Fresh inputs and an output for one (operation, shape), and for each implementation a
     zero-argument call that launches it once on them (the form the capture target and the span
-    timer use). Every implementation launches on the same input buffers and output (a planted
-    slowdown on its grown copy of them): what the group compares is the kernels, never where their
-    data sit.
+    timer use). Every implementation launches on the same input buffers and output, and those are
+    the first part of a planted slowdown's grown ones where they can be (`prefix_views`): what the
+    group compares is the kernels, never where their data sit.
 
     hot: one input set per placement, the same values (seeded from `seed`) allocated `placements`
     times, each while the earlier ones are held, so that each lies at other addresses; `select(p)`
@@ -313,14 +313,39 @@ def bind_group(op_name: str, impls: Sequence[str], shape: str, params: Params, s
         count = sets_per_call = cold_sets(op.bytes_moved(shape), l2)
     kept: list[tuple[Tensors, Any]] = []  # the input sets stay alive as long as the calls that launch on them
     launches: dict[str, list[Call]] = {impl: [] for impl in impls}
+    planted = [impl for impl in impls if variants.split(impl)[1] is not None and variants.grow(params, impl) is not None]
     for i in range(count):
         inputs = op.make_inputs(shape, seed + (i if cache_mode == "cold" else 0), params)
         out = op.make_output(inputs, shape)
         out.fill_(float("nan"))
+        bound = {impl: binders[impl](inputs, out, params) for impl in planted}
+        if planted:  # the others launch on the first plant's grown buffers, where theirs are a prefix of them
+            inputs, out = prefix_views(inputs, out, *getattr(bound[planted[0]], "grown"))
         kept.append((inputs, out))
         for impl in impls:
-            launches[impl].append(binders[impl](inputs, out, params))
+            launches[impl].append(bound[impl] if impl in bound else binders[impl](inputs, out, params))
     return {impl: _placed(launches[impl], kept, sets_per_call) for impl in impls}
+
+
+def prefix_views(inputs: Tensors, out: Any, grown: Tensors, bigger: Any) -> tuple[Tensors, Any]:
+    """`inputs` and `out` with every tensor that is the leading part of its grown counterpart (the
+    same trailing dimensions and dtype, its rows the grown tensor's first rows, value for value)
+    replaced by that part of the grown one, a view on the same memory; so the base kernel and its
+    planted slowdown read the same addresses for the part they share, and the plant's size is
+    its extra work, not a placement of its own. Anything else is left as it is (matmul's A, whose
+    rows grow; transpose's output, whose rows grow)."""
+    def lead(a: Any, g: Any, values: bool) -> Any:
+        shape, gshape = getattr(a, "shape", None), getattr(g, "shape", None)
+        if g is a or shape is None or gshape is None or len(shape) != len(gshape) or not len(shape):
+            return a
+        if a.dtype != g.dtype or a.device != g.device or tuple(shape[1:]) != tuple(gshape[1:]) or gshape[0] < shape[0]:
+            return a
+        part = g[: shape[0]]
+        if not part.is_contiguous() or (values and not bool((part == a).all())):
+            return a
+        return part
+
+    return {k: lead(v, grown.get(k), True) for k, v in inputs.items()}, lead(out, bigger, False)
 
 
 def _placed(calls: list[Call], sets: list[tuple[Tensors, Any]], sets_per_call: int) -> Bound:

@@ -236,9 +236,13 @@ def _kernel_time_rows(group: Group, detail: pd.DataFrame, namespace: str, cache_
 
 
 def placements(group: Group) -> list[int] | None:
-    """The placement of each of the group's rounds (harness.tables.stats.placement_of), None for a
+    """The placement of each of the group's rounds (its record's `round_placements`), None for a
     record of one placement or of none (before placements existed)."""
-    return stats.placement_of(int(group.record.get("rounds") or 0), int(group.record.get("placements") or 1))
+    sequence = group.record.get("round_placements")
+    rounds = int(group.record.get("rounds") or 0)
+    if not sequence or int(group.record.get("placements") or 1) < 2 or len(sequence) != rounds:
+        return None
+    return [int(p) for p in sequence]
 
 
 def ratio(per_round: Mapping[str, Sequence[float]], a: str, b: str, key: Sequence[str],

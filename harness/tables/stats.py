@@ -10,9 +10,10 @@ A capture holds `rounds` rounds; in each, every implementation of the group made
   rounds for a and b when they were measured in the same rounds (paired: whatever drifted between
   rounds moved both), independently otherwise (two namespaces); take the ratio of the sums each
   time, and the 2.5th and 97.5th percentiles of those ratios. Where the rounds ran on several
-  placements of the inputs (round r on placement r mod P), the draw has two stages: P placements
-  with replacement, then each drawn placement's rounds with replacement (Kalibera and Jones's
-  hierarchical resampling), so what the placement moves is in the interval. The resampling is seeded from the
+  placements of the inputs (harness.measure.group), the draw is of placements: P of them with
+  replacement, each with all its rounds (a cluster bootstrap: the placement is the level a run
+  fixes and another run draws afresh, Kalibera and Jones), so what the placement moves is in the
+  interval. The resampling is seeded from the
   names of what is compared, so a table re-derived from the same export is the same, digit for
   digit.
 
@@ -49,27 +50,10 @@ def seed_of(*names: str) -> int:
     return zlib.crc32("\0".join(names).encode())
 
 
-def placement_of(rounds: int, placements: int) -> list[int] | None:
-    """The placement of each round (round r on placement r mod `placements`,
-    harness.measure.group), or None where there was one placement (or the record names none)."""
-    return [r % placements for r in range(rounds)] if placements > 1 and rounds > 0 else None
-
-
-def _two_stage(rng: numpy.random.Generator, clusters: Sequence[int], resamples: int) -> tuple[numpy.ndarray, numpy.ndarray]:
-    """(indices, mask), each [resamples, P, m]: per resample, P clusters drawn with replacement
-    from the P there are, and within each drawn cluster as many of its rounds as it holds, drawn
-    with replacement (the mask marks the draws: clusters may differ in size by one)."""
+def _cluster_sums(values: numpy.ndarray, clusters: Sequence[int]) -> numpy.ndarray:
+    """The sum of the values of each cluster, clusters in sorted order of their labels."""
     labels = numpy.asarray(clusters)
-    groups = [numpy.flatnonzero(labels == u) for u in numpy.unique(labels)]
-    sizes = numpy.array([g.size for g in groups])
-    members = numpy.zeros((len(groups), int(sizes.max())), dtype=int)
-    for i, g in enumerate(groups):
-        members[i, :g.size] = g
-    chosen = rng.integers(0, len(groups), size=(resamples, len(groups)))
-    n = sizes[chosen][..., None]
-    pos = numpy.floor(rng.random((resamples, len(groups), members.shape[1])) * n).astype(int)
-    mask = numpy.arange(members.shape[1])[None, None, :] < n
-    return members[chosen[..., None], numpy.minimum(pos, members.shape[1] - 1)], mask
+    return numpy.array([values[labels == u].sum() for u in numpy.unique(labels)])
 
 
 def ratio_interval(a: Sequence[float], b: Sequence[float], *, paired: bool, seed: int,
@@ -91,8 +75,9 @@ def ratio_interval(a: Sequence[float], b: Sequence[float], *, paired: bool, seed
     if clusters is not None and paired and len(set(clusters)) > 1:
         if len(clusters) != x.size:
             raise ValueError("clusters must name the placement of every round")
-        idx, mask = _two_stage(rng, clusters, resamples)
-        boot = (x[idx] * mask).sum(axis=(1, 2)) / (y[idx] * mask).sum(axis=(1, 2))
+        sx, sy = _cluster_sums(x, clusters), _cluster_sums(y, clusters)
+        chosen = rng.integers(0, sx.size, size=(resamples, sx.size))
+        boot = sx[chosen].sum(axis=1) / sy[chosen].sum(axis=1)
     else:
         ix = rng.integers(0, x.size, size=(resamples, x.size))
         iy = ix if paired else rng.integers(0, y.size, size=(resamples, y.size))
@@ -103,7 +88,7 @@ def ratio_interval(a: Sequence[float], b: Sequence[float], *, paired: bool, seed
 
 def mean_interval(values: Sequence[float], *, seed: int, resamples: int = RESAMPLES,
                   level: float = LEVEL, clusters: Sequence[int] | None = None) -> tuple[float, float, float]:
-    """(mean, lo, hi) of one implementation's round values, by the same bootstrap (two stages
+    """(mean, lo, hi) of one implementation's round values, by the same bootstrap (of placements,
     with `clusters`)."""
     x = numpy.asarray(values, dtype=float)
     if x.size == 0:
@@ -112,8 +97,9 @@ def mean_interval(values: Sequence[float], *, seed: int, resamples: int = RESAMP
     if clusters is not None and len(set(clusters)) > 1:
         if len(clusters) != x.size:
             raise ValueError("clusters must name the placement of every round")
-        idx, mask = _two_stage(rng, clusters, resamples)
-        boot = (x[idx] * mask).sum(axis=(1, 2)) / mask.sum(axis=(1, 2))
+        sx, n = _cluster_sums(x, clusters), _cluster_sums(numpy.ones_like(x), clusters)
+        chosen = rng.integers(0, sx.size, size=(resamples, sx.size))
+        boot = sx[chosen].sum(axis=1) / n[chosen].sum(axis=1)
     else:
         boot = x[rng.integers(0, x.size, size=(resamples, x.size))].mean(axis=1)
     tail = (1.0 - level) / 2.0

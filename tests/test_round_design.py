@@ -1,0 +1,93 @@
+"""The capture's design against what a run fixes: Williams orders (every implementation after
+every other equally often), placements (each once per block of rounds, seeded), and the cluster
+bootstrap that puts what a placement moves into a ratio's interval."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+
+import numpy
+import pytest
+
+from harness.measure import group
+from harness.tables import derive, stats
+
+
+@pytest.mark.parametrize("n", range(1, 9))
+def test_williams_balances_neighbours_and_positions(n: int) -> None:
+    orders = group.williams(n)
+    assert len(orders) == (2 * n if n % 2 else n)
+    assert all(sorted(o) == list(range(n)) for o in orders)
+    follows = Counter((o[i], o[i + 1]) for o in orders for i in range(n - 1))
+    assert set(follows) == {(a, b) for a, b in itertools.permutations(range(n), 2)}
+    assert len(set(follows.values())) <= 1
+    positions = Counter((t, i) for o in orders for i, t in enumerate(o))
+    assert len(positions) == n * n and len(set(positions.values())) == 1
+
+
+def test_balanced_orders_cycle_and_name_the_items() -> None:
+    items = ["cuda", "triton", "cuda.twin", "cuda.planted"]
+    cycle = [group.balanced(items, r) for r in range(4)]
+    assert group.balanced(items, 4) == cycle[0]
+    before = Counter((o[i], o[i + 1]) for o in cycle for i in range(3))
+    assert before[("cuda.planted", "cuda")] == before[("triton", "cuda")] == 1  # a rotation put cuda after one neighbour only
+    assert group.balanced([], 3) == []
+
+
+def test_round_placements_hold_each_placement_once_per_block() -> None:
+    seq = group.round_placements(30, 6, seed=7)
+    assert len(seq) == 30
+    for b in range(5):
+        assert sorted(seq[6 * b:6 * b + 6]) == list(range(6))
+    assert seq == group.round_placements(30, 6, seed=7)
+    assert seq != group.round_placements(30, 6, seed=8)
+    assert group.round_placements(4, 1, seed=1) == [0, 0, 0, 0]
+    assert Counter(group.round_placements(32, 6, seed=3)).most_common(1)[0][1] == 6  # a partial last block
+
+
+def rounds_with(placement_effect: float, common: bool, rng: numpy.random.Generator) -> tuple[list[float], list[float], list[int]]:
+    clusters = group.round_placements(60, 6, seed=1)
+    shift = {p: placement_effect * (p - 2.5) / 2.5 for p in range(6)}
+    a = [1.0 + shift[c] + 0.002 * rng.standard_normal() for c in clusters]
+    b = [1.0 + (shift[c] if common else 0.0) + 0.002 * rng.standard_normal() for c in clusters]
+    return a, b, clusters
+
+
+def test_cluster_bootstrap_holds_what_a_placement_moves() -> None:
+    rng = numpy.random.default_rng(0)
+    a, b, clusters = rounds_with(0.02, common=False, rng=rng)
+    _, lo0, hi0 = stats.ratio_interval(a, b, paired=True, seed=1)
+    _, lo1, hi1 = stats.ratio_interval(a, b, paired=True, seed=1, clusters=clusters)
+    assert hi1 - lo1 > 1.5 * (hi0 - lo0)
+    _, mlo0, mhi0 = stats.mean_interval(a, seed=1)
+    _, mlo1, mhi1 = stats.mean_interval(a, seed=1, clusters=clusters)
+    assert mhi1 - mlo1 > 1.5 * (mhi0 - mlo0)
+
+
+def test_a_placement_effect_both_share_cancels_in_the_ratio() -> None:
+    rng = numpy.random.default_rng(1)
+    a, b, clusters = rounds_with(0.02, common=True, rng=rng)
+    r, lo, hi = stats.ratio_interval(a, b, paired=True, seed=1, clusters=clusters)
+    assert stats.verdict(lo, hi) == stats.SAME and hi - lo < 0.01
+
+
+def test_one_placement_resamples_as_before() -> None:
+    rng = numpy.random.default_rng(2)
+    a, b = list(1 + 0.01 * rng.standard_normal(30)), list(1 + 0.01 * rng.standard_normal(30))
+    assert stats.ratio_interval(a, b, paired=True, seed=5, clusters=[0] * 30) == stats.ratio_interval(a, b, paired=True, seed=5)
+    assert stats.mean_interval(a, seed=5, clusters=None) == stats.mean_interval(a, seed=5)
+    with pytest.raises(ValueError):
+        stats.ratio_interval(a, b, paired=True, seed=5, clusters=[0, 1])
+
+
+def test_tables_take_the_placements_from_the_record() -> None:
+    def g(record: dict) -> derive.Group:
+        return derive.Group(record=record, launches=derive._frame(derive.LAUNCH_COLUMNS),
+                            spans=derive._frame(derive.SPAN_SAMPLE_COLUMNS), graph=derive._frame(derive.GRAPH_COLUMNS))
+
+    seq = group.round_placements(30, 6, seed=2)
+    assert derive.placements(g({"rounds": 30, "placements": 6, "round_placements": seq})) == seq
+    assert derive.placements(g({"rounds": 30})) is None  # a record from before placements
+    assert derive.placements(g({"rounds": 30, "placements": 1, "round_placements": [0] * 30})) is None
+    assert derive.placements(g({"rounds": 31, "placements": 6, "round_placements": seq})) is None

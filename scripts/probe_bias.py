@@ -6,7 +6,8 @@
 For each operation of the resolution config (workflow/configs/resolution.yaml, merged over
 config.yaml) at its one shape, in one process and without nsys, the implementations the
 resolution run measures (cuda, triton, the twin cuda.twin and the plant cuda.planted) are bound
-as the group binds them (harness.ops.bind) and measured in blocks of `--rounds` rounds, the way
+as the group bound them before it shared its buffers (harness.ops.bind: each on inputs of its own)
+and measured in blocks of `--rounds` rounds, the way
 the group's capture makes them (per round, per implementation: one untimed call, then its calls
 of the round; harness.measure.group), under these designs:
 

@@ -11,8 +11,8 @@ captured in interleaved rounds, and timed by event spans and graph replay.
    same way (status 124).
 2. **Warm-up and calls per round.** The implementations that passed are bound together to one
    set of timing inputs per placement (harness.ops.bind_group: `capture.placements` copies of the
-   same inputs at other addresses; every implementation launches on the same buffers, a planted
-   slowdown on its grown copy of them), and each is called `capture.warmup` times; CUDA events over those calls
+   same inputs at other addresses; every implementation launches on the same buffers, and those
+   are the first part of a planted slowdown's grown ones where they can be), and each is called `capture.warmup` times; CUDA events over those calls
    estimate its time per call. Every implementation of the group makes the same number of calls
    per round: as many as the slowest fills `capture.round_us` with (between 1 and
    `capture.max_calls`). The same count for all keeps what one slot shares with the next (the L2

@@ -50,10 +50,18 @@ def seed_of(*names: str) -> int:
     return zlib.crc32("\0".join(names).encode())
 
 
-def _cluster_sums(values: numpy.ndarray, clusters: Sequence[int]) -> numpy.ndarray:
-    """The sum of the values of each cluster, clusters in sorted order of their labels."""
+def _cluster_boot(rng: numpy.random.Generator, x: numpy.ndarray, y: numpy.ndarray, clusters: Sequence[int],
+                  resamples: int) -> numpy.ndarray:
+    """`resamples` ratios sum(x) / sum(y) over the clusters drawn with replacement, each cluster with
+    all its rounds (the same clusters for x and y)."""
+    if len(clusters) != x.size:
+        raise ValueError("clusters must name the placement of every round")
     labels = numpy.asarray(clusters)
-    return numpy.array([values[labels == u].sum() for u in numpy.unique(labels)])
+    groups = numpy.unique(labels)
+    sx = numpy.array([x[labels == u].sum() for u in groups])
+    sy = numpy.array([y[labels == u].sum() for u in groups])
+    chosen = rng.integers(0, groups.size, size=(resamples, groups.size))
+    return sx[chosen].sum(axis=1) / sy[chosen].sum(axis=1)
 
 
 def ratio_interval(a: Sequence[float], b: Sequence[float], *, paired: bool, seed: int,
@@ -61,9 +69,9 @@ def ratio_interval(a: Sequence[float], b: Sequence[float], *, paired: bool, seed
                    clusters: Sequence[int] | None = None) -> tuple[float, float, float]:
     """(ratio, lo, hi) of sum(a) / sum(b) with its bootstrap interval; `paired` draws the same
     rounds for both (they must then have as many rounds). With `clusters` (the placement of each
-    round, paired only) the bootstrap has two stages: placements with replacement, then rounds
-    within each drawn placement with replacement, so the interval holds what the placement
-    moves as well as what moves from round to round."""
+    round, paired only) the bootstrap draws placements with replacement, each with all its rounds
+    (a cluster bootstrap), so the interval holds what the placement moves as well as what moves
+    from round to round."""
     x, y = numpy.asarray(a, dtype=float), numpy.asarray(b, dtype=float)
     if x.size == 0 or y.size == 0 or not y.sum() > 0:
         raise ValueError("a ratio needs rounds on both sides and a positive denominator")
@@ -73,11 +81,7 @@ def ratio_interval(a: Sequence[float], b: Sequence[float], *, paired: bool, seed
     rng = numpy.random.default_rng(seed)
     tail = (1.0 - level) / 2.0
     if clusters is not None and paired and len(set(clusters)) > 1:
-        if len(clusters) != x.size:
-            raise ValueError("clusters must name the placement of every round")
-        sx, sy = _cluster_sums(x, clusters), _cluster_sums(y, clusters)
-        chosen = rng.integers(0, sx.size, size=(resamples, sx.size))
-        boot = sx[chosen].sum(axis=1) / sy[chosen].sum(axis=1)
+        boot = _cluster_boot(rng, x, y, clusters, resamples)
     else:
         ix = rng.integers(0, x.size, size=(resamples, x.size))
         iy = ix if paired else rng.integers(0, y.size, size=(resamples, y.size))
@@ -95,11 +99,7 @@ def mean_interval(values: Sequence[float], *, seed: int, resamples: int = RESAMP
         raise ValueError("no rounds")
     rng = numpy.random.default_rng(seed)
     if clusters is not None and len(set(clusters)) > 1:
-        if len(clusters) != x.size:
-            raise ValueError("clusters must name the placement of every round")
-        sx, n = _cluster_sums(x, clusters), _cluster_sums(numpy.ones_like(x), clusters)
-        chosen = rng.integers(0, sx.size, size=(resamples, sx.size))
-        boot = sx[chosen].sum(axis=1) / n[chosen].sum(axis=1)
+        boot = _cluster_boot(rng, x, numpy.ones_like(x), clusters, resamples)
     else:
         boot = x[rng.integers(0, x.size, size=(resamples, x.size))].mean(axis=1)
     tail = (1.0 - level) / 2.0

@@ -15,7 +15,7 @@ of the round; harness.measure.group), under these designs:
     rotation-swapped  the same, twin and cuda exchanged in the order
     rotation-shared   the same, the twin launched on cuda's own input and output buffers
     rotation-noplant  the same, without the planted slowdown
-    balanced          the Williams orders (harness.measure.group.balanced)
+    balanced          the Williams orders (harness.measure.order.balanced)
     random            a fresh random order per round (seeded), to estimate carryover
     fresh-balanced    balanced, every block on freshly allocated buffers behind a random pad
 
@@ -46,7 +46,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness import config, ops  # noqa: E402
 from harness.measure import graph_replay  # noqa: E402
-from harness.measure.group import balanced, calls_per_round, rotation  # noqa: E402
+from harness.measure.group import calls_per_round  # noqa: E402
+from harness.measure.order import balanced, rotation  # noqa: E402
 from harness.tables import stats  # noqa: E402
 
 DESIGNS = ("rotation", "rotation-swapped", "rotation-shared", "rotation-noplant", "balanced", "random",

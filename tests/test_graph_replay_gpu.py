@@ -48,3 +48,60 @@ def test_an_uncapturable_call_is_reported_not_raised() -> None:
     assert torch.ones(4, device="cuda").sum().item() == 4.0  # the GPU is usable afterwards
     # and so is the default generator, which the failed capture had left marked as capturing
     assert torch.randn(4, device="cuda").isfinite().all()
+
+
+class Counting:
+    """A call with placements: each call adds one to the buffer of its selected placement, and
+    applies `step` to a shared state (so the order of the replays shows in the state's value)."""
+
+    def __init__(self, buffers: list, state: object, step: str) -> None:
+        self.buffers, self.state, self.step, self.p = buffers, state, step, 0
+        self.placements = len(buffers)
+
+    def select(self, p: int) -> None:
+        self.p = p
+
+    def __call__(self) -> None:
+        self.buffers[self.p].add_(1.0)
+        if self.step == "double":
+            self.state.mul_(2.0)  # type: ignore[attr-defined]
+        else:
+            self.state.add_(1.0)  # type: ignore[attr-defined]
+
+
+@pytest.mark.gpu
+def test_a_group_is_replayed_in_interleaved_rounds_on_its_placements() -> None:
+    import torch
+
+    from harness.measure import order
+
+    state = torch.zeros(1, dtype=torch.float64, device="cuda")
+    a_bufs = [torch.zeros(1, device="cuda") for _ in range(2)]
+    b_bufs = [torch.zeros(1, device="cuda") for _ in range(2)]
+    calls = {"a": Counting(a_bufs, state, "double"), "b": Counting(b_bufs, state, "add")}
+    rows = graph_replay.measure_group("probe", "1", calls, calls_per_replay=1, replays=6, placements=2, sequence=[0, 1])
+    assert [r["impl"] for r in rows] == ["a", "b"] and all(r["status"] == "ok" and r["replays"] == 6 for r in rows)
+    # each impl: one eager call and one upload replay per placement, an untimed replay on
+    # placement 0, then rounds on placements 0, 1, 0, 1, 0, 1
+    for bufs in (a_bufs, b_bufs):
+        assert [float(b.item()) for b in bufs] == [2 + 1 + 3, 2 + 3]
+    expected, steps = 0.0, ["a", "a", "a", "a", "b", "b", "b", "b", "a", "b"]
+    steps += [impl for r in range(6) for impl in order.balanced(["a", "b"], r)]
+    for impl in steps:
+        expected = expected * 2.0 if impl == "a" else expected + 1.0
+    assert float(state.item()) == expected
+
+
+@pytest.mark.gpu
+def test_a_call_that_cannot_be_recorded_leaves_the_others_replayed() -> None:
+    import torch
+
+    x = torch.randn(1024, device="cuda")
+    y = torch.zeros(1024, device="cuda")
+
+    def syncs() -> object:
+        return x.sum().item()
+
+    rows = graph_replay.measure_group("probe", "1", {"bad": syncs, "good": lambda: y.add_(x)}, 2, 3)
+    assert rows[0]["status"] == "not capturable" and rows[0]["reason"]
+    assert rows[1]["status"] == "ok" and rows[1]["replays"] == 3 and rows[1]["graph_median_us"] > 0

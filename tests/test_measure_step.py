@@ -17,7 +17,7 @@ import fake_device
 import standin_measure
 from harness import ROOT, config
 from harness.errors import ToolMissing
-from harness.measure import capture, group
+from harness.measure import capture, group, order
 from harness.measure import step as measure_step
 from harness.tables import derive, stats
 
@@ -67,7 +67,7 @@ def test_calls_per_round_and_range_names() -> None:
     assert group.calls_per_round(float("nan"), 300.0, 100) == 100
     assert group.parse_range(group.round_range("cuda.block512", 7)) == ("cuda.block512", 7)
     assert group.parse_range("capture") is None and group.parse_range("capture/x/y") is None
-    assert [group.rotation(["a", "b", "c"], r)[0] for r in range(3)] == ["a", "b", "c"]
+    assert [order.rotation(["a", "b", "c"], r)[0] for r in range(3)] == ["a", "b", "c"]
     assert derive.parse_range("capture/triton/12") == ("triton", 12)
 
 

@@ -10,13 +10,13 @@ from collections import Counter
 import numpy
 import pytest
 
-from harness.measure import group
+from harness.measure import order
 from harness.tables import derive, stats
 
 
 @pytest.mark.parametrize("n", range(1, 9))
 def test_williams_balances_neighbours_and_positions(n: int) -> None:
-    orders = group.williams(n)
+    orders = order.williams(n)
     assert len(orders) == (2 * n if n % 2 else n)
     assert all(sorted(o) == list(range(n)) for o in orders)
     follows = Counter((o[i], o[i + 1]) for o in orders for i in range(n - 1))
@@ -28,26 +28,26 @@ def test_williams_balances_neighbours_and_positions(n: int) -> None:
 
 def test_balanced_orders_cycle_and_name_the_items() -> None:
     items = ["cuda", "triton", "cuda.twin", "cuda.planted"]
-    cycle = [group.balanced(items, r) for r in range(4)]
-    assert group.balanced(items, 4) == cycle[0]
+    cycle = [order.balanced(items, r) for r in range(4)]
+    assert order.balanced(items, 4) == cycle[0]
     before = Counter((o[i], o[i + 1]) for o in cycle for i in range(3))
     assert before[("cuda.planted", "cuda")] == before[("triton", "cuda")] == 1  # a rotation put cuda after one neighbour only
-    assert group.balanced([], 3) == []
+    assert order.balanced([], 3) == []
 
 
 def test_round_placements_hold_each_placement_once_per_block() -> None:
-    seq = group.round_placements(30, 6, seed=7)
+    seq = order.round_placements(30, 6, seed=7)
     assert len(seq) == 30
     for b in range(5):
         assert sorted(seq[6 * b:6 * b + 6]) == list(range(6))
-    assert seq == group.round_placements(30, 6, seed=7)
-    assert seq != group.round_placements(30, 6, seed=8)
-    assert group.round_placements(4, 1, seed=1) == [0, 0, 0, 0]
-    assert Counter(group.round_placements(32, 6, seed=3)).most_common(1)[0][1] == 6  # a partial last block
+    assert seq == order.round_placements(30, 6, seed=7)
+    assert seq != order.round_placements(30, 6, seed=8)
+    assert order.round_placements(4, 1, seed=1) == [0, 0, 0, 0]
+    assert Counter(order.round_placements(32, 6, seed=3)).most_common(1)[0][1] == 6  # a partial last block
 
 
 def rounds_with(placement_effect: float, common: bool, rng: numpy.random.Generator) -> tuple[list[float], list[float], list[int]]:
-    clusters = group.round_placements(60, 6, seed=1)
+    clusters = order.round_placements(60, 6, seed=1)
     shift = {p: placement_effect * (p - 2.5) / 2.5 for p in range(6)}
     a = [1.0 + shift[c] + 0.002 * rng.standard_normal() for c in clusters]
     b = [1.0 + (shift[c] if common else 0.0) + 0.002 * rng.standard_normal() for c in clusters]
@@ -86,7 +86,7 @@ def test_tables_take_the_placements_from_the_record() -> None:
         return derive.Group(record=record, launches=derive._frame(derive.LAUNCH_COLUMNS),
                             spans=derive._frame(derive.SPAN_SAMPLE_COLUMNS), graph=derive._frame(derive.GRAPH_COLUMNS))
 
-    seq = group.round_placements(30, 6, seed=2)
+    seq = order.round_placements(30, 6, seed=2)
     assert derive.placements(g({"rounds": 30, "placements": 6, "round_placements": seq})) == seq
     assert derive.placements(g({"rounds": 30})) is None  # a record from before placements
     assert derive.placements(g({"rounds": 30, "placements": 1, "round_placements": [0] * 30})) is None

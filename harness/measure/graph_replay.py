@@ -1,19 +1,27 @@
 """Cross-check of the nsys kernel time: an independent timing of the same kernels by CUDA graph
 replay.
 
-The `capture.iterations` calls of one implementation are recorded into one CUDA graph; the graph
-is replayed `cross_check.replays` times between two CUDA events each, and the time per call is
-the replay's event time divided by the calls in it. Replay has no Python or launch path in it,
-only the kernels and the gaps between them, so it should agree with the sum of kernel durations
-that nsys recorded, within a tolerance for those gaps (harness.tables.cross_check compares them).
+`cross_check.calls` calls of each implementation are recorded into one CUDA graph (one per
+placement of the inputs, where the call has several: harness.ops.bind_group), and the graphs are
+replayed in rounds: in round r every implementation's graph of the round's placement is replayed
+once between two CUDA events, in order r of the Williams design the capture uses
+(harness.measure.order), so whatever drifts over the replays (clocks, temperature) and whatever
+one replay leaves the next moves every implementation alike. The time per call is a replay's
+event time divided by the calls in it, and an implementation's value is the median over its
+replays. Replay has no Python or launch path in it, only the kernels and the gaps between them, so
+it should agree with the sum of kernel durations that nsys recorded, within a tolerance for those
+gaps (harness.tables.cross_check compares them); and the ratio of two implementations' medians
+is a size measured without Nsight Systems (the planted slowdowns', harness.report.resolution).
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+from harness.measure.order import balanced
 
 MIN_REPLAYS = 3
 
@@ -26,12 +34,9 @@ def replays_within(replays: int, first_replay_s: float, max_seconds: float) -> i
     return max(min(replays, MIN_REPLAYS), min(replays, int(max_seconds / first_replay_s)))
 
 
-def replay_times(call: Callable[[], Any], calls_per_replay: int, replays: int,
-                 max_seconds: float = float("inf")) -> list[float]:
-    """Per-call time (µs) of each timed replay of a graph of `calls_per_replay` calls: `replays`
-    of them, or fewer where they would take over `max_seconds` (replays_within). Raises whatever
-    CUDA graph capture raises when the call cannot be captured."""
-
+def record(call: Callable[[], Any], calls_per_replay: int) -> Any:
+    """A CUDA graph of `calls_per_replay` calls, replayed once (its upload) and waited for. Raises
+    whatever CUDA graph capture raises when the call cannot be captured."""
     import torch
 
     torch.cuda.synchronize()
@@ -47,20 +52,50 @@ def replay_times(call: Callable[[], Any], calls_per_replay: int, replays: int,
             call()
     graph.replay()  # warm: the first replay uploads the graph
     torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    graph.replay()
+    return graph
+
+
+def replay_rounds(graphs: Mapping[str, Sequence[Any]], calls_per_replay: int, replays: int,
+                  max_seconds: float = float("inf"), sequence: Sequence[int] | None = None) -> dict[str, list[float]]:
+    """Per-call time (µs) of each timed replay, by implementation: `graphs[impl][p]` is its graph on
+    placement p (all implementations with the same number of them). Round r replays, in order r of
+    the Williams design, each implementation's graph of placement `sequence[r % len(sequence)]`
+    (0 without a sequence). `replays` rounds, fewer where they would take over `max_seconds` for
+    the whole group at one untimed round's duration (replays_within)."""
+    import torch
+
+    impls = list(graphs)
+    count = min(len(g) for g in graphs.values()) if graphs else 0
+    if not impls or count == 0:
+        return {impl: [] for impl in impls}
+    seq = [p % count for p in sequence] if sequence else [0]
     torch.cuda.synchronize()
-    replays = replays_within(replays, time.perf_counter() - t0, max_seconds)
+    t0 = time.perf_counter()
+    for impl in impls:
+        graphs[impl][seq[0]].replay()
+    torch.cuda.synchronize()
+    rounds = replays_within(replays, time.perf_counter() - t0, max_seconds)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    out = []
-    for _ in range(replays):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        out.append(start.elapsed_time(end) * 1000.0 / calls_per_replay)
-    del graph
+    out: dict[str, list[float]] = {impl: [] for impl in impls}
+    for r in range(rounds):
+        p = seq[r % len(seq)]
+        for impl in balanced(impls, r):
+            start.record()
+            graphs[impl][p].replay()
+            end.record()
+            end.synchronize()
+            out[impl].append(start.elapsed_time(end) * 1000.0 / calls_per_replay)
     return out
+
+
+def replay_times(call: Callable[[], Any], calls_per_replay: int, replays: int,
+                 max_seconds: float = float("inf")) -> list[float]:
+    """Per-call time (µs) of each timed replay of one call's graph (replay_rounds of one)."""
+    graph = record(call, calls_per_replay)
+    try:
+        return replay_rounds({"one": [graph]}, calls_per_replay, replays, max_seconds)["one"]
+    finally:
+        del graph
 
 
 def renew_default_generator(torch: Any) -> None:
@@ -83,31 +118,55 @@ def renew_default_generator(torch: Any) -> None:
     set_state(fresh)
 
 
+def _not_capturable(exc: BaseException) -> str:
+    """The reason of a failed capture, after leaving the GPU and the default generator usable."""
+    import torch
+
+    torch.cuda.synchronize()
+    renew_default_generator(torch)
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+    return f"{type(exc).__name__}: {first}"
+
+
+def measure_group(op: str, shape: str, calls: Mapping[str, Callable[[], Any]], calls_per_replay: int, replays: int,
+                  max_seconds: float = float("inf"), placements: int = 1,
+                  sequence: Sequence[int] | None = None) -> list[dict[str, Any]]:
+    """The graph table's rows of a group, one per implementation in the order of `calls`: each
+    implementation recorded on each of its placements (harness.ops.bind_group; up to
+    `placements`), then all replayed in interleaved rounds (module docstring) on the placements
+    `sequence` gives round by round, `max_seconds` per implementation. An implementation whose
+    call cannot be recorded gets status 'not capturable' with the reason (the cross-check is then
+    skipped for it, and the report says so); the others are replayed without it."""
+    rows: dict[str, dict[str, Any]] = {}
+    graphs: dict[str, list[Any]] = {}
+    for impl, call in calls.items():
+        rows[impl] = {"op": op, "shape": shape, "impl": impl, "calls_per_replay": calls_per_replay, "replays": replays}
+        select = getattr(call, "select", None)
+        places = max(1, placements) if select is not None else 1
+        try:
+            recorded = []
+            for p in range(places):
+                if select is not None:
+                    select(p)
+                recorded.append(record(call, calls_per_replay))
+            graphs[impl] = recorded
+        except Exception as exc:  # a library call that synchronises or allocates cannot be captured
+            rows[impl].update(status="not capturable", reason=_not_capturable(exc), graph_median_us=None,
+                              graph_min_us=None, graph_max_us=None)
+    # a call without placements has one graph: it serves every round
+    widest = max((len(g) for g in graphs.values()), default=1)
+    spread = {impl: [g[p % len(g)] for p in range(widest)] for impl, g in graphs.items()}
+    times = replay_rounds(spread, calls_per_replay, replays, max_seconds * max(1, len(spread)), sequence)
+    for impl, values in times.items():
+        rows[impl].update(status="ok", reason="", replays=len(values), graph_median_us=statistics.median(values),
+                          graph_min_us=min(values), graph_max_us=max(values))
+    graphs.clear()
+    spread.clear()
+    return [rows[impl] for impl in calls]
+
+
 def measure(op: str, shape: str, impl: str, call: Callable[[], Any], calls_per_replay: int, replays: int,
             max_seconds: float = float("inf"), placements: int = 1) -> dict[str, Any]:
-    """One row of the graph table: the replay timing, or status 'not capturable' with the reason
-    (the cross-check is then skipped for that implementation, and the report says so). A call
-    with several placements (harness.ops.bind_group) gets one graph per placement, the replays
-    and `max_seconds` shared among them, and the row pools their replays."""
-    row: dict[str, Any] = {"op": op, "shape": shape, "impl": impl, "calls_per_replay": calls_per_replay,
-                           "replays": replays}
-    select = getattr(call, "select", None)
-    places = max(1, placements) if select is not None else 1
-    try:
-        times: list[float] = []
-        for p in range(places):
-            if select is not None:
-                select(p)
-            times += replay_times(call, calls_per_replay, max(1, -(-replays // places)), max_seconds / places)
-    except Exception as exc:  # a library call that synchronises or allocates cannot be captured
-        import torch
-
-        torch.cuda.synchronize()
-        renew_default_generator(torch)
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-        row.update(status="not capturable", reason=f"{type(exc).__name__}: {first}", graph_median_us=None,
-                   graph_min_us=None, graph_max_us=None)
-        return row
-    row.update(status="ok", reason="", replays=len(times), graph_median_us=statistics.median(times),
-               graph_min_us=min(times), graph_max_us=max(times))
-    return row
+    """One implementation's row of the graph table (measure_group of one)."""
+    return measure_group(op, shape, {impl: call}, calls_per_replay, replays, max_seconds, placements,
+                         list(range(max(1, placements))))[0]

@@ -20,8 +20,9 @@ captured in interleaved rounds, and timed by event spans and graph replay.
 3. **Spans**, before the profiler range opens: `span.rounds` rounds of `span.samples / rounds`
    samples each, in the rounds' orders and placements (below), each implementation's samples
    after one untimed call; each sample is a CUDA-event span around one call, waited for.
-4. **Graph replay** of each implementation (the cross-check of the kernel time), its replays
-   shared among the placements.
+4. **Graph replay** (the cross-check of the kernel time, harness.measure.graph_replay): each
+   implementation recorded into a graph per placement, the graphs replayed in interleaved rounds,
+   in the rounds' orders and placements.
 5. **Capture**, last. One profiler range (cudaProfilerStart, for nsys
    --capture-range=cudaProfilerApi) holding `capture.rounds` rounds. In each round every
    implementation makes one untimed call (its inputs back in the cache after the previous
@@ -48,7 +49,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import random
 import statistics
 import sys
 import time
@@ -63,6 +63,7 @@ from harness.gpu.device import require_gpu
 from harness.io import write_json
 from harness.measure import graph_replay
 from harness.measure.check import crash_message, failure, run_check, unmeasured_record
+from harness.measure.order import balanced, place, round_placements
 
 RANGE = "capture"
 """The NVTX range around the captured rounds (ncu's --nvtx-include selects it)."""
@@ -86,39 +87,6 @@ def parse_range(name: str) -> tuple[str, int] | None:
     if not sep or not impl or not index.isdigit():
         return None
     return impl, int(index)
-
-
-def rotation(items: list[str], index: int) -> list[str]:
-    """The order of round `index`: the list rotated by the round's number."""
-    if not items:
-        return []
-    k = index % len(items)
-    return items[k:] + items[:k]
-
-
-def williams(n: int) -> list[list[int]]:
-    """A Williams design of `n` treatments: orders of 0..n-1 (n of them for an even n, 2n for an
-    odd n) in which every treatment comes right after every other equally often (once, or twice
-    for an odd n) and stands in every position equally often. Its first order is 0, 1, n-1, 2,
-    n-2, ...; order i adds i to each (mod n); an odd n adds each order reversed."""
-    if n <= 0:
-        return []
-    first, lo, hi = [0], 1, n - 1
-    while len(first) < n:
-        first.append(lo)
-        lo += 1
-        if len(first) < n:
-            first.append(hi)
-            hi -= 1
-    orders = [[(t + i) % n for t in first] for i in range(n)]
-    return orders + [o[::-1] for o in orders] if n % 2 else orders
-
-
-def balanced(items: list[str], index: int) -> list[str]:
-    """The order of round `index`: order `index` (cyclically) of the Williams design of the items,
-    so that over whole cycles of it each item follows every other equally often."""
-    orders = williams(len(items))
-    return [items[t] for t in orders[index % len(orders)]] if orders else []
 
 
 def calls_per_round(per_call_us: float, round_us: float, max_calls: int) -> int:
@@ -184,27 +152,6 @@ def checks(plan: Mapping[str, Any], progress: Progress) -> dict[str, dict[str, A
         record["error"] = failure(record)
         out[impl] = record
     return out
-
-
-def round_placements(rounds: int, placements: int, seed: int) -> list[int]:
-    """The placement each round launches on: every `placements` rounds hold each placement once,
-    in an order drawn afresh for each such block (seeded), so a placement is tied neither to a
-    round's order of implementations (the Williams cycle) nor to its place in the capture."""
-    rng = random.Random(seed)
-    out: list[int] = []
-    while len(out) < rounds:
-        block = list(range(max(1, placements)))
-        rng.shuffle(block)
-        out += block
-    return out[:rounds]
-
-
-def place(calls: Mapping[str, Callable[[], Any]], placement: int) -> None:
-    """Launch every call that has placements on `placement`."""
-    for call in calls.values():
-        select = getattr(call, "select", None)
-        if select is not None:
-            select(placement)
 
 
 def capture_rounds(torch: Any, calls: Mapping[str, Callable[[], Any]], per_round: Mapping[str, int], rounds: int,
@@ -305,9 +252,8 @@ def run(plan: Mapping[str, Any]) -> dict[str, Any]:
         if cc["enabled"]:
             t = time.perf_counter()
             progress.mark("graph replay")
-            for impl, call in calls.items():
-                graphs.append(graph_replay.measure(op, shape, impl, call, int(cc["calls"]), int(cc["replays"]),
-                                                   float(cc["max_seconds"]), placements))
+            graphs = graph_replay.measure_group(op, shape, calls, int(cc["calls"]), int(cc["replays"]),
+                                                float(cc["max_seconds"]), placements, sequence)
             seconds["graph_replay"] = time.perf_counter() - t
 
     t = time.perf_counter()

@@ -91,3 +91,44 @@ def test_tables_take_the_placements_from_the_record() -> None:
     assert derive.placements(g({"rounds": 30})) is None  # a record from before placements
     assert derive.placements(g({"rounds": 30, "placements": 1, "round_placements": [0] * 30})) is None
     assert derive.placements(g({"rounds": 31, "placements": 6, "round_placements": seq})) is None
+
+
+def test_t_quantiles_match_the_tables() -> None:
+    # Student's t at p = 0.975 from the printed tables (df 1, 2, 3, 5, 10, 30)
+    for df, value in ((1, 12.706), (2, 4.303), (3, 3.182), (5, 2.571), (10, 2.228), (30, 2.042)):
+        assert abs(stats.t_quantile(0.975, df) - value) < 0.004
+    with pytest.raises(ValueError):
+        stats.t_quantile(0.975, 0)
+
+
+def test_the_interval_over_placements_is_the_ratio_estimators() -> None:
+    # three placements, two rounds each: x sums 4, 6, 5 and y sums 2, 2, 2 -> R = 15/6 = 2.5,
+    # residuals -1, 1, 0 -> se = sqrt(3/2 * 2) / 6 = 0.288675, t(2) = 4.302653
+    x, y, clusters = [1.0, 3.0, 2.0, 4.0, 2.5, 2.5], [1.0] * 6, [0, 0, 1, 1, 2, 2]
+    r, lo, hi = stats.ratio_interval(x, y, paired=True, seed=0, clusters=clusters)
+    half = 4.302653 * (3.0 ** 0.5) / 6.0
+    assert r == 2.5 and abs(lo - (2.5 - half)) < 1e-5 and abs(hi - (2.5 + half)) < 1e-5
+    m, mlo, mhi = stats.mean_interval(x, seed=0, clusters=clusters)
+    assert m == 2.5 and abs(mlo - (2.5 - half)) < 1e-5 and abs(mhi - (2.5 + half)) < 1e-5
+
+
+def test_the_interval_over_six_placements_covers_what_another_run_draws() -> None:
+    """Runs that each draw six placements afresh: the interval of one run must hold the true ratio
+    about 95% of the time (a percentile bootstrap over six clusters held it far less often)."""
+    rng = numpy.random.default_rng(11)
+    held, boot_held, runs = 0, 0, 400
+    for run in range(runs):
+        clusters = order.round_placements(60, 6, seed=run)
+        effect = 0.01 * rng.standard_normal(6)  # what each placement moves a, drawn afresh per run
+        a = [1.02 * (1.0 + effect[c]) + 0.003 * rng.standard_normal() for c in clusters]
+        b = [1.0 + 0.003 * rng.standard_normal() for _ in clusters]
+        _, lo, hi = stats.ratio_interval(a, b, paired=True, seed=run, clusters=clusters)
+        held += lo <= 1.02 <= hi
+        x, y, labels = numpy.asarray(a), numpy.asarray(b), numpy.asarray(clusters)
+        sx = numpy.array([x[labels == u].sum() for u in range(6)])
+        sy = numpy.array([y[labels == u].sum() for u in range(6)])
+        pick = rng.integers(0, 6, size=(2000, 6))
+        blo, bhi = numpy.quantile(sx[pick].sum(axis=1) / sy[pick].sum(axis=1), [0.025, 0.975])
+        boot_held += blo <= 1.02 <= bhi
+    assert 0.92 <= held / runs <= 0.98
+    assert boot_held / runs < held / runs - 0.03

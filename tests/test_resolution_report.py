@@ -73,7 +73,11 @@ def test_the_known_answers_have_their_own_section_and_summary_rows(tmp_path: Pat
     for r in rows:
         assert (f"| {r['op']} | {r['shape']} | {r['variant']} | {r['role']} | {r['expected']} | {r['ratio']:.3f} "
                 f"[{r['lo']:.3f}, {r['hi']:.3f}] | {r['verdict']} | {'yes' if r['as_expected'] else 'NO'} | "
-                f"{'+2.5%' if r['planted_growth'] else 'none'} | {r['replay_ratio']:.3f} |") in section
+                f"{'+2.5%' if r['planted_growth'] else 'none'} | {r['replay_ratio']:.3f} | "
+                f"{'' if r['role'] == 'A/A twin' else 'yes' if r['replay_sized'] else 'NO'} |") in section
+        assert r["replay_sized"] == (None if r["role"] == "A/A twin" else 0.02 <= r["replay_ratio"] - 1 <= 0.03)
+    plants = [r for r in rows if r["role"] == "planted slowdown"]
+    assert (f"{sum(r['replay_sized'] for r in plants)} of {len(plants)} sized 2–3% by the replay") in section
     assert "Resolution: A/A pairs and planted slowdowns" in page and "replay ratio" in page
     tried = note.split("## What was tried and not kept")[1].split("## Cross-check")[0].split("Every variant at every shape")[0]
     assert "cuda.twin" not in tried and "cuda.planted" not in tried  # not tried for their own sake
@@ -93,3 +97,12 @@ def test_without_a_replay_the_replay_ratio_is_not_timed() -> None:
     assert row["replay_ratio"] is None and row["as_expected"] is True
     ctx = resolution.context(cfg, variants, None)
     assert ctx is not None and ctx["rows"][0]["replay_text"] == "not timed" and ctx["replayed"] is False
+    assert row["replay_sized"] is None and ctx["rows"][0]["sized_text"] == "not timed"
+    assert "sized" not in ctx["rows"][0]["verdict_text"]
+
+
+def test_a_plant_is_sized_by_its_replay_within_two_to_three_percent() -> None:
+    assert resolution.SIZED == (0.02, 0.03)
+    assert [resolution.sized("planted slowdown", r) for r in (1.0199, 1.02, 1.025, 1.03, 1.0301)] == [
+        False, True, True, True, False]
+    assert resolution.sized("A/A twin", 1.025) is None and resolution.sized("planted slowdown", None) is None

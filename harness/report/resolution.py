@@ -24,6 +24,18 @@ from harness.tables import stats
 EXPECTED = {"A/A twin": "same", "planted slowdown": "slower"}
 """Each known-answer role and the verdict a right measurement gives it."""
 
+SIZED = (0.02, 0.03)
+"""The size a planted slowdown is calibrated to (variant/base - 1, both ends included), by the
+graph replay: a plant whose replayed size falls outside proves nothing about a 2% step."""
+
+
+def sized(role_: str, replay: float | None) -> bool | None:
+    """Whether a planted slowdown's replayed size lies within SIZED; None for an A/A twin or
+    where the replay was not timed."""
+    if role_ != "planted slowdown" or replay is None:
+        return None
+    return SIZED[0] <= round(replay - 1.0, 6) <= SIZED[1]
+
 
 def role(definition: Any) -> str | None:
     """The role of a variant by its config definition: 'planted slowdown' where it grows the
@@ -61,7 +73,7 @@ def _replay(cross: Any) -> dict[tuple[str, str, str], float]:
 def rows(cfg: Mapping[str, Any], variants: Any, cross: Any) -> list[dict[str, Any]]:
     """summary.json's `resolution`: one object per (op, shape, known-answer variant), in the
     variants table's order: {op, shape, variant, base, role, expected, ratio, lo, hi, verdict,
-    as_expected, planted_growth, replay_ratio}."""
+    as_expected, planted_growth, replay_ratio, replay_sized} (replay_sized: `sized`)."""
     roles, replay = known(cfg), _replay(cross)
     out = []
     for r in records(variants):
@@ -72,10 +84,11 @@ def rows(cfg: Mapping[str, Any], variants: Any, cross: Any) -> list[dict[str, An
         verdict = text(r.get("verdict"))
         verdict = verdict if verdict in stats.VERDICTS else None
         mine, theirs = replay.get((op, shape, variant)), replay.get((op, shape, base))
+        replayed = mine / theirs if mine and theirs else None
         out.append({"op": op, "shape": shape, "variant": variant, "base": base, "role": said,
                     "expected": EXPECTED[said], "ratio": number(r.get("ratio")), "lo": number(r.get("ratio_lo")),
                     "hi": number(r.get("ratio_hi")), "verdict": verdict, "as_expected": verdict == EXPECTED[said],
-                    "planted_growth": growth, "replay_ratio": mine / theirs if mine and theirs else None})
+                    "planted_growth": growth, "replay_ratio": replayed, "replay_sized": sized(said, replayed)})
     return out
 
 
@@ -86,13 +99,18 @@ def context(cfg: Mapping[str, Any], variants: Any, cross: Any) -> dict[str, Any]
     if not found:
         return None
     counts = {said: {"pairs": sum(r["role"] == said for r in found),
-                     "as_expected": sum(r["role"] == said and r["as_expected"] for r in found)} for said in EXPECTED}
+                     "as_expected": sum(r["role"] == said and r["as_expected"] for r in found),
+                     "sized": sum(r["replay_sized"] is True for r in found if r["role"] == said),
+                     "replayed": sum(r["replay_sized"] is not None for r in found if r["role"] == said)}
+              for said in EXPECTED}
     shown = []
     for r in found:
         replay = r["replay_ratio"]
         shown.append({**r, "ratio_text": ratio_text(r["ratio"], r["lo"], r["hi"]), "verdict_text": r["verdict"] or "no verdict",
                       "growth_text": f"+{pct(r['planted_growth'])}" if r["planted_growth"] else "none",
                       "replay_text": f"{replay:.3f}" if replay is not None else "not timed",
+                      "sized_text": "" if r["role"] != "planted slowdown" else
+                      "not timed" if r["replay_sized"] is None else "yes" if r["replay_sized"] else "NO",
                       "as_expected_text": "yes" if r["as_expected"] else "NO"})
     return {"rows": shown, "counts": [{"role": said, **counts[said], "expected": EXPECTED[said]} for said in EXPECTED
                                       if counts[said]["pairs"]],

@@ -139,6 +139,12 @@ def variants_context(frame: Any, known: Collection[tuple[str, str]] = ()) -> dic
             "candidates": candidates}
 
 
+def size_range() -> str:
+    """The calibrated size of a planted slowdown as text ('2-3%')."""
+    lo, hi = resolution.SIZED
+    return f"{lo * 100:g}–{hi * 100:g}%"
+
+
 def resolution_context(cfg: Mapping[str, Any], variants_frame: Any, cross_frame: Any) -> dict[str, Any] | None:
     """The resolution section (harness.report.resolution.context) with its table and the sentence
     of how many known answers came out as expected; None where the run measured none."""
@@ -147,11 +153,13 @@ def resolution_context(cfg: Mapping[str, Any], variants_frame: Any, cross_frame:
         return None
     known["table"] = table([("op", "l"), ("shape", "l"), ("variant", "l"), ("role", "l"), ("expected", "l"),
                             ("variant/base [interval]", "r"), ("verdict", "l"), ("as expected", "l"),
-                            ("planted growth", "r"), ("replay ratio", "r")],
+                            ("planted growth", "r"), ("replay ratio", "r"), (f"replayed {size_range()}", "l")],
                            [[r["op"], r["shape"], r["variant"], r["role"], r["expected"], r["ratio_text"],
-                             r["verdict_text"], r["as_expected_text"], r["growth_text"], r["replay_text"]]
+                             r["verdict_text"], r["as_expected_text"], r["growth_text"], r["replay_text"], r["sized_text"]]
                             for r in known["rows"]])
     known["sentence"] = "; ".join(f"{c['role']}s: {c['as_expected']} of {c['pairs']} {c['expected']}"
+                                  + (f", {c['sized']} of {c['replayed']} sized {size_range()} by the replay"
+                                     if c["role"] == "planted slowdown" and c["replayed"] else "")
                                   for c in known["counts"]) + "."
     return known
 

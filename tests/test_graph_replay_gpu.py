@@ -82,11 +82,11 @@ def test_a_group_is_replayed_in_interleaved_rounds_on_its_placements() -> None:
     rows = graph_replay.measure_group("probe", "1", calls, calls_per_replay=1, replays=6, placements=2, sequence=[0, 1])
     assert [r["impl"] for r in rows] == ["a", "b"] and all(r["status"] == "ok" and r["replays"] == 6 for r in rows)
     # each impl: one eager call and one upload replay per placement, an untimed replay on
-    # placement 0, then rounds on placements 0, 1, 0, 1, 0, 1
+    # placement 0, then rounds on placements 0, 1, 0, 1, 0, 1 of two replays each
     for bufs in (a_bufs, b_bufs):
-        assert [float(b.item()) for b in bufs] == [2 + 1 + 3, 2 + 3]
+        assert [float(b.item()) for b in bufs] == [2 + 1 + 2 * 3, 2 + 2 * 3]
     expected, steps = 0.0, ["a", "a", "a", "a", "b", "b", "b", "b", "a", "b"]
-    steps += [impl for r in range(6) for impl in order.balanced(["a", "b"], r)]
+    steps += [impl for r in range(6) for impl in order.balanced(["a", "b"], r) for _ in range(2)]
     for impl in steps:
         expected = expected * 2.0 if impl == "a" else expected + 1.0
     assert float(state.item()) == expected

@@ -62,16 +62,17 @@ def flops(shape: str) -> int:
     return 0
 
 
-GROW_ROWS = VEC4.tile // 2
-"""A planted slowdown adds rows in multiples of this: half the tile of the vec4 path."""
+GROW_ROWS = VEC4.tile
+"""A planted slowdown adds rows in multiples of this: the tile of the vec4 path."""
 
 
 def grow(inputs: Tensors, out: Any, fraction: float) -> tuple[Tensors, Any, Any]:
     """The planted slowdown's problem (harness.ops.launcher): the first rows of x again after its
-    last, about `fraction` more rows in all, rounded to whole half-tiles of the vec4 path
-    (GROW_ROWS): a count that is not a multiple of 4 sends the transpose down the scalar path
-    (4096 + 102 rows took 45% longer, not 2.5%), and a last tile row at least half full keeps the
-    blocks it adds busy; the result is the first columns of the larger transpose."""
+    last, about `fraction` more rows in all, rounded to whole tiles of the vec4 path (GROW_ROWS):
+    a count that is not a multiple of 4 sends the transpose down the scalar path (4096 + 102 rows
+    took 45% longer, not 2.5%), and one that is not a multiple of 64 leaves the output's rows
+    (its columns) off the 256-byte boundaries every tile writes at (4096 + 96 rows took 4.3%
+    longer, 4096 + 128 rows 3.2%); the result is the first columns of the larger transpose."""
     import torch
 
     x = inputs["x"]

@@ -99,7 +99,11 @@ def test_tables_of_one_group(tmp_path: Path) -> None:
     assert kt["triton"]["launch_path"] == "prepared" and kt["cuda"]["rounds"] == 30
     (sweep,) = t["sweep"]
     assert sweep["cuda_vs_triton"] == "faster" and sweep["cuda_over_triton_hi"] < 1.0
-    assert sweep["half_width"] < 0.01
+    assert sweep["half_width"] < 0.01 and sweep["placements"] == 1  # a record without placements
+    g.record.update(placements=6, round_placements=order.round_placements(30, 6, seed=3))
+    (placed,) = derive.namespace_tables([g], namespace="ns", cache_mode="hot", descriptions={})["sweep"]
+    assert placed["placements"] == 6 and placed["cuda_over_triton"] == sweep["cuda_over_triton"]
+    assert placed["cuda_over_triton_lo"] != sweep["cuda_over_triton_lo"]  # the interval is over the placements
     (twin,) = t["variants"]
     assert twin["variant"] == "cuda.twin" and twin["verdict"] == "same" and twin["description"] == "A/A"
     assert len(t["rounds"]) == 4 * 30 and {r["impl"] for r in t["rounds"]} == {"cuda", "triton", "torch", "cuda.twin"}

@@ -132,3 +132,18 @@ def test_the_interval_over_six_placements_covers_what_another_run_draws() -> Non
         boot_held += blo <= 1.02 <= bhi
     assert 0.92 <= held / runs <= 0.98
     assert boot_held / runs < held / runs - 0.03
+
+
+def test_the_reports_name_the_interval_the_sweep_table_holds() -> None:
+    import pandas as pd
+
+    from harness.report import figures, summary
+
+    placed = pd.DataFrame({"margin": [0.01, 0.01], "placements": [6, 6]})
+    rounds_only = pd.DataFrame({"margin": [0.01, 0.01], "placements": [1, 1]})
+    older = pd.DataFrame({"margin": [0.01]})  # a table from before the placements column
+    assert summary.interval_kind(placed)["description"] == summary.PLACED_DESCRIPTION
+    for table in (rounds_only, older):
+        assert summary.interval_kind(table)["description"] == "95% bootstrap interval over interleaved rounds"
+    assert figures.interval_label(placed) == figures.PLACED_LABEL
+    assert figures.interval_label(older) == figures.interval_label(rounds_only) == figures.BOOTSTRAP_LABEL

@@ -9,8 +9,9 @@
 * `overview_figure`: one SVG for the namespace: every operation's ratio of ours over the control
   at its default shape, with its interval and the same band.
 
-An interval is the table's: a 95% bootstrap interval over the interleaved rounds where the table
-has a `margin` column, else (tables written before the rounds) the min-max envelope of the
+An interval is the table's: a 95% interval over the interleaved rounds where the table has a
+`margin` column (over their placements, by Student's t, where its `placements` column says the
+rounds ran on several; a bootstrap of the rounds otherwise), else (tables written before the rounds) the min-max envelope of the
 launches, or none for tables older still; the legend says which. Nothing is estimated here. Each SVG is reproducible byte for byte
 for the same table: fixed hash salt, no date, text as text.
 """
@@ -38,6 +39,7 @@ HASH_SALT = "kernel-evidence"
 """Fixed salt for the SVG element ids, so that the same figure gives the same bytes."""
 
 BOOTSTRAP_LABEL = "95% bootstrap interval over interleaved rounds"
+PLACED_LABEL = "95% interval over the placements of interleaved rounds (Student's t)"
 ENVELOPE_LABEL = "min-max envelope of the launches"
 NO_INTERVAL_LABEL = "none (the table records no interval)"
 
@@ -76,7 +78,8 @@ def table_margin(table: Any) -> float | None:
 def interval_label(table: Any) -> str:
     """What the table's intervals are, in the words of a legend."""
     if table_margin(table) is not None:
-        return BOOTSTRAP_LABEL
+        placed = any(math.isfinite(p) and p > 1 for p in _column(table, "placements"))
+        return PLACED_LABEL if placed else BOOTSTRAP_LABEL
     return ENVELOPE_LABEL if any(str(c).endswith("_lo") for c in table.columns) else NO_INTERVAL_LABEL
 
 

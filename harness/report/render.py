@@ -8,8 +8,8 @@ context. Every string that came from a table or a config is escaped where it is 
 harness.report.safe: the markdown environment escapes each value a template prints unless the
 report composed it (`safe.Trusted`), and the HTML environment autoescapes.
 
-Two generations of tables are read (harness.report.summary): intervals are 95% bootstrap
-intervals over interleaved rounds where the sweep table records a margin, else the min-max
+Two generations of tables are read (harness.report.summary): intervals are 95% intervals over
+interleaved rounds where the sweep table records a margin, else the min-max
 envelope of the launches, and an older table's verdict 'no difference' is counted as can't tell.
 """
 

@@ -8,8 +8,9 @@ one sentence. Every value comes from a table or the provenance; a value a table 
 never estimated.
 
 Two generations of tables exist. Tables written since the rounds record a `margin` column in
-sweep.csv: their intervals are 95% bootstrap intervals over interleaved rounds and their verdicts
-are the four of harness.tables.stats. Older tables have no margin: their intervals are the min-max
+sweep.csv: their intervals are 95% intervals over interleaved rounds (over the rounds' placements
+where its `placements` column says they ran on several) and their verdicts are the four of
+harness.tables.stats. Older tables have no margin: their intervals are the min-max
 envelope of the launches, and their verdict 'no difference' is read as "can't tell"
 (`LEGACY_VERDICTS`); the summary records the verdict as the table wrote it beside the one it is
 read as.
@@ -39,6 +40,9 @@ LEGACY_VERDICTS = {"no difference": stats.CANT_TELL}
 """Verdicts of older tables and the verdict each is read as."""
 
 BOOTSTRAP = "bootstrap"
+PLACED_DESCRIPTION = "95% interval over the placements the interleaved rounds ran on (Student's t)"
+"""The sweep table's intervals where its rounds ran on several placements (its `placements`
+column; harness.tables.stats): the kind stays 'bootstrap', the table generation with a margin."""
 ENVELOPE = "envelope"
 NO_INTERVAL = "none"
 
@@ -78,8 +82,9 @@ def interval_kind(sweep: Any) -> dict[str, Any]:
     if sweep is not None and "margin" in sweep:
         margins = [m for m in (number(v) for v in sweep["margin"]) if m is not None]
     if margins:
+        placed = "placements" in sweep and any((number(v) or 0) > 1 for v in sweep["placements"])
         return {"kind": BOOTSTRAP, "level": stats.LEVEL, "margin": margins[0],
-                "description": "95% bootstrap interval over interleaved rounds"}
+                "description": PLACED_DESCRIPTION if placed else "95% bootstrap interval over interleaved rounds"}
     if sweep is not None and "cuda_over_triton_lo" in sweep:
         return {"kind": ENVELOPE, "level": None, "margin": None,
                 "description": "the min–max envelope of the launches"}

@@ -71,7 +71,7 @@ SWEEP_COLUMNS = [
     "external_us", "cuda_over_triton", "cuda_over_triton_lo", "cuda_over_triton_hi", "cuda_vs_triton",
     "cuda_over_torch", "cuda_over_torch_lo", "cuda_over_torch_hi", "cuda_vs_torch",
     "external_over_triton", "external_over_triton_lo", "external_over_triton_hi", "external_vs_triton",
-    "half_width", "margin", "rounds", "gpus",
+    "half_width", "margin", "rounds", "gpus", "placements",
 ]
 VARIANT_COLUMNS = ["namespace", "op", "shape", "variant", "base", "description", "cache_mode", "base_us",
                    "variant_us", "ratio", "ratio_lo", "ratio_hi", "verdict", "half_width", "margin"]
@@ -265,7 +265,8 @@ def _sweep_row(group: Group, kt_rows: list[dict[str, Any]], namespace: str, cach
     operation = ops.get(op)
     row: dict[str, Any] = {"namespace": namespace, "op": op, "shape": shape, "cache_mode": cache_mode,
                            "bytes_moved": operation.bytes_moved(shape), "flops": operation.flops(shape),
-                           "margin": margin, "rounds": group.record.get("rounds"), "gpus": 1}
+                           "margin": margin, "rounds": group.record.get("rounds"), "gpus": 1,
+                           "placements": len(set(placements(group) or [0]))}
     for impl in SWEEP_IMPLS:
         row[f"{impl}_us"] = t.get(impl)
     for a, b in (("cuda", "triton"), ("cuda", "torch"), ("external", "triton")):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -90,7 +91,7 @@ def by_rule(rows: Iterable[dict[str, Any]]) -> list[tuple[str, int, float]]:
     totals: dict[str, list[float]] = {}
     for r in rows:
         totals.setdefault(r["rule"], []).append(float(r["seconds"] or 0.0))
-    return sorted(((rule, len(v), sum(v)) for rule, v in totals.items()), key=lambda t: -t[2])
+    return sorted(((rule, len(v), math.fsum(v)) for rule, v in totals.items()), key=lambda t: -t[2])
 
 
 def summary(rows: list[dict[str, Any]], commands: list[dict[str, Any]]) -> str:
@@ -98,7 +99,7 @@ def summary(rows: list[dict[str, Any]], commands: list[dict[str, Any]]) -> str:
     if rows:
         lines.append(f"{'rule':<16} {'jobs':>5} {'seconds':>9}")
         lines += [f"{rule:<16} {n:>5} {total:>9.1f}" for rule, n, total in by_rule(rows)]
-        lines.append(f"{'all jobs':<16} {len(rows):>5} {sum(float(r['seconds'] or 0) for r in rows):>9.1f}")
+        lines.append(f"{'all jobs':<16} {len(rows):>5} {math.fsum(float(r['seconds'] or 0) for r in rows):>9.1f}")
     for c in commands:
         wall = f"{c['seconds']:.0f} s" if c.get("seconds") is not None else "unfinished"
         lines.append(f"command: {c.get('command', '?')}: {c.get('jobs', '?')} jobs, {wall}, {c.get('status', 'running')}")

@@ -871,6 +871,21 @@ def test_a_tagged_shape_takes_the_identity_of_its_dimensions() -> None:
     assert not trust.kernel_identity(census, "neighbor_aggregation", "triton", "65536x1048576x16")
 
 
+def test_a_census_read_once_answers_again_after_it_grew() -> None:
+    """The identity index is kept per census frame; a frame that gained a row is read again, and a
+    fresh frame with the same rows gets the same answer."""
+    row = {"op": "softmax", "impl": "cuda", "shapes": "4096x1024", "kernel": "softmax_rows", "specialization": "",
+           "source_sha256": "a", "compiler": "c", "options": ""}
+    census = pd.DataFrame([row])
+    first = trust.kernel_identity(census, "softmax", "cuda", "4096x1024")
+    assert {r[2] for r in first} == {"a"}
+    assert not trust.kernel_identity(census, "softmax", "cuda", "8192x4096")
+    census.loc[1] = {**row, "shapes": "4096x1024;8192x4096", "source_sha256": "b"}
+    assert {r[2] for r in trust.kernel_identity(census, "softmax", "cuda", "4096x1024")} == {"a", "b"}
+    assert {r[2] for r in trust.kernel_identity(census, "softmax", "cuda", "8192x4096")} == {"b"}
+    assert trust.kernel_identity(pd.DataFrame([row]), "softmax", "cuda", "4096x1024") == first
+
+
 def test_every_sentence_on_the_retained_namespaces_ends_with_one_period(tmp_path: Path) -> None:
     """Every note, claim, summary and flag derived for the retained H200 namespaces (on a copy)."""
     art = tmp_path / "artifacts"

@@ -4,6 +4,7 @@ the census (what makes two captures "the same kernel")."""
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -148,16 +149,37 @@ def kernel_identity(census: pd.DataFrame | None, op: str, impl: str, shape: str)
     """The census rows of (op, impl) that serve `shape`, as a set of (kernel, specialization,
     source_sha256, compiler, options); empty where the census has none. The census names shapes by
     their dimensions, so a shape with a tag ('65536x1048576x64-powerlaw', another graph through the
-    same kernels) is served by the rows of its dimensions ('65536x1048576x64')."""
+    same kernels) is served by the rows of its dimensions ('65536x1048576x64'). A census is read
+    once per frame (`_identities`): the trust rules ask it once per namespace, shape and
+    implementation, and the history grows with every retained namespace."""
     if census is None or census.empty or not {"op", "impl", "shapes"} <= set(census.columns):
         return frozenset()
-    rows = census[(census["op"].astype(str) == op) & (census["impl"].astype(str) == impl)]
-    out = set()
-    for rec in rows.to_dict("records"):
-        served = [s.strip() for s in str(rec.get("shapes") if rec.get("shapes") is not None else "").split(";")]
-        if shape in served or shape.split("-", 1)[0] in served:
-            out.add(tuple("" if _missing(rec.get(c)) else str(rec.get(c)) for c in IDENTITY_COLUMNS))
-    return frozenset(out)
+    dims = shape.split("-", 1)[0]
+    return frozenset(identity for served, identity in _identities(census).get((op, impl), ())
+                     if shape in served or dims in served)
+
+
+_IDENTITY_INDEX: dict[int, tuple[tuple[int, tuple[str, ...]], dict[tuple[str, str], list[tuple[frozenset[str], tuple[str, ...]]]]]] = {}
+"""id(census) -> (its length and columns when read, {(op, impl): [(shapes served, identity)]});
+an entry leaves with its frame (weakref.finalize), and a frame whose length or columns changed
+since is read again."""
+
+
+def _identities(census: pd.DataFrame) -> dict[tuple[str, str], list[tuple[frozenset[str], tuple[str, ...]]]]:
+    key, stamp = id(census), (len(census), tuple(str(c) for c in census.columns))
+    got = _IDENTITY_INDEX.get(key)
+    if got is not None and got[0] == stamp:
+        return got[1]
+    index: dict[tuple[str, str], list[tuple[frozenset[str], tuple[str, ...]]]] = {}
+    for rec in census.to_dict("records"):
+        shapes = rec.get("shapes")
+        served = frozenset(s.strip() for s in str(shapes if shapes is not None else "").split(";"))
+        identity = tuple("" if _missing(rec.get(c)) else str(rec.get(c)) for c in IDENTITY_COLUMNS)
+        index.setdefault((str(rec["op"]), str(rec["impl"])), []).append((served, identity))
+    if got is None:
+        weakref.finalize(census, _IDENTITY_INDEX.pop, key, None)
+    _IDENTITY_INDEX[key] = (stamp, index)
+    return index
 
 
 def identity_change(before: frozenset, after: frozenset) -> str | None:

@@ -87,7 +87,7 @@ CODE_FILES = (
     "report/templates/field_note.md.j2", "report/templates/issue_comment.md.j2", "report/templates/page.html.j2",
     "harness/report/render.py", "harness/report/figures.py", "harness/report/html.py", "harness/report/safe.py",
     "harness/report/summary.py", "harness/tables/derive.py", "harness/tables/stats.py", "harness/tables/nsys.py",
-    "harness/tables/trust.py", "harness/tables/variants.py", "harness/ops/__init__.py",
+    "harness/tables/nsys_export.py", "harness/tables/trust.py", "harness/tables/variants.py", "harness/ops/__init__.py",
 )
 """The code that turns exports into tables and tables into reports, hashed into the manifest."""
 

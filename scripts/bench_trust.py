@@ -14,6 +14,7 @@ namespaces were retained before it."""
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
             for _ in range(args.repeat):
                 t = time.perf_counter()
                 subprocess.run([sys.executable, "-c", ONE, str(art), ns], cwd=ROOT, check=True,
-                               env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+                               env={**os.environ, "PYTHONPATH": str(ROOT)})
                 times.append(time.perf_counter() - t)
             print(f"{ns}: trust step {min(times):.2f} s (best of {args.repeat}, process start and imports included), "
                   f"{before} namespaces retained before it")

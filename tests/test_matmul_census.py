@@ -312,7 +312,7 @@ def test_dispatch_by_shape_and_the_tile_variants() -> None:
 @pytest.mark.parametrize(("variant", "kernel", "smem"), [
     ("staged128", "matmul_f32_128", 4 * 2 * 2 * 8 * 128),
     ("bk8", "matmul_f32_tiled<128, 128, 8, 8>", 4 * (2 * 8 * 132 + 2 * 8 * 128)),
-    ("thread_rows", BIG, 4 * (2 * 16 * 132 + 2 * 16 * 128)),
+    ("warp_tiles", BIG, 4 * (2 * 16 * 132 + 2 * 16 * 128)),
     ("tile128x64", "matmul_f32_tiled<128, 64, 16, 8>", 4 * (2 * 16 * 132 + 2 * 16 * 64)),
     ("tile64x128", "matmul_f32_tiled<64, 128, 16, 4>", 4 * (2 * 16 * 68 + 2 * 16 * 128)),
     ("small64", SMALL, 4 * (2 * 32 * 68 + 2 * 32 * 64)),

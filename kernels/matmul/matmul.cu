@@ -364,14 +364,16 @@ matmul_f32_128(const float* __restrict__ A, const float* __restrict__ B, float* 
 // A, B, C; launch with blockDim.x == BM * BN / (8 ROWS), gridDim.x == ceil(M / BM) * ceil(N / BN).
 //
 // Thread layout. Thread (ty, tx), ty < BM / ROWS, tx < BN / 8, owns rows 4 ty .. +3 (and, ROWS = 8,
-// BM / 2 + 4 ty .. +3), columns 4 tx .. +3 and BN / 2 + 4 tx .. +3. By default a warp is a 4 x 8
-// block of threads (warp tiling): per k its float4 reads of A^T touch 4 distinct float4 (64
-// contiguous bytes) and its reads of B 8 (128 contiguous bytes), one shared-memory wavefront each.
-// With MM_THREAD_ROWS=1 a warp is 32 consecutive threads of one or two thread rows (the layout
-// before warp tiling): at BN = 128 its B reads touch 16 distinct float4, two wavefronts each.
+// BM / 2 + 4 ty .. +3), columns 4 tx .. +3 and BN / 2 + 4 tx .. +3. By default (MM_THREAD_ROWS=1)
+// a warp is 32 consecutive threads of one or two thread rows: at BN = 128 its B reads touch 16
+// distinct float4, two shared-memory wavefronts each. With MM_THREAD_ROWS=0 a warp is a 4 x 8 block
+// of threads (warp tiling): per k its float4 reads of A^T touch 4 distinct float4 (64 contiguous
+// bytes) and its reads of B 8 (128 contiguous bytes), one wavefront each. At K tiles of 16 the
+// thread rows measured about 1% faster above 132 tiles of 128x128 and the same below
+// (kernels/matmul/notebook.md), so fewer wavefronts do not pay here.
 
 #ifndef MM_THREAD_ROWS
-#define MM_THREAD_ROWS 0
+#define MM_THREAD_ROWS 1
 #endif
 #define MMT_PAD_A 4  // floats of padding per A^T row: float4 alignment kept, transposed stores spread
 

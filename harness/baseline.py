@@ -102,9 +102,16 @@ def _extracted_commit(extracted: Path | None, name: str) -> str | None:
     return commit if re.fullmatch(r"[0-9a-f]{40}", commit) else None
 
 
+def _is_source(name: str) -> bool:
+    """Whether kernels/<op>/<rest> is something a build or a launch reads: not the notebook or
+    other Markdown, and nothing under a data/ folder (measured tables kept beside the kernels)."""
+    parts = name.split("/")
+    return not name.endswith(".md") and "data" not in parts[2:-1]
+
+
 def extract(commit: str, dest: Path, ops: Sequence[str], repo: Path = ROOT) -> Path:
-    """`commit`'s kernels/<op>/ files of each of `ops` under `dest`/kernels/, from git's objects
-    (module docstring), with the commit in `dest`/COMMIT and its committer date (ISO 8601) in
+    """`commit`'s kernel sources under kernels/<op>/ of each of `ops` (every file but Markdown and
+    data/ folders) under `dest`/kernels/, from git's objects (module docstring), with the commit in `dest`/COMMIT and its committer date (ISO 8601) in
     `dest`/DATE; returns `dest`. Written into a partial folder and renamed whole; an
     existing `dest` is replaced. EvidenceError (one sentence) where git cannot read them, or the
     commit has no kernels/<op>/ for one of `ops`."""
@@ -127,7 +134,7 @@ def extract(commit: str, dest: Path, ops: Sequence[str], repo: Path = ROOT) -> P
     partial = Path(tempfile.mkdtemp(prefix=f".{dest.name}.partial-", dir=dest.parent))
     try:
         for mode, kind, sha, name in entries:
-            if kind != "blob" or mode == "120000":  # a submodule or a link: nothing of ours to build
+            if kind != "blob" or mode == "120000" or not _is_source(name):  # a submodule, a link, notes
                 continue
             blob = _git(["cat-file", "blob", sha], repo, f"{name} at {commit[:12]}")
             if blob.returncode != 0:

@@ -66,6 +66,10 @@ def test_a_commits_kernels_come_from_git_without_touching_the_work_tree(tmp_path
                                  capture_output=True, check=True).stdout
     assert old != (ROOT / "kernels" / "layernorm" / "layernorm.cu").read_bytes()
     assert (root / "kernels" / "transpose" / "transpose_triton.py").is_file()
+    kept = {p.relative_to(root / "kernels").as_posix() for p in (root / "kernels").rglob("*") if p.is_file()}
+    listed = set(git("ls-tree", "-r", "--name-only", rev.commit, "--", "kernels/layernorm", "kernels/transpose").split())
+    assert kept == {n.removeprefix("kernels/") for n in listed if not n.endswith(".md") and "/data/" not in n}
+    assert "layernorm/notebook.md" not in kept and "layernorm/layernorm.cu" in kept  # sources, not notes
     assert not (root / "kernels" / "matmul").exists()  # only the operations asked for
     assert (root / "COMMIT").read_text().strip() == rev.commit
     assert (git("status", "--porcelain=v1", "-z"), (ROOT / ".git" / "index").stat().st_mtime_ns) == before

@@ -206,6 +206,17 @@ def test_other_wording_is_blamed_on_the_templates_not_the_numbers(made: tuple[Pa
     assert "not differences of numbers" in problems[1]
 
 
+def test_the_manifest_hashes_every_module_that_derives_tables_or_reports(made: tuple[Path, Path]) -> None:
+    """A module added to the tables or report stage is hashed without being listed by hand."""
+    _, out = made
+    recorded = json.loads(members(out)["MANIFEST.json"])["code_sha256"]
+    stages = {p.relative_to(ROOT).as_posix() for d in ("harness/tables", "harness/report") for p in (ROOT / d).glob("*.py")}
+    assert stages <= set(recorded) and "harness/tables/retained.py" in stages
+    assert {f for f in recorded if f.endswith(".j2")} == {p.relative_to(ROOT).as_posix()
+                                                         for p in (ROOT / "report" / "templates").glob("*.j2")}
+    assert all(re.fullmatch(r"[0-9a-f]{64}", h) for h in recorded.values())
+
+
 def test_a_config_name_that_is_not_a_plain_name_is_not_used_as_a_path(made: tuple[Path, Path], tmp_path: Path) -> None:
     _, out = made
     files = members(out)

@@ -83,13 +83,10 @@ MANIFEST = "MANIFEST.json"
 MTIME = 946684800  # 2000-01-01T00:00:00Z: the mtime of every member
 _CHUNK = 1 << 20
 
-CODE_FILES = (
-    "report/templates/field_note.md.j2", "report/templates/issue_comment.md.j2", "report/templates/page.html.j2",
-    "harness/report/render.py", "harness/report/figures.py", "harness/report/html.py", "harness/report/safe.py",
-    "harness/report/summary.py", "harness/tables/derive.py", "harness/tables/stats.py", "harness/tables/nsys.py",
-    "harness/tables/nsys_export.py", "harness/tables/trust.py", "harness/tables/variants.py", "harness/ops/__init__.py",
-)
-"""The code that turns exports into tables and tables into reports, hashed into the manifest."""
+CODE_GLOBS = ("harness/tables/*.py", "harness/report/*.py", "report/templates/*.j2", "harness/ops/__init__.py")
+CODE_FILES = tuple(sorted({p.relative_to(ROOT).as_posix() for g in CODE_GLOBS for p in ROOT.glob(g)}))
+"""The code that turns exports into tables and tables into reports (every module of the tables and
+report stages, the templates, the operations' registry), hashed into the manifest."""
 
 GROUP_FILES = ("record.json", "launches.csv", "spans.csv", "graph.csv")
 """The files of a measurement group a bundle carries beside its export."""

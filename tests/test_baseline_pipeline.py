@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -141,3 +142,18 @@ def test_several_baselines_give_the_stage_table_oldest_first(tmp_path: Path) -> 
     rows = [line for line in table.splitlines() if line.startswith("| layernorm | 4096x768 | cuda |")]
     assert [row.split(" | ")[3] for row in rows] == ["HEAD-1", "HEAD", "this checkout"]
     assert "(2026-01-01)" in rows[0] and "(2026-02-01)" in rows[1]
+
+
+def test_a_namespace_with_a_baseline_is_bundled_and_verified(run: tuple[Path, subprocess.CompletedProcess[str], str],
+                                                            tmp_path: Path) -> None:
+    """Its implementations 'cuda@HEAD' are plain enough to re-derive from: verify re-derives the
+    tables and reports, the change table among them, and finds them as the run wrote them."""
+    copy, _, _ = run
+    env = repo_copy.standin_env(copy, tmp_path)
+    bundle = tmp_path / "b.evidence.tar.gz"
+    made = subprocess.run([sys.executable, "-m", "harness", "bundle", NS, "--out", str(bundle)], cwd=copy, env=env,
+                          capture_output=True, text=True)
+    assert made.returncode == 0, made.stdout + made.stderr
+    verified = subprocess.run([sys.executable, "-m", "harness", "verify", str(bundle)], cwd=copy, env=env,
+                              capture_output=True, text=True)
+    assert verified.returncode == 0, verified.stdout + verified.stderr

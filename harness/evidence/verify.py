@@ -84,8 +84,9 @@ RENDER_TABLES = ("kernel_time", "kernel_time_detail", "span", "check", "sweep", 
 NUMBER_RE = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?")
 _CHUNK = 1 << 20
 
-PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-"""An operation, shape or implementation name of a bundled config: a single path component."""
+PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}(?:@[A-Za-z0-9._-]{1,127})?")
+"""An operation, shape or implementation name of a bundled config: a single path component (ours at
+a baseline revision, 'cuda@main', carries its label after '@')."""
 
 _show, _sha256, _safe_name, _check_namespace = show, sha256, safe_name, check_namespace
 

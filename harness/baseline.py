@@ -111,8 +111,8 @@ def _is_source(name: str) -> bool:
 
 def extract(commit: str, dest: Path, ops: Sequence[str], repo: Path = ROOT) -> Path:
     """`commit`'s kernel sources under kernels/<op>/ of each of `ops` (every file but Markdown and
-    data/ folders) under `dest`/kernels/, from git's objects (module docstring), with the commit in `dest`/COMMIT and its committer date (ISO 8601) in
-    `dest`/DATE; returns `dest`. Written into a partial folder and renamed whole; an
+    data/ folders) under `dest`/kernels/, from git's objects (module docstring), with the commit
+    in `dest`/COMMIT and its committer date (ISO 8601) in `dest`/DATE; returns `dest`. Written into a partial folder and renamed whole; an
     existing `dest` is replaced. EvidenceError (one sentence) where git cannot read them, or the
     commit has no kernels/<op>/ for one of `ops`."""
     paths = [f"kernels/{op}" for op in ops]

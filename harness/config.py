@@ -18,6 +18,7 @@ import jsonschema
 import yaml
 
 from harness import ROOT, baseline, ops
+from harness.ops import variants
 from harness.errors import ConfigError, EvidenceError, shown
 from harness.launch.external import validate_external
 from harness.namespaces import check_name
@@ -224,6 +225,12 @@ def validate(raw: Mapping[str, Any]) -> dict[str, Any]:
     return cfg
 
 
+def _cuda_source(op: str) -> str:
+    """The text of our CUDA kernels of `op` ('' where there is none)."""
+    path = ROOT / "kernels" / op / ops.SOURCE_FILES["cuda"].format(name=op)
+    return path.read_text() if path.is_file() else ""
+
+
 def _semantic_checks(cfg: dict[str, Any]) -> None:
 
     for entry in cfg.get("variants") or []:
@@ -236,6 +243,9 @@ def _semantic_checks(cfg: dict[str, Any]) -> None:
         base = defined[name]["base"]
         if base not in list(cfg["operations"][op_name].get("implementations") or cfg["implementations"]):
             raise ConfigError(f"config: variant {entry!r} varies '{base}', which operation '{op_name}' does not measure.")
+        if defined[name].get("delay") is not None and variants.DELAY_DEFINE not in _cuda_source(op_name):
+            raise ConfigError(f"config: variant {entry!r} plants a delay, which kernels/{op_name}/{op_name}.cu does not "
+                              f"read ({variants.DELAY_DEFINE}).")
 
     for op_name, spec in cfg["operations"].items():
         op = ops.get(op_name)
@@ -436,8 +446,8 @@ def operation_block(cfg: Mapping[str, Any], op: str) -> dict[str, Any]:
     spec = cfg["operations"][op]
     enabled = {impl.partition(".")[2] for impl in variant_impls(cfg, op)}
     block = {k: v for k, v in spec.items() if k not in ("default", "sweep", "variants", "implementations")}
-    block["variants"] = {name: {"base": v["base"], "defines": dict(v.get("defines") or {}),
-                                **({"grow": v["grow"]} if v.get("grow") is not None else {})}
+    block["variants"] = {name: {"base": v["base"], "defines": variants.defines(v),
+                                **{k: v[k] for k in ("grow", "delay") if v.get(k) is not None}}
                          for name, v in (spec.get("variants") or {}).items() if name in enabled}
     return block
 

@@ -23,13 +23,14 @@ from harness.report import resolution
 
 TWIN = {"base": "cuda", "description": "our CUDA kernel under another name (A/A pair)"}
 PLANT = {"base": "cuda", "grow": 0.025, "description": "our CUDA kernel on a problem 2.5% larger (planted slowdown)"}
+DELAY = {"base": "cuda", "delay": 256, "description": "our CUDA kernel with every block waiting 256 cycles (planted slowdown)"}
 
 
 def resolution_config() -> dict[str, Any]:
     cfg = copy.deepcopy(small_config())
     variants = cfg["operations"]["layernorm"].setdefault("variants", {})
-    variants.update(twin=TWIN, planted=PLANT)
-    cfg["variants"] = ["layernorm.block512", "layernorm.twin", "layernorm.planted"]
+    variants.update(twin=TWIN, planted=PLANT, delayed=DELAY)
+    cfg["variants"] = ["layernorm.block512", "layernorm.twin", "layernorm.planted", "layernorm.delayed"]
     return config.validate(cfg)
 
 
@@ -45,10 +46,12 @@ def rendered(root: Path, cfg: dict[str, Any]) -> tuple[str, str, dict[str, Any],
 def test_roles_come_from_the_variant_definitions() -> None:
     assert resolution.role(TWIN) == "A/A twin"
     assert resolution.role(PLANT) == "planted slowdown"
+    assert resolution.role(DELAY) == "planted slowdown"
     assert resolution.role({"base": "cuda", "defines": {"LN_BLOCK": 512}, "description": "tried"}) is None
     assert resolution.role(None) is None
-    assert resolution.known(resolution_config()) == {("layernorm", "cuda.twin"): ("A/A twin", None),
-                                                     ("layernorm", "cuda.planted"): ("planted slowdown", 0.025)}
+    assert resolution.known(resolution_config()) == {("layernorm", "cuda.twin"): ("A/A twin", None, None),
+                                                     ("layernorm", "cuda.planted"): ("planted slowdown", 0.025, None),
+                                                     ("layernorm", "cuda.delayed"): ("planted slowdown", None, 256)}
 
 
 def test_the_known_answers_have_their_own_section_and_summary_rows(tmp_path: Path) -> None:
@@ -57,7 +60,7 @@ def test_the_known_answers_have_their_own_section_and_summary_rows(tmp_path: Pat
     variants, cross = tables["variants"], tables["cross_check"]
     replay = {(r.shape, r.impl): r.graph_median_us for r in cross.itertuples() if r.status == "ok"}
     rows = summary["resolution"]
-    known = variants[variants["variant"].isin(["cuda.twin", "cuda.planted"])]
+    known = variants[variants["variant"].isin(["cuda.twin", "cuda.planted", "cuda.delayed"])]
     assert len(rows) == len(known) > 0
     for row, (_, v) in zip(rows, known.iterrows(), strict=True):
         assert (row["shape"], row["variant"], row["verdict"]) == (v["shape"], v["variant"], v["verdict"])
@@ -66,6 +69,7 @@ def test_the_known_answers_have_their_own_section_and_summary_rows(tmp_path: Pat
         assert row["as_expected"] == (row["verdict"] == row["expected"])
         assert row["replay_ratio"] == replay[(row["shape"], row["variant"])] / replay[(row["shape"], "cuda")]
         assert row["planted_growth"] == (0.025 if row["variant"] == "cuda.planted" else None)
+        assert row["planted_delay_cycles"] == (256 if row["variant"] == "cuda.delayed" else None)
     section = note.split("## Resolution: A/A pairs and planted slowdowns")[1].split("## What was tried and not kept")[0]
     for role, expected in (("A/A twin", "same"), ("planted slowdown", "slower")):
         mine = [r for r in rows if r["role"] == role]
@@ -73,14 +77,15 @@ def test_the_known_answers_have_their_own_section_and_summary_rows(tmp_path: Pat
     for r in rows:
         assert (f"| {r['op']} | {r['shape']} | {r['variant']} | {r['role']} | {r['expected']} | {r['ratio']:.3f} "
                 f"[{r['lo']:.3f}, {r['hi']:.3f}] | {r['verdict']} | {'yes' if r['as_expected'] else 'NO'} | "
-                f"{'+2.5%' if r['planted_growth'] else 'none'} | {r['replay_ratio']:.3f} | "
+                f"{'+2.5%' if r['planted_growth'] else 'delay 256 cycles' if r['planted_delay_cycles'] else 'none'} | "
+                f"{r['replay_ratio']:.3f} | "
                 f"{'' if r['role'] == 'A/A twin' else 'yes' if r['replay_sized'] else 'NO'} |") in section
         assert r["replay_sized"] == (None if r["role"] == "A/A twin" else 0.02 <= r["replay_ratio"] - 1 <= 0.03)
     plants = [r for r in rows if r["role"] == "planted slowdown"]
     assert (f"{sum(r['replay_sized'] for r in plants)} of {len(plants)} sized 2–3% by the replay") in section
     assert "Resolution: A/A pairs and planted slowdowns" in page and "replay ratio" in page
     tried = note.split("## What was tried and not kept")[1].split("## Cross-check")[0].split("Every variant at every shape")[0]
-    assert "cuda.twin" not in tried and "cuda.planted" not in tried  # not tried for their own sake
+    assert not any(v in tried for v in ("cuda.twin", "cuda.planted", "cuda.delayed"))  # not tried for their own sake
 
 
 def test_a_run_without_known_answers_has_no_such_section(tmp_path: Path) -> None:

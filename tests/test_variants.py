@@ -86,6 +86,45 @@ def test_variant_census_comes_from_the_compiler_with_its_defines() -> None:
     assert stream[0]["st_global_128"] == base[0]["st_global_128"]  # same stores, without the .cs hint
 
 
+def delayed(raw: dict, op: str, cycles: int) -> dict:
+    """`raw` with a variant `op`.delayed that plants a delay of `cycles` and is measured."""
+    raw = copy.deepcopy(raw)
+    raw["operations"][op].setdefault("variants", {})["delayed"] = {
+        "base": "cuda", "delay": cycles, "description": "every block waits (planted slowdown)"}
+    raw["variants"] = [f"{op}.delayed"]
+    return raw
+
+
+def test_a_delay_becomes_its_define_where_the_source_reads_it() -> None:
+    cfg = config.validate(delayed(RAW, "softmax", 320))
+    block = config.operation_block(cfg, "softmax")
+    assert variants.compiler_options(block, "cuda.delayed") == (f"-D{variants.DELAY_DEFINE}=320",)
+    assert config.build_block(cfg, "softmax")["variants"]["delayed"]["defines"] == {variants.DELAY_DEFINE: 320}
+    for op in ("layernorm", "softmax"):  # the kernels that read it
+        assert variants.DELAY_DEFINE in (ROOT / "kernels" / op / f"{op}.cu").read_text()
+    with pytest.raises(ConfigError, match=f"kernels/transpose/transpose.cu does not read \\({variants.DELAY_DEFINE}\\)"):
+        config.validate(delayed(RAW, "transpose", 320))
+    for bad in (0, -5, 1.5):
+        with pytest.raises(ConfigError):
+            config.validate(delayed(RAW, "softmax", bad))  # type: ignore[arg-type]
+
+
+def test_a_delay_adds_its_wait_to_the_plant_alone() -> None:
+    from harness.build.build import build_census
+    from harness.build.toolchain import load_nvrtc
+
+    if load_nvrtc() is None:
+        pytest.skip("NVRTC is not available here")
+    block = config.operation_block(config.validate(delayed(RAW, "softmax", 320)), "softmax")
+    base = build_census("softmax", "cuda", [(4096, 1024)])
+    plant = build_census("softmax", "cuda", [(4096, 1024)],
+                         variant=("cuda.delayed", variants.compiler_options(block, "cuda.delayed")))
+    assert [r["kernel"] for r in plant] == [r["kernel"] for r in base]
+    # the wait is a loop over the clock: more instructions in the plant, none in the kernel as it ships
+    assert plant[0]["sass_instructions"] > base[0]["sass_instructions"]
+    assert f"-D{variants.DELAY_DEFINE}=320" in plant[0]["options"] and "PLANT" not in base[0]["options"]
+
+
 def measured(tmp: Path, shape: str, per_call_ns: dict[str, int], rounds: int = 30) -> derive.Group:
     """A measurement group of layernorm at `shape` as the tables read it back: a synthetic capture
     (tests/fake_device.py) of `rounds` interleaved rounds, each implementation's kernels taking

@@ -6,7 +6,13 @@ compares it with its base.
 Defines are validated by the config schema (NAME: integer), and become compiler options
 '-DNAME=value' in an argument list; no shell ever sees them. A variant with `grow` plants a known
 slowdown: the base kernel on a problem that fraction larger, whose extra part leaves the output as
-it is (the operation's `grow`), for the resolution check of the verdicts.
+it is (the operation's `grow`), for the resolution check of the verdicts. A variant with `delay`
+plants one another way: the base kernel with DELAY_DEFINE set, so that one thread of every block
+waits that many SM clock cycles after the block's work (the kernel source must read the define;
+the config refuses a delay where it does not). A grown problem's extra work falls in the kernel's
+last, partial wave, whose cost depends on how the calls are launched (one by one, as the capture
+launches them, or back to back in a graph: docs/method.md#calibrated-plants); a delay adds the
+same time to every block either way.
 """
 
 from __future__ import annotations
@@ -17,6 +23,9 @@ from typing import Any
 from harness.errors import EvidenceError
 
 SEPARATOR = "."
+
+DELAY_DEFINE = "PLANT_DELAY_CYCLES"
+"""The preprocessor define a variant's `delay` becomes."""
 
 
 def split(impl: str) -> tuple[str, str | None]:
@@ -43,8 +52,16 @@ def compiler_options(params: Mapping[str, Any] | None, impl: str) -> tuple[str, 
     () for a base implementation."""
     if split(impl)[1] is None:
         return ()
-    defines = spec(params, impl)["defines"]
-    return tuple(f"-D{name}={int(value)}" for name, value in sorted(defines.items()))
+    return tuple(f"-D{name}={int(value)}" for name, value in sorted(defines(spec(params, impl)).items()))
+
+
+def defines(block: Mapping[str, Any]) -> dict[str, int]:
+    """A variant's preprocessor defines (its config block): its own `defines`, and its `delay`, if
+    any, as DELAY_DEFINE."""
+    out = {str(name): int(value) for name, value in (block.get("defines") or {}).items()}
+    if block.get("delay") is not None:
+        out[DELAY_DEFINE] = int(block["delay"])
+    return out
 
 
 def grow(params: Mapping[str, Any] | None, impl: str) -> float | None:

@@ -1,7 +1,8 @@
 """What the reports say of the pipeline's own resolution: ours against variants whose answer is
 known before the run. An A/A twin is the base kernel under another name, no define changed
 ("same" expected); a planted slowdown is the base kernel on a problem `grow` larger whose extra
-part leaves the output as it is ("slower" expected, by about `grow`). Where a run measures such
+part leaves the output as it is, or with every block waiting `delay` clock cycles after its work
+("slower" expected, by the size the replay measures). Where a run measures such
 variants (workflow/configs/resolution.yaml), the field note and the page give them a section of
 their own and summary.json carries the same rows under `resolution`.
 
@@ -43,20 +44,21 @@ def role(definition: Any) -> str | None:
     for its own sake)."""
     if not isinstance(definition, Mapping):
         return None
-    if number(definition.get("grow")):
+    if number(definition.get("grow")) or number(definition.get("delay")):
         return "planted slowdown"
     return None if definition.get("defines") else "A/A twin"
 
 
-def known(cfg: Mapping[str, Any]) -> dict[tuple[str, str], tuple[str, float | None]]:
-    """(op, variant implementation '<base>.<name>') -> (its role, its planted growth or None), for
-    every variant of the config that has a role."""
-    out: dict[tuple[str, str], tuple[str, float | None]] = {}
+def known(cfg: Mapping[str, Any]) -> dict[tuple[str, str], tuple[str, float | None, float | None]]:
+    """(op, variant implementation '<base>.<name>') -> (its role, its planted growth or None, its
+    planted delay in cycles or None), for every variant of the config that has a role."""
+    out: dict[tuple[str, str], tuple[str, float | None, float | None]] = {}
     for op, spec in (cfg.get("operations") or {}).items():
         for name, definition in ((spec or {}).get("variants") or {}).items() if isinstance(spec, Mapping) else ():
             said = role(definition)
             if said is not None:
-                out[(str(op), f"{definition.get('base', 'cuda')}.{name}")] = (said, number(definition.get("grow")))
+                out[(str(op), f"{definition.get('base', 'cuda')}.{name}")] = (said, number(definition.get("grow")),
+                                                                             number(definition.get("delay")))
     return out
 
 
@@ -73,14 +75,15 @@ def _replay(cross: Any) -> dict[tuple[str, str, str], float]:
 def rows(cfg: Mapping[str, Any], variants: Any, cross: Any) -> list[dict[str, Any]]:
     """summary.json's `resolution`: one object per (op, shape, known-answer variant), in the
     variants table's order: {op, shape, variant, base, role, expected, ratio, lo, hi, verdict,
-    as_expected, planted_growth, replay_ratio, replay_sized} (replay_sized: `sized`)."""
+    as_expected, planted_growth, planted_delay_cycles, replay_ratio, replay_sized} (replay_sized:
+    `sized`)."""
     roles, replay = known(cfg), _replay(cross)
     out = []
     for r in records(variants):
         op, shape, variant, base = (str(r.get(k)) for k in ("op", "shape", "variant", "base"))
         if (op, variant) not in roles:
             continue
-        said, growth = roles[(op, variant)]
+        said, growth, delay = roles[(op, variant)]
         verdict = text(r.get("verdict"))
         verdict = verdict if verdict in stats.VERDICTS else None
         mine, theirs = replay.get((op, shape, variant)), replay.get((op, shape, base))
@@ -88,7 +91,8 @@ def rows(cfg: Mapping[str, Any], variants: Any, cross: Any) -> list[dict[str, An
         out.append({"op": op, "shape": shape, "variant": variant, "base": base, "role": said,
                     "expected": EXPECTED[said], "ratio": number(r.get("ratio")), "lo": number(r.get("ratio_lo")),
                     "hi": number(r.get("ratio_hi")), "verdict": verdict, "as_expected": verdict == EXPECTED[said],
-                    "planted_growth": growth, "replay_ratio": replayed, "replay_sized": sized(said, replayed)})
+                    "planted_growth": growth, "planted_delay_cycles": int(delay) if delay else None,
+                    "replay_ratio": replayed, "replay_sized": sized(said, replayed)})
     return out
 
 
@@ -107,7 +111,8 @@ def context(cfg: Mapping[str, Any], variants: Any, cross: Any) -> dict[str, Any]
     for r in found:
         replay = r["replay_ratio"]
         shown.append({**r, "ratio_text": ratio_text(r["ratio"], r["lo"], r["hi"]), "verdict_text": r["verdict"] or "no verdict",
-                      "growth_text": f"+{pct(r['planted_growth'])}" if r["planted_growth"] else "none",
+                      "growth_text": (f"+{pct(r['planted_growth'])}" if r["planted_growth"] else
+                                      f"delay {r['planted_delay_cycles']} cycles" if r["planted_delay_cycles"] else "none"),
                       "replay_text": f"{replay:.3f}" if replay is not None else "not timed",
                       "sized_text": "" if r["role"] != "planted slowdown" else
                       "not timed" if r["replay_sized"] is None else "yes" if r["replay_sized"] else "NO",

@@ -81,6 +81,23 @@
 #define LN_LDG(p) (*(p))
 #endif
 
+// Planted slowdown (the resolution check's `delay` variants, harness/ops/variants.py): with
+// PLANT_DELAY_CYCLES > 0 one thread of every block waits that many SM clock cycles after the
+// block's work, so the block holds its place on the SM that much longer; the output is unchanged.
+// 0, the kernel as it ships, compiles to nothing.
+#ifndef PLANT_DELAY_CYCLES
+#define PLANT_DELAY_CYCLES 0
+#endif
+__device__ __forceinline__ void plant_delay() {
+#if PLANT_DELAY_CYCLES > 0
+    if (threadIdx.x == 0) {
+        const long long start = clock64();
+        while (clock64() - start < PLANT_DELAY_CYCLES) {
+        }
+    }
+#endif
+}
+
 // Sum over lanes whose indices differ in bits below WIDTH (a power of two <= 32); every such lane
 // gets the same (bitwise) result, since IEEE addition is commutative.
 template <int WIDTH>
@@ -280,6 +297,7 @@ layernorm_fwd_vec4(const float* __restrict__ x, const float* __restrict__ w,
                    const float* __restrict__ b, float* __restrict__ y, const int n,
                    const float eps) {
     ln_row<4, BLOCK, SLOTS, LATE_WB>(x, w, b, y, n, eps);
+    plant_delay();
 }
 
 // Any n: the row as single floats.
@@ -289,6 +307,7 @@ layernorm_fwd_scalar(const float* __restrict__ x, const float* __restrict__ w,
                      const float* __restrict__ b, float* __restrict__ y, const int n,
                      const float eps) {
     ln_row<1, BLOCK, SLOTS, LATE_WB>(x, w, b, y, n, eps);
+    plant_delay();
 }
 
 // n % 4 == 0, n <= 128 * SLOTS: one warp per row, WARPS rows per block. Vector i = s * 32 + lane of
@@ -354,4 +373,5 @@ layernorm_fwd_warp_vec4(const float* __restrict__ x, const float* __restrict__ w
             ln_store<4>(yr, i, out);
         }
     }
+    plant_delay();
 }

@@ -39,6 +39,23 @@
 
 __device__ __forceinline__ float sm_neg_inf() { return __int_as_float(0xff800000); }
 
+// Planted slowdown (the resolution check's `delay` variants, harness/ops/variants.py): with
+// PLANT_DELAY_CYCLES > 0 one thread of every block waits that many SM clock cycles after the
+// block's work, so the block holds its place on the SM that much longer; the output is unchanged.
+// 0, the kernel as it ships, compiles to nothing.
+#ifndef PLANT_DELAY_CYCLES
+#define PLANT_DELAY_CYCLES 0
+#endif
+__device__ __forceinline__ void plant_delay() {
+#if PLANT_DELAY_CYCLES > 0
+    if (threadIdx.x == 0) {
+        const long long start = clock64();
+        while (clock64() - start < PLANT_DELAY_CYCLES) {
+        }
+    }
+#endif
+}
+
 // Max / sum over lanes whose indices differ in bits below WIDTH (a power of two <= 32); every such
 // lane gets the same (bitwise) result.
 template <int WIDTH>
@@ -200,24 +217,28 @@ template <int SLOTS, int WARPS>
 __global__ void __launch_bounds__(32 * WARPS)
 softmax_warp_vec4(const float* __restrict__ x, float* __restrict__ y, const int rows, const int n) {
     sm_warp_rows<4, SLOTS, WARPS>(x, y, rows, n);
+    plant_delay();
 }
 
 template <int SLOTS, int WARPS>
 __global__ void __launch_bounds__(32 * WARPS)
 softmax_warp_scalar(const float* __restrict__ x, float* __restrict__ y, const int rows, const int n) {
     sm_warp_rows<1, SLOTS, WARPS>(x, y, rows, n);
+    plant_delay();
 }
 
 template <int BLOCK, int SLOTS>
 __global__ void __launch_bounds__(BLOCK)
 softmax_block_vec4(const float* __restrict__ x, float* __restrict__ y, const int rows, const int n) {
     sm_block_row<4, BLOCK, SLOTS>(x, y, n);
+    plant_delay();
 }
 
 template <int BLOCK, int SLOTS>
 __global__ void __launch_bounds__(BLOCK)
 softmax_block_scalar(const float* __restrict__ x, float* __restrict__ y, const int rows, const int n) {
     sm_block_row<1, BLOCK, SLOTS>(x, y, n);
+    plant_delay();
 }
 
 // ----------------------------------------------------------------------------- online, two passes
@@ -307,10 +328,12 @@ template <int BLOCK, int UNROLL>
 __global__ void __launch_bounds__(BLOCK)
 softmax_online_vec4(const float* __restrict__ x, float* __restrict__ y, const int rows, const int n) {
     sm_online_row<4, BLOCK, UNROLL>(x, y, n);
+    plant_delay();
 }
 
 template <int BLOCK, int UNROLL>
 __global__ void __launch_bounds__(BLOCK)
 softmax_online_scalar(const float* __restrict__ x, float* __restrict__ y, const int rows, const int n) {
     sm_online_row<1, BLOCK, UNROLL>(x, y, n);
+    plant_delay();
 }

@@ -474,7 +474,7 @@ def measure_plan(cfg: Mapping[str, Any], op: str) -> dict[str, Any]:
         params["baselines"] = baseline_roots(cfg)
     return {"params": params, "seed": cfg["seed"], "cache_mode": cfg["cache_mode"],
             "capture": dict(cfg["capture"]), "span": {k: v for k, v in cfg["span"].items() if k != "exclusive"},
-            "cross_check": {k: cfg["cross_check"][k] for k in ("enabled", "calls", "replays", "max_seconds")},
+            "cross_check": {k: cfg["cross_check"][k] for k in ("enabled", "calls", "replays", "max_seconds", "idle_starts")},
             "nsys": {"trace": list(cfg["nsys"]["trace"]), "extra_args": list(cfg["nsys"]["extra_args"])}}
 
 

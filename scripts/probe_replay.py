@@ -5,17 +5,20 @@
         --export sqlite --force-overwrite true -o /tmp/probe python3 scripts/probe_replay.py --out DIR
     python3 scripts/probe_replay.py --read /tmp/probe.sqlite --out DIR
 
-For each operation of the resolution config (workflow/configs/resolution.yaml over config.yaml)
-at its one shape, our kernel, its planted slowdown and its A/A twin are bound as the measurement
-group binds them (harness.ops.bind_group, one placement) and timed in interleaved rounds
+For each operation of the resolution config (workflow/configs/resolution.yaml over config.yaml, or
+`--configfile`) at its one shape, our kernel and its variants (the A/A twin, the planted
+slowdowns) are bound as the measurement group binds them (harness.ops.bind_group, one placement) and timed in interleaved rounds
 (harness.measure.order.balanced) three ways, each slot in an NVTX range `<op>/<way>/<impl>`:
 
     eager   `--calls` calls launched one by one from Python, as the capture launches them
             (CUDA events around the slot: launch gaps included)
     b2b     a CUDA graph of `--calls` calls back to back (the pipeline's cross-check until now)
     gap     a CUDA graph of `--calls` x (an idle spin of `--spin` cycles on one thread, the call):
-            the GPU idles between calls as it does between eager launches; a graph of the spins
-            alone (`spin`) is replayed in the same rounds and subtracted
+            a graph of the spins alone (`spin`) is replayed in the same rounds and subtracted
+    idle    `--calls` calls, each enqueued behind a wait of the stream on a word of pinned host
+            memory (cuStreamWaitValue32) between two CUDA events, and released by the host only
+            once the previous call has finished: each call starts on an idle GPU, as in the
+            capture, but no launch path lies between its events
 
 Per slot the CUDA-event time per call goes to events.csv; under nsys with graph nodes traced,
 `--read` attributes every kernel to its range by its start and prints, per (op, way, impl), the
@@ -40,15 +43,54 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness import config, ops  # noqa: E402
 from harness.measure import graph_replay  # noqa: E402
 from harness.measure.order import balanced  # noqa: E402
+from harness.ops import variants  # noqa: E402
 
-NAMES = ["cuda", "cuda.planted", "cuda.twin"]
+WAIT_GEQ = 0x0  # CU_STREAM_WAIT_VALUE_GEQ
+
+
+class IdleStarts:
+    """Calls that each start on an idle GPU with no launch path inside their events (module
+    docstring, the idle way): the stream waits on a pinned host word before each call, and the
+    host raises the word only once the previous call's end event has completed."""
+
+    def __init__(self, torch: Any) -> None:
+        import ctypes
+
+        self.torch = torch
+        self.lib = ctypes.CDLL("libcuda.so.1")
+        self.wait = getattr(self.lib, "cuStreamWaitValue32_v2", None) or self.lib.cuStreamWaitValue32
+        self.wait.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint]
+        self.wait.restype = ctypes.c_int
+        self.word = torch.zeros(1, dtype=torch.int32).pin_memory()
+        self.view = ctypes.c_int32.from_address(self.word.data_ptr())  # the host's writes, in place
+        self.count = 0
+
+    def times(self, call: Any, calls: int) -> list[float]:
+        torch = self.torch
+        stream = torch.cuda.current_stream().cuda_stream
+        events = []
+        for _ in range(calls):
+            self.count += 1
+            rc = self.wait(stream, self.word.data_ptr(), self.count, WAIT_GEQ)
+            if rc != 0:
+                raise RuntimeError(f"cuStreamWaitValue32 returned {rc}")
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            call()
+            end.record()
+            events.append((start, end))
+        first = self.count - calls + 1
+        for i, (_, end) in enumerate(events):
+            self.view.value = first + i
+            while not end.query():
+                pass
+        return [start.elapsed_time(end) * 1000.0 for start, end in events]
 
 
 def measure(args: argparse.Namespace) -> int:
     import torch
 
-    cfg = config.validate(config.load(str(config.ROOT / "config.yaml"),
-                                      str(config.ROOT / "workflow/configs/resolution.yaml")))
+    cfg = config.validate(config.load(str(config.ROOT / "config.yaml"), str(config.ROOT / args.configfile)))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     push, pop = torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop
@@ -56,7 +98,8 @@ def measure(args: argparse.Namespace) -> int:
     for op in args.ops or list(cfg["operations"]):
         params = cfg["operations"][op]
         shape = config.shapes(cfg, op)[0]
-        calls = ops.bind_group(op, NAMES, shape, params, cfg["seed"], "hot", 1)
+        names = [i for i in config.implementations(cfg, op) if variants.split(i)[0] == "cuda"]
+        calls = ops.bind_group(op, names, shape, params, cfg["seed"], "hot", 1)
         for call in calls.values():
             for _ in range(10):
                 call()
@@ -69,6 +112,7 @@ def measure(args: argparse.Namespace) -> int:
         gap = {n: graph_replay.record(lambda c=c: (spin(), c()), args.calls) for n, c in calls.items()}
         gap["spin"] = graph_replay.record(spin, args.calls)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        idle = IdleStarts(torch)
 
         def slot(way: str, name: str, run: Any, r: int) -> None:
             run()  # untimed, as the capture and the replay do
@@ -83,12 +127,20 @@ def measure(args: argparse.Namespace) -> int:
                          "us_per_call": start.elapsed_time(end) * 1000.0 / args.calls})
 
         for r in range(args.rounds):
-            for name in balanced(NAMES, r):
+            for name in balanced(names, r):
                 slot("eager", name, lambda c=calls[name]: [c() for _ in range(args.calls)], r)
-            for name in balanced(NAMES, r):
+            for name in balanced(names, r):
                 slot("b2b", name, b2b[name].replay, r)
-            for name in balanced([*NAMES, "spin"], r):
+            for name in balanced([*names, "spin"], r):
                 slot("gap", name, gap[name].replay, r)
+            for name in balanced(names, r):
+                calls[name]()
+                torch.cuda.synchronize()
+                push(f"{op}/idle/{name}")
+                values = idle.times(calls[name], args.calls)
+                pop()
+                rows.append({"op": op, "shape": shape, "way": "idle", "impl": name, "round": r,
+                             "us_per_call": statistics.fmean(values)})
         del b2b, gap, calls
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
@@ -110,10 +162,10 @@ def print_events(rows: list[dict[str, Any]]) -> None:
         med[key] = statistics.median(values)
     print("events: op way impl us_per_call (gap: less the spins) ratio_to_cuda")
     for op in dict.fromkeys(k[0] for k in med):
-        for way in ("eager", "b2b", "gap"):
+        for way in ("eager", "b2b", "gap", "idle"):
             less = med.get((op, "gap", "spin"), 0.0) if way == "gap" else 0.0
             base = med[(op, way, "cuda")] - less
-            for impl in NAMES:
+            for impl in [k[2] for k in med if k[:2] == (op, way) and k[2] != "spin"]:
                 value = med[(op, way, impl)] - less
                 print(f"  {op:22s} {way:5s} {impl:13s} {value:10.4f} {value / base:8.4f}")
 
@@ -170,6 +222,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--ops", nargs="*", default=None)
+    parser.add_argument("--configfile", default="workflow/configs/resolution.yaml",
+                        help="merged over config.yaml; its CUDA implementations and variants are probed")
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--calls", type=int, default=30)
     parser.add_argument("--spin", type=int, default=10000, help="cycles of the idle spin between calls (gap way)")

@@ -85,7 +85,10 @@ def results(plan: dict[str, Any], impls: list[str], failing: set[str]) -> dict[s
               "span_us": 20.0 + per_call(i) / 1000.0 + s * 0.01} for r in range(3) for i in passed for s in range(5)]
     graphs = [{"op": plan["op"], "shape": plan["shape"], "impl": i, "status": "ok", "reason": "", "calls_per_replay": 20,
                "replays": 20, "graph_median_us": per_call(i) / 1000.0 + 0.3, "graph_min_us": per_call(i) / 1000.0 + 0.2,
-               "graph_max_us": per_call(i) / 1000.0 + 0.5} for i in passed]
+               "graph_max_us": per_call(i) / 1000.0 + 0.5,
+               # idle starts (cross_check.idle_starts): the kernel and a fixed 2.5 µs of events and start
+               **({"idle_status": "ok", "idle_median_us": per_call(i) / 1000.0 + 2.5, "idle_slots": 20}
+                  if (plan.get("cross_check") or {}).get("idle_starts") else {})} for i in passed]
     return {"op": plan["op"], "shape": plan["shape"], "impls": impls, "checks": checks, "passed": passed,
             "rounds": rounds, "calls_per_round": calls, "warmup_us_per_call": {i: per_call(i) / 1000.0 for i in passed},
             "launch_paths": {i: "prepared" if i.startswith("triton") else "direct" for i in passed},

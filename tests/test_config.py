@@ -27,7 +27,7 @@ def test_shipped_config_is_valid(raw: dict) -> None:
 def test_defaults_are_filled_in() -> None:
     cfg = config.validate({"namespace": "x", "operations": {"layernorm": {
         "default": "8x8", "sweep": ["8x8"], "tolerance": {"atol": 1e-4, "rtol": 1e-4}}}})
-    assert cfg["capture"] == {"warmup": 10, "rounds": 30, "round_us": 300, "max_calls": 100, "placements": 6}
+    assert cfg["capture"] == {"warmup": 10, "rounds": 60, "round_us": 300, "max_calls": 100, "placements": 15}
     assert cfg["verdict"] == {"margin": 0.01}
     assert cfg["span"] == {"samples": 300, "rounds": 3, "warmup": 20, "exclusive": True}
     assert cfg["implementations"] == ["cuda", "triton", "torch"]

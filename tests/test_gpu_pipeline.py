@@ -77,6 +77,28 @@ def test_one_process_checks_captures_and_times_every_implementation(cfg: dict) -
     assert phases == ["checks", "spans", "graph_replay", "capture"]  # the capture last: the process's exit closes it
 
 
+def test_idle_starts_time_a_planted_delay_as_extra_time(cfg: dict) -> None:
+    """With cross_check.idle_starts the group also times every implementation's calls one by one on
+    an idle GPU (harness.measure.idle_start), after the graph replay and before the capture: a
+    planted delay adds its wait to each call, an A/A twin adds nothing."""
+    plan = {**config.measure_plan(cfg, "softmax"), "op": "softmax", "shape": "4096x1024", "profile": False,
+            "impls": ["cuda", "cuda.twin", "cuda.delayed"]}
+    plan["params"]["variants"].update(twin={"base": "cuda", "defines": {}},
+                                      delayed={"base": "cuda", "defines": {}, "delay": 4096})
+    plan["cross_check"] = {**plan["cross_check"], "idle_starts": True}
+    out = group.run(plan)
+    rows = {g["impl"]: g for g in out["graphs"]}
+    assert all(r["idle_status"] == "ok" and r["idle_slots"] >= 3 for r in rows.values())
+    base, twin, delayed = (float(rows[i]["idle_median_us"]) for i in ("cuda", "cuda.twin", "cuda.delayed"))
+    # 4096 clock cycles at the H200's 1.2-2.0 GHz: 2-3.5 µs more a call (one wave: every block
+    # waits at once); the kernel and the fixed part of an idle start are the twin's as well
+    assert 1.5 < delayed - base < 5.0, (base, delayed)
+    assert abs(twin - base) < 0.05 * base, (base, twin)
+    assert base < float(rows["cuda"]["graph_median_us"]) + 5.0  # no launch path inside the events
+    phases = [p for p in out["seconds"] if p in ("graph_replay", "idle_starts", "capture")]
+    assert phases == ["graph_replay", "idle_starts", "capture"]
+
+
 def test_cold_mode_rotates_input_sets(cfg: dict) -> None:
     call = ops.bind("layernorm", "cuda", SHAPE, cfg["operations"]["layernorm"], cfg["seed"], "cold")
     n = call.input_sets

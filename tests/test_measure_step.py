@@ -149,7 +149,8 @@ def run_step(tmp: Path, impls: list[str], extra_variants: dict | None = None) ->
 def test_the_step_writes_a_group(standin: Path) -> None:
     record = run_step(standin, ["cuda", "triton", "torch"])
     folder = standin / "artifacts" / "ns" / "measure" / "layernorm" / SHAPE
-    assert record["passed"] == ["cuda", "triton", "torch"] and record["rounds"] == 30
+    rounds = config.validate(config.load(config.ROOT / "config.yaml"))["capture"]["rounds"]
+    assert record["passed"] == ["cuda", "triton", "torch"] and record["rounds"] == rounds
     assert (folder / "capture.sqlite").is_file() and (folder / "capture.nsys-rep").is_file()
     assert json.loads((folder / "record.json").read_text())["span"]["exclusive"] is True
     launches = pd.read_csv(folder / "launches.csv")

@@ -52,7 +52,7 @@ def full_config() -> dict[str, Any]:
 
 def _group(op: str, shape: str, impls: list[str], index: int, rnd: random.Random, *, kernel: str, rounds: int,
            failed: Mapping[tuple[str, str, str], str], disturbed: Collection[tuple[str, str]], exclusive: bool,
-           flags_text: str) -> derive.Group:
+           flags_text: str, idle: bool = False) -> derive.Group:
     factor, noise = PATTERN[index % len(PATTERN)]
     base = 5.0 + 3.0 * index + rnd.uniform(0, 2)
     means = {}
@@ -85,7 +85,9 @@ def _group(op: str, shape: str, impls: list[str], index: int, rnd: random.Random
                           "span_us": means[impl] + 20 + rnd.uniform(0, 5)})
         graph.append({"op": op, "shape": shape, "impl": impl, "status": "ok", "reason": "", "calls_per_replay": 20,
                       "replays": 20, "graph_median_us": means[impl] * 1.01, "graph_min_us": means[impl],
-                      "graph_max_us": means[impl] * 1.02})
+                      "graph_max_us": means[impl] * 1.02,
+                      # idle starts: the kernel and a fixed 2.5 µs of events and start, per call
+                      **({"idle_status": "ok", "idle_median_us": means[impl] + 2.5, "idle_slots": 20} if idle else {})})
     checks = {i: {"op": op, "shape": shape, "impl": i, "passed": (op, shape, i) not in failed, "max_abs_err": 1e-6,
                   "max_rel_err": 2e-6, "rel_l2_err": 3e-7, "atol": 1e-4, "rtol": 1e-4, "nonfinite_outputs": 0,
                   "unwritten_outputs": 0, "elements": 10, "error": failed.get((op, shape, i), "")} for i in impls}
@@ -127,7 +129,8 @@ def build_namespace(root: Path, cfg: Mapping[str, Any], *, seed: int = 7, kernel
     for op in cfg["operations"]:
         for index, shape in enumerate(config.shapes(cfg, op)):
             groups.append(_group(op, shape, config.implementations(cfg, op), index, rnd, kernel=kernel, rounds=rounds,
-                                 failed=failed, disturbed=disturbed, exclusive=exclusive, flags_text=flags_text))
+                                 failed=failed, disturbed=disturbed, exclusive=exclusive, flags_text=flags_text,
+                                 idle=bool(cfg["cross_check"].get("idle_starts"))))
     moved = sorted({int(derive.ops.get(op).bytes_moved(s)) for op in cfg["operations"] for s in config.shapes(cfg, op)})
     ceilings = pd.DataFrame([{"ceiling": "copy_bandwidth", "value": CEILING_GBPS, "unit": "GB/s", "median_ms": 1.0,
                               "min_ms": 0.9, "max_ms": 1.1, "repeats": 20, "method": "copy", "bytes": 2 ** 31},

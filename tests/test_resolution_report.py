@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_report import NS, build_namespace, small_config
@@ -54,11 +55,15 @@ def test_roles_come_from_the_variant_definitions() -> None:
                                                      ("layernorm", "cuda.delayed"): ("planted slowdown", None, 256)}
 
 
-def test_the_known_answers_have_their_own_section_and_summary_rows(tmp_path: Path) -> None:
+@pytest.mark.parametrize("idle", [False, True], ids=["replay", "idle-starts"])
+def test_the_known_answers_have_their_own_section_and_summary_rows(tmp_path: Path, idle: bool) -> None:
     cfg = resolution_config()
+    cfg["cross_check"]["idle_starts"] = idle
     note, page, summary, tables = rendered(tmp_path, cfg)
     variants, cross = tables["variants"], tables["cross_check"]
     replay = {(r.shape, r.impl): r.graph_median_us for r in cross.itertuples() if r.status == "ok"}
+    starts = {(r.shape, r.impl): r.idle_median_us for r in cross.itertuples() if r.status == "ok"}
+    assert all(pd.isna(v) for v in starts.values()) != idle
     rows = summary["resolution"]
     known = variants[variants["variant"].isin(["cuda.twin", "cuda.planted", "cuda.delayed"])]
     assert len(rows) == len(known) > 0
@@ -68,6 +73,9 @@ def test_the_known_answers_have_their_own_section_and_summary_rows(tmp_path: Pat
         assert row["expected"] == ("same" if row["variant"] == "cuda.twin" else "slower")
         assert row["as_expected"] == (row["verdict"] == row["expected"])
         assert row["replay_ratio"] == replay[(row["shape"], row["variant"])] / replay[(row["shape"], "cuda")]
+        # the extra time of idle starts over the base's replayed time; the fixed part of each idle start cancels
+        assert row["idle_ratio"] == (pytest.approx(1 + (starts[(row["shape"], row["variant"])] - starts[(row["shape"], "cuda")])
+                                                   / replay[(row["shape"], "cuda")]) if idle else None)
         assert row["planted_growth"] == (0.025 if row["variant"] == "cuda.planted" else None)
         assert row["planted_delay_cycles"] == (256 if row["variant"] == "cuda.delayed" else None)
     section = note.split("## Resolution: A/A pairs and planted slowdowns")[1].split("## What was tried and not kept")[0]
@@ -75,14 +83,17 @@ def test_the_known_answers_have_their_own_section_and_summary_rows(tmp_path: Pat
         mine = [r for r in rows if r["role"] == role]
         assert f"{role}s: {sum(r['as_expected'] for r in mine)} of {len(mine)} {expected}" in section
     for r in rows:
+        idle_text = f"{r['idle_ratio']:.3f}" if idle else "not timed"
         assert (f"| {r['op']} | {r['shape']} | {r['variant']} | {r['role']} | {r['expected']} | {r['ratio']:.3f} "
                 f"[{r['lo']:.3f}, {r['hi']:.3f}] | {r['verdict']} | {'yes' if r['as_expected'] else 'NO'} | "
                 f"{'+2.5%' if r['planted_growth'] else 'delay 256 cycles' if r['planted_delay_cycles'] else 'none'} | "
-                f"{r['replay_ratio']:.3f} | "
+                f"{r['replay_ratio']:.3f} | {idle_text} | "
                 f"{'' if r['role'] == 'A/A twin' else 'yes' if r['replay_sized'] else 'NO'} |") in section
-        assert r["replay_sized"] == (None if r["role"] == "A/A twin" else 0.02 <= r["replay_ratio"] - 1 <= 0.03)
+        size = r["idle_ratio"] if idle else r["replay_ratio"]
+        assert r["replay_sized"] == (None if r["role"] == "A/A twin" else 0.02 <= round(size - 1, 6) <= 0.03)
     plants = [r for r in rows if r["role"] == "planted slowdown"]
-    assert (f"{sum(r['replay_sized'] for r in plants)} of {len(plants)} sized 2–3% by the replay") in section
+    by = "by idle-start timing" if idle else "by the replay"
+    assert (f"{sum(r['replay_sized'] for r in plants)} of {len(plants)} sized 2–3% {by}") in section
     assert "Resolution: A/A pairs and planted slowdowns" in page and "replay ratio" in page
     tried = note.split("## What was tried and not kept")[1].split("## Cross-check")[0].split("Every variant at every shape")[0]
     assert not any(v in tried for v in ("cuda.twin", "cuda.planted", "cuda.delayed"))  # not tried for their own sake

@@ -23,6 +23,9 @@ captured in interleaved rounds, and timed by event spans and graph replay.
 4. **Graph replay** (the cross-check of the kernel time, harness.measure.graph_replay): each
    implementation recorded into a graph per placement, the graphs replayed in interleaved rounds,
    in the rounds' orders and placements.
+   With `cross_check.idle_starts`, then each implementation's calls timed one by one on an idle
+   GPU (harness.measure.idle_start) in the same orders and placements: a planted slowdown's extra
+   time as the capture runs it, without Nsight Systems.
 5. **Capture**, last. One profiler range (cudaProfilerStart, for nsys
    --capture-range=cudaProfilerApi) holding `capture.rounds` rounds. In each round every
    implementation makes one untimed call (its inputs back in the cache after the previous
@@ -61,7 +64,7 @@ from harness.errors import EvidenceError
 from harness.gpu.deadline import deadline
 from harness.gpu.device import require_gpu
 from harness.io import write_json
-from harness.measure import graph_replay
+from harness.measure import graph_replay, idle_start
 from harness.measure.check import crash_message, failure, run_check, unmeasured_record
 from harness.measure.order import balanced, place, round_placements
 
@@ -255,6 +258,14 @@ def run(plan: Mapping[str, Any]) -> dict[str, Any]:
             graphs = graph_replay.measure_group(op, shape, calls, int(cc["calls"]), int(cc["replays"]),
                                                 float(cc["max_seconds"]), placements, sequence)
             seconds["graph_replay"] = time.perf_counter() - t
+            if cc.get("idle_starts"):
+                t = time.perf_counter()
+                progress.mark("idle starts")
+                idle = idle_start.measure_group(calls, int(cc["calls"]), int(cc["replays"]), float(cc["max_seconds"]),
+                                                sequence)
+                for row in graphs:
+                    row.update(idle.get(row["impl"], {}))
+                seconds["idle_starts"] = time.perf_counter() - t
 
     t = time.perf_counter()
     progress.mark("capture")

@@ -8,10 +8,14 @@ their own and summary.json carries the same rows under `resolution`.
 
 The figures come from two tables: variants.csv (each variant over its base in the same rounds:
 the ratio, its interval and the verdict) and cross_check.csv (each implementation's CUDA-graph
-replay in the same group, a timer independent of Nsight Systems: the replay ratio is the
-variant's replay median over its base's, the plant's size measured another way; absent where the
-run's cross-check was off). The role of a variant is read from its definition in the run's
-config. `rows` is what summary.json holds (numbers as numbers); `context` what the templates
+replay in the same group, and where the run asked for it its idle-start timing: timers
+independent of Nsight Systems). A plant's size measured another way is, where the idle starts
+were timed, its extra time per call by idle-start events over its base's time per call by graph
+replay (`idle_ratio`: the idle starts time each call as the capture runs it, on an idle GPU,
+harness.measure.idle_start); else the replay ratio, the variant's replay median over its base's,
+which at kernels of a few microseconds times them another way (back to back). Neither exists
+where the run's cross-check was off. The role of a variant is read from its definition in the
+run's config. `rows` is what summary.json holds (numbers as numbers); `context` what the templates
 print."""
 
 from __future__ import annotations
@@ -26,16 +30,17 @@ EXPECTED = {"A/A twin": "same", "planted slowdown": "slower"}
 """Each known-answer role and the verdict a right measurement gives it."""
 
 SIZED = (0.02, 0.03)
-"""The size a planted slowdown is calibrated to (variant/base - 1, both ends included), by the
-graph replay: a plant whose replayed size falls outside proves nothing about a 2% step."""
+"""The size a planted slowdown is calibrated to (variant/base - 1, both ends included), measured
+another way than the verdict (module docstring): a plant whose size falls outside proves nothing
+about a 2% step."""
 
 
-def sized(role_: str, replay: float | None) -> bool | None:
-    """Whether a planted slowdown's replayed size lies within SIZED; None for an A/A twin or
-    where the replay was not timed."""
-    if role_ != "planted slowdown" or replay is None:
+def sized(role_: str, ratio: float | None) -> bool | None:
+    """Whether a planted slowdown's size measured another way (variant/base as `ratio`) lies
+    within SIZED; None for an A/A twin or where it was not timed."""
+    if role_ != "planted slowdown" or ratio is None:
         return None
-    return SIZED[0] <= round(replay - 1.0, 6) <= SIZED[1]
+    return SIZED[0] <= round(ratio - 1.0, 6) <= SIZED[1]
 
 
 def role(definition: Any) -> str | None:
@@ -62,22 +67,36 @@ def known(cfg: Mapping[str, Any]) -> dict[tuple[str, str], tuple[str, float | No
     return out
 
 
-def _replay(cross: Any) -> dict[tuple[str, str, str], float]:
-    """(op, shape, impl) -> the graph replay's median µs per call, where the replay was timed."""
+def _timings(cross: Any) -> dict[tuple[str, str, str], tuple[float, float | None]]:
+    """(op, shape, impl) -> (the graph replay's median µs per call, the idle-start median µs per
+    call or None), where the replay was timed."""
     out = {}
     for r in records(cross):
         median = number(r.get("graph_median_us"))
         if text(r.get("status")) == "ok" and median:
-            out[(str(r.get("op")), str(r.get("shape")), str(r.get("impl")))] = median
+            out[(str(r.get("op")), str(r.get("shape")), str(r.get("impl")))] = (median, number(r.get("idle_median_us")))
     return out
+
+
+def sizes(mine: tuple[float, float | None] | None,
+          theirs: tuple[float, float | None] | None) -> tuple[float | None, float | None]:
+    """(replay ratio, idle ratio) of a variant over its base from their (graph, idle) timings:
+    graph / graph, and 1 + (idle - idle) / the base's graph (module docstring); None where a
+    timing is missing."""
+    if not mine or not theirs:
+        return None, None
+    replayed = mine[0] / theirs[0]
+    idle = 1.0 + (mine[1] - theirs[1]) / theirs[0] if mine[1] is not None and theirs[1] is not None else None
+    return replayed, idle
 
 
 def rows(cfg: Mapping[str, Any], variants: Any, cross: Any) -> list[dict[str, Any]]:
     """summary.json's `resolution`: one object per (op, shape, known-answer variant), in the
     variants table's order: {op, shape, variant, base, role, expected, ratio, lo, hi, verdict,
-    as_expected, planted_growth, planted_delay_cycles, replay_ratio, replay_sized} (replay_sized:
-    `sized`)."""
-    roles, replay = known(cfg), _replay(cross)
+    as_expected, planted_growth, planted_delay_cycles, replay_ratio, idle_ratio, replay_sized}:
+    `replay_sized` says (`sized`) whether the plant's size measured another way, `idle_ratio` where
+    the idle starts were timed, else `replay_ratio`, lies within SIZED."""
+    roles, timings = known(cfg), _timings(cross)
     out = []
     for r in records(variants):
         op, shape, variant, base = (str(r.get(k)) for k in ("op", "shape", "variant", "base"))
@@ -86,13 +105,13 @@ def rows(cfg: Mapping[str, Any], variants: Any, cross: Any) -> list[dict[str, An
         said, growth, delay = roles[(op, variant)]
         verdict = text(r.get("verdict"))
         verdict = verdict if verdict in stats.VERDICTS else None
-        mine, theirs = replay.get((op, shape, variant)), replay.get((op, shape, base))
-        replayed = mine / theirs if mine and theirs else None
+        replayed, idle = sizes(timings.get((op, shape, variant)), timings.get((op, shape, base)))
         out.append({"op": op, "shape": shape, "variant": variant, "base": base, "role": said,
                     "expected": EXPECTED[said], "ratio": number(r.get("ratio")), "lo": number(r.get("ratio_lo")),
                     "hi": number(r.get("ratio_hi")), "verdict": verdict, "as_expected": verdict == EXPECTED[said],
                     "planted_growth": growth, "planted_delay_cycles": int(delay) if delay else None,
-                    "replay_ratio": replayed, "replay_sized": sized(said, replayed)})
+                    "replay_ratio": replayed, "idle_ratio": idle,
+                    "replay_sized": sized(said, idle if idle is not None else replayed)})
     return out
 
 
@@ -114,9 +133,11 @@ def context(cfg: Mapping[str, Any], variants: Any, cross: Any) -> dict[str, Any]
                       "growth_text": (f"+{pct(r['planted_growth'])}" if r["planted_growth"] else
                                       f"delay {r['planted_delay_cycles']} cycles" if r["planted_delay_cycles"] else "none"),
                       "replay_text": f"{replay:.3f}" if replay is not None else "not timed",
+                      "idle_text": f"{r['idle_ratio']:.3f}" if r["idle_ratio"] is not None else "not timed",
                       "sized_text": "" if r["role"] != "planted slowdown" else
                       "not timed" if r["replay_sized"] is None else "yes" if r["replay_sized"] else "NO",
                       "as_expected_text": "yes" if r["as_expected"] else "NO"})
     return {"rows": shown, "counts": [{"role": said, **counts[said], "expected": EXPECTED[said]} for said in EXPECTED
                                       if counts[said]["pairs"]],
-            "replayed": any(r["replay_ratio"] is not None for r in found)}
+            "replayed": any(r["replay_ratio"] is not None for r in found),
+            "idle": any(r["idle_ratio"] is not None for r in found)}

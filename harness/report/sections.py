@@ -153,12 +153,14 @@ def resolution_context(cfg: Mapping[str, Any], variants_frame: Any, cross_frame:
         return None
     known["table"] = table([("op", "l"), ("shape", "l"), ("variant", "l"), ("role", "l"), ("expected", "l"),
                             ("variant/base [interval]", "r"), ("verdict", "l"), ("as expected", "l"),
-                            ("planted growth", "r"), ("replay ratio", "r"), (f"replayed {size_range()}", "l")],
+                            ("planted", "r"), ("replay ratio", "r"), ("idle-start size", "r"), (f"sized {size_range()}", "l")],
                            [[r["op"], r["shape"], r["variant"], r["role"], r["expected"], r["ratio_text"],
-                             r["verdict_text"], r["as_expected_text"], r["growth_text"], r["replay_text"], r["sized_text"]]
+                             r["verdict_text"], r["as_expected_text"], r["growth_text"], r["replay_text"], r["idle_text"],
+                             r["sized_text"]]
                             for r in known["rows"]])
+    by = "by idle-start timing" if known["idle"] else "by the replay"
     known["sentence"] = "; ".join(f"{c['role']}s: {c['as_expected']} of {c['pairs']} {c['expected']}"
-                                  + (f", {c['sized']} of {c['replayed']} sized {size_range()} by the replay"
+                                  + (f", {c['sized']} of {c['replayed']} sized {size_range()} {by}"
                                      if c["role"] == "planted slowdown" and c["replayed"] else "")
                                   for c in known["counts"]) + "."
     return known

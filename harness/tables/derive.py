@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from harness import baseline, ops
 from harness.ops import variants as config_variants
 from harness.tables import nsys, stats
-from harness.tables.cross_check import CROSS_CHECK_COLUMNS, compare
+from harness.tables.cross_check import CROSS_CHECK_COLUMNS, IDLE_COLUMNS, compare
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -58,8 +58,9 @@ GPU_STATE_COLUMNS = [
     "after_power_w", "after_sm_clock_mhz", "disturbed", "flags",
 ]
 GRAPH_COLUMNS = ["op", "shape", "impl", "status", "reason", "calls_per_replay", "replays",
-                 "graph_median_us", "graph_min_us", "graph_max_us"]
-"""graph.csv of a group: the graph-replay timing of each implementation (harness.measure.graph_replay)."""
+                 "graph_median_us", "graph_min_us", "graph_max_us", *IDLE_COLUMNS]
+"""graph.csv of a group: the graph-replay timing of each implementation (harness.measure.graph_replay)
+and, where the run asked for it, its idle-start timing (harness.measure.idle_start)."""
 
 ROUND_COLUMNS = ["namespace", "op", "shape", "impl", "round", "calls", "kernel_time_us"]
 """rounds.csv: each implementation's kernel time per call in each round of its capture (what the

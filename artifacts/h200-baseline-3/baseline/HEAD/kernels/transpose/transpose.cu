@@ -1,0 +1,136 @@
+// FP32 out-of-place transpose: y = x^T, with x [R, C] and y [C, R] both row-major (contiguous).
+//
+// Device code only: compiled at run time by NVRTC through CuPy (cupy.RawModule with name
+// expressions, which instantiate the templates), or offline by the census (NVRTC, or nvcc as a
+// fallback). No headers are included: NVRTC has no host headers.
+//
+// A block moves one TILE x TILE tile through shared memory: it reads rows of x (coalesced), writes
+// them to the tile, and after one barrier reads the tile's columns and writes them as rows of y
+// (coalesced). The tile's rows are padded by one float (pitch TILE + 1) so that both the row-wise
+// and the column-wise shared-memory accesses of a warp fall in 32 different banks. Tiles at the
+// right and bottom edges are masked. Only data moves: the output is bit-exact.
+//
+// The grid is one-dimensional: block b serves tile (b / tiles_c, b % tiles_c), tiles_c =
+// ceil(C / TILE), so consecutive blocks read neighbouring tiles of the same band of x's rows.
+//
+// Entry points (name expressions):
+//     transpose_vec4<TILE, BLOCK>    R % 4 == 0 and C % 4 == 0, x and y 16-byte aligned: 128-bit
+//                                    global loads and stores (ld.global.nc.v4.f32 /
+//                                    st.global.v4.f32). Each warp covers 4 rows x 8 float4 (128
+//                                    contiguous bytes per row) both ways; a thread reads float4s
+//                                    of x's rows, writes their 4 floats to 4 tile columns, and
+//                                    after the barrier gathers 4 floats of a tile column into a
+//                                    float4 of y's row. Pitch TILE + 1 keeps every scalar
+//                                    shared-memory access of a warp conflict-free (bank =
+//                                    row + 4 * vector + const, all 32 distinct).
+//     transpose_scalar<TILE, BLOCK>  any R, C: 32-bit accesses, a warp covering 32 consecutive
+//                                    floats of one row both ways (the classic padded tile).
+// Both take (x, y, R, C, tiles_c) and are launched with blockDim.x == BLOCK and gridDim.x ==
+// ceil(R / TILE) * tiles_c.
+
+// Tile coordinates (first row and column of x) of this block.
+template <int TILE>
+__device__ __forceinline__ void tp_tile_origin(const int tiles_c, int& r0, int& c0) {
+    const int tr = blockIdx.x / tiles_c;
+    const int tc = blockIdx.x - tr * tiles_c;
+    r0 = tr * TILE;
+    c0 = tc * TILE;
+}
+
+template <int TILE, int BLOCK>
+__global__ void __launch_bounds__(BLOCK)
+transpose_vec4(const float* __restrict__ x, float* __restrict__ y, const int R, const int C,
+               const int tiles_c) {
+    constexpr int VECS = TILE / 4;                   // float4 per tile row
+    constexpr int LANES_C = 8;                       // lanes of a warp along a row (128 bytes)
+    constexpr int LANES_R = 32 / LANES_C;            // rows a warp covers
+    constexpr int WARPS = BLOCK / 32;
+    constexpr int WARPS_C = VECS / LANES_C;          // warps side by side along a row
+    constexpr int WARPS_R = WARPS / WARPS_C;
+    constexpr int ROWS_PER_PASS = LANES_R * WARPS_R;
+    constexpr int PASSES = TILE / ROWS_PER_PASS;     // float4s each thread moves each way
+    static_assert(TILE % 32 == 0 && BLOCK % 32 == 0, "TILE and BLOCK must be multiples of 32");
+    static_assert(WARPS % WARPS_C == 0 && TILE % ROWS_PER_PASS == 0, "BLOCK must tile TILE x TILE");
+
+    __shared__ float tile[TILE][TILE + 1];
+
+    int r0, c0;
+    tp_tile_origin<TILE>(tiles_c, r0, c0);
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const int vec = (warp % WARPS_C) * LANES_C + (lane % LANES_C);  // float4 index in a tile row
+    const int sub = (warp / WARPS_C) * LANES_R + (lane / LANES_C);  // first row of this thread
+
+    // 1. All PASSES loads in flight before any use; a float4 is whole inside or outside x
+    //    (C % 4 == 0).
+    const int gc = c0 + 4 * vec;
+    float4 in[PASSES];
+#pragma unroll
+    for (int p = 0; p < PASSES; ++p) {
+        const int gr = r0 + sub + p * ROWS_PER_PASS;
+        if (gr < R && gc < C) {
+            in[p] = __ldg(reinterpret_cast<const float4*>(x + static_cast<long long>(gr) * C + gc));
+        } else {
+            in[p] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+    }
+#pragma unroll
+    for (int p = 0; p < PASSES; ++p) {
+        const int row = sub + p * ROWS_PER_PASS;
+        tile[row][4 * vec + 0] = in[p].x;
+        tile[row][4 * vec + 1] = in[p].y;
+        tile[row][4 * vec + 2] = in[p].z;
+        tile[row][4 * vec + 3] = in[p].w;
+    }
+    __syncthreads();
+
+    // 2. Row `col` of y's tile is column `col` of x's tile; this thread writes its floats
+    //    4 * vec .. 4 * vec + 3 (x's rows r0 + 4 * vec ..), whole inside or outside y (R % 4 == 0).
+    const int gr = r0 + 4 * vec;
+#pragma unroll
+    for (int p = 0; p < PASSES; ++p) {
+        const int col = sub + p * ROWS_PER_PASS;
+        const int oc = c0 + col;
+        if (oc < C && gr < R) {
+            const float4 out = make_float4(tile[4 * vec + 0][col], tile[4 * vec + 1][col],
+                                           tile[4 * vec + 2][col], tile[4 * vec + 3][col]);
+            *reinterpret_cast<float4*>(y + static_cast<long long>(oc) * R + gr) = out;
+        }
+    }
+}
+
+template <int TILE, int BLOCK>
+__global__ void __launch_bounds__(BLOCK)
+transpose_scalar(const float* __restrict__ x, float* __restrict__ y, const int R, const int C,
+                 const int tiles_c) {
+    constexpr int ROWS_PER_PASS = BLOCK / 32;
+    constexpr int PASSES = TILE / ROWS_PER_PASS;
+    static_assert(TILE == 32 && BLOCK % 32 == 0 && TILE % ROWS_PER_PASS == 0,
+                  "the scalar tile is 32 wide, swept by whole warps");
+
+    __shared__ float tile[TILE][TILE + 1];
+
+    int r0, c0;
+    tp_tile_origin<TILE>(tiles_c, r0, c0);
+    const int lane = threadIdx.x & 31;
+    const int sub = threadIdx.x >> 5;
+
+    float in[PASSES];
+#pragma unroll
+    for (int p = 0; p < PASSES; ++p) {
+        const int gr = r0 + sub + p * ROWS_PER_PASS;
+        const int gc = c0 + lane;
+        in[p] = (gr < R && gc < C) ? __ldg(x + static_cast<long long>(gr) * C + gc) : 0.0f;
+    }
+#pragma unroll
+    for (int p = 0; p < PASSES; ++p) tile[sub + p * ROWS_PER_PASS][lane] = in[p];
+    __syncthreads();
+
+#pragma unroll
+    for (int p = 0; p < PASSES; ++p) {
+        const int col = sub + p * ROWS_PER_PASS;
+        const int oc = c0 + col;
+        const int gr = r0 + lane;
+        if (oc < C && gr < R) y[static_cast<long long>(oc) * R + gr] = tile[lane][col];
+    }
+}

@@ -15,10 +15,8 @@ slowdowns) are bound as the measurement group binds them (harness.ops.bind_group
     b2b     a CUDA graph of `--calls` calls back to back (the pipeline's cross-check until now)
     gap     a CUDA graph of `--calls` x (an idle spin of `--spin` cycles on one thread, the call):
             a graph of the spins alone (`spin`) is replayed in the same rounds and subtracted
-    idle    `--calls` calls, each enqueued behind a wait of the stream on a word of pinned host
-            memory (cuStreamWaitValue32) between two CUDA events, and released by the host only
-            once the previous call has finished: each call starts on an idle GPU, as in the
-            capture, but no launch path lies between its events
+    idle    `--calls` calls, each started on an idle GPU with no launch path between its events
+            (harness.measure.idle_start.Waiter, what the pipeline's idle starts use)
 
 Per slot the CUDA-event time per call goes to events.csv; under nsys with graph nodes traced,
 `--read` attributes every kernel to its range by its start and prints, per (op, way, impl), the
@@ -41,51 +39,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness import config, ops  # noqa: E402
-from harness.measure import graph_replay  # noqa: E402
+from harness.measure import graph_replay, idle_start  # noqa: E402
 from harness.measure.order import balanced  # noqa: E402
 from harness.ops import variants  # noqa: E402
-
-WAIT_GEQ = 0x0  # CU_STREAM_WAIT_VALUE_GEQ
-
-
-class IdleStarts:
-    """Calls that each start on an idle GPU with no launch path inside their events (module
-    docstring, the idle way): the stream waits on a pinned host word before each call, and the
-    host raises the word only once the previous call's end event has completed."""
-
-    def __init__(self, torch: Any) -> None:
-        import ctypes
-
-        self.torch = torch
-        self.lib = ctypes.CDLL("libcuda.so.1")
-        self.wait = getattr(self.lib, "cuStreamWaitValue32_v2", None) or self.lib.cuStreamWaitValue32
-        self.wait.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint]
-        self.wait.restype = ctypes.c_int
-        self.word = torch.zeros(1, dtype=torch.int32).pin_memory()
-        self.view = ctypes.c_int32.from_address(self.word.data_ptr())  # the host's writes, in place
-        self.count = 0
-
-    def times(self, call: Any, calls: int) -> list[float]:
-        torch = self.torch
-        stream = torch.cuda.current_stream().cuda_stream
-        events = []
-        for _ in range(calls):
-            self.count += 1
-            rc = self.wait(stream, self.word.data_ptr(), self.count, WAIT_GEQ)
-            if rc != 0:
-                raise RuntimeError(f"cuStreamWaitValue32 returned {rc}")
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            call()
-            end.record()
-            events.append((start, end))
-        first = self.count - calls + 1
-        for i, (_, end) in enumerate(events):
-            self.view.value = first + i
-            while not end.query():
-                pass
-        return [start.elapsed_time(end) * 1000.0 for start, end in events]
-
 
 def measure(args: argparse.Namespace) -> int:
     import torch
@@ -112,7 +68,7 @@ def measure(args: argparse.Namespace) -> int:
         gap = {n: graph_replay.record(lambda c=c: (spin(), c()), args.calls) for n, c in calls.items()}
         gap["spin"] = graph_replay.record(spin, args.calls)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        idle = IdleStarts(torch)
+        idle = idle_start.Waiter(torch)
 
         def slot(way: str, name: str, run: Any, r: int) -> None:
             run()  # untimed, as the capture and the replay do

@@ -38,7 +38,6 @@ WAIT_VALUE_GEQ = 0x0
 """CU_STREAM_WAIT_VALUE_GEQ: the wait ends once the word is at least the value."""
 
 
-
 class Waiter:
     """The stream waits on a word of pinned host memory that the host raises (module docstring)."""
 

@@ -11,8 +11,13 @@
 # SNAKE_TIMEOUT (seconds, default 540) stops snakemake with SIGINT, so it removes incomplete
 # outputs and its lock, and a second call on the same (warm) machine resumes. EVIDENCE_GIT_COMMIT
 # names the commit (the device copy has no .git). Everything worth keeping is packed into $OUT;
-# a finished namespace is also bundled and verified there ($OUT/bundle.txt).
+# a finished namespace is also bundled and verified there ($OUT/bundle.txt). PACK=NAME puts all of
+# it into one archive instead, $OUT/NAME.tgz: the device tool brings back at most eight files, so
+# several runs in one call each take a PACK name of their own.
 set -uo pipefail
+if [ -n "${PACK:-}" ] && [ -z "${PACK_INTO:-}" ]; then  # once, not again when NAMESPACE restarts the script
+  export PACK_INTO=${OUT:-/tmp/out} OUT; OUT=$(mktemp -d); mkdir -p "$PACK_INTO"
+fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 # The device's copy of the tree may hold a .git of another commit: git must not answer for it, so
 # the provenance takes the commit from EVIDENCE_GIT_COMMIT (checked to be a full hash).
@@ -87,4 +92,5 @@ fi
 tar czf "$OUT/evidence.tgz" --exclude='*.nsys-rep' --exclude='*.ncu-rep' --exclude='capture.sqlite' --exclude="artifacts/$ns/build" \
   "artifacts/$ns" "report/$ns" -C /tmp stats 2>/dev/null
 ls -la "$OUT"
+if [ -n "${PACK_INTO:-}" ]; then tar czf "$PACK_INTO/$PACK.tgz" -C "$OUT" . && ls -la "$PACK_INTO/$PACK.tgz"; fi
 exit "$rc"

@@ -16,7 +16,7 @@
 # several runs in one call each take a PACK name of their own.
 set -uo pipefail
 if [ -n "${PACK:-}" ] && [ -z "${PACK_INTO:-}" ]; then  # once, not again when NAMESPACE restarts the script
-  export PACK_INTO=${OUT:-/tmp/out} OUT; OUT=$(mktemp -d); mkdir -p "$PACK_INTO"
+  export PACK_INTO=${OUT:-/tmp/out} OUT=$(mktemp -d); mkdir -p "$PACK_INTO"
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 # The device's copy of the tree may hold a .git of another commit: git must not answer for it, so

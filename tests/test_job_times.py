@@ -4,6 +4,7 @@ rewritten; a namespace with neither says so and still lists its commands."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -96,3 +97,31 @@ def test_a_job_without_its_benchmark_file_here_keeps_its_row(tmp_path: Path, cap
     out = capsys.readouterr().out
     assert "1 job(s) of ns-1's job_times.csv have no benchmark file here; their rows are kept." in out
     assert f"{'all jobs':<16} {2:>5} {13.5:>9.1f}" in out
+
+
+def _record(folder: Path, seconds: dict) -> None:
+    folder.mkdir(parents=True)
+    (folder / "record.json").write_text(json.dumps({"op": folder.parent.name, "seconds": seconds}))
+
+
+def test_where_each_groups_time_went_is_written_and_read_back_from_a_clone(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    ns = tmp_path / "artifacts" / "ns"
+    seconds = {"start_up": 0.5, "gpu_init": 2.0, "checks": 1.0, "spans": 0.25, "capture": 0.25, "total": 1.5,
+               "profile nsys": 6.0, "job": 7.0}
+    _record(ns / "measure" / "layernorm" / "8x8", seconds)
+    _record(ns / "measure" / "softmax" / "8x8", {**seconds, "job": 8.0, "graph_replay": 0.5})
+    _record(ns / "measure" / "matmul" / "8x8x8", {"total": 1.0})  # an older record: no job, no nsys: no row
+    (ns / "benchmarks" / "measure").mkdir(parents=True)
+    assert cli(["job-times", "ns", "--artifacts", str(tmp_path / "artifacts")]) == 0
+    out = capsys.readouterr().out
+    rows = job_times.read_group_rows(ns / "tables" / "group_seconds.csv")
+    assert [(r["op"], r["job"]) for r in rows] == [("layernorm", 7.0), ("softmax", 8.0)]
+    # nsys's end: its wall time less the process's start, GPU start and phases; outside: the step less nsys
+    assert rows[0]["nsys_end"] == 6.0 - (0.5 + 2.0 + 1.5) and rows[1]["outside"] == 2.0
+    assert rows[0]["graph_replay"] is None and rows[1]["graph_replay"] == 0.5
+    assert "measure groups: 2, 15.0 s in the measure step" in out and "nsys_end 4.0" in out and "outside 3.0" in out
+    shutil.rmtree(ns / "measure")
+    shutil.rmtree(ns / "benchmarks")  # a fresh clone: the committed table answers
+    assert cli(["job-times", "ns", "--artifacts", str(tmp_path / "artifacts")]) == 0
+    assert "measure groups: 2, 15.0 s in the measure step" in capsys.readouterr().out

@@ -383,7 +383,7 @@ def _check_tables(dest: Path, cfg: Mapping[str, Any], ns: str, work: Path, drift
     return problems
 
 
-OTHER_TABLES = ("census", "ceilings", "counters", "controls", "drift", "job_times")
+OTHER_TABLES = ("census", "ceilings", "counters", "controls", "drift", "job_times", "group_seconds")
 """Tables of a namespace that the pipeline writes beside those `namespace_tables` derives."""
 GROUP_MEMBERS = ("record.json", "launches.csv", "spans.csv", "graph.csv", "capture.sqlite", "capture.nsys-rep")
 SHAPE_NAME = r"[0-9]+(?:x[0-9]+)+(?:-[a-z]+)?"

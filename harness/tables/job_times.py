@@ -3,13 +3,14 @@ artifacts/<ns>/benchmarks/) beside the commands that ran (artifacts/<ns>/command
 
 `python -m harness job-times NAMESPACE [--artifacts DIR]` writes artifacts/<ns>/tables/job_times.csv
 (one row per job: rule, its wildcards, seconds, CPU seconds, peak memory) and prints each rule's
-total beside each command's wall time. The sum of the jobs is the work; the wall time of the
+total beside each command's wall time; and, from the groups' records, tables/group_seconds.csv
+(where each measurement group's time went, PHASES) with each phase's sum over the groups. The sum of the jobs is the work; the wall time of the
 command is what the user waited (the difference is Snakemake's own start-up and scheduling).
 
 Where the table exists already, a job of it that has no benchmark file here (a copy that left
 some out) keeps its row, and the sentence says how many did: the table never loses a job.
 A namespace without benchmarks/ (a fresh clone: they are not committed) is answered from its
-committed tables/job_times.csv, which is then read, never rewritten; a namespace with neither says
+committed tables/job_times.csv (and group_seconds.csv), which is then read, never rewritten; a namespace with neither says
 so in one sentence and lists its commands' wall times, which is all its run recorded.
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import math
 import sys
 from collections.abc import Iterable
@@ -30,6 +32,55 @@ from harness.namespaces import namespace_dir
 from harness.runlog import commands as read_commands
 
 COLUMNS = ["rule", "job", "seconds", "cpu_seconds", "max_rss_mb"]
+
+PHASES = ["start_up", "gpu_init", "checks", "bind_and_warmup", "spans", "graph_replay", "idle_starts", "capture",
+          "nsys_end", "outside"]
+"""Where a measurement group's time went, in order (harness.measure.group's `seconds`): the group
+process's start under nsys (start_up), torch and the CUDA context (gpu_init), its phases, nsys's
+work after the process exited (nsys_end: the report's import and the SQLite export), and the
+measure step's own around it (outside: the GPU lock, the quiet-GPU wait, the export's scrub and
+the group's files)."""
+GROUP_COLUMNS = ["op", "shape", "job", *PHASES]
+
+
+def group_rows(measure: str | Path) -> list[dict[str, Any]]:
+    """One row per measurement group whose record.json (measure/<op>/<shape>/) holds the seconds of
+    its phases: `job` the measure step's seconds, split into PHASES."""
+    rows = []
+    for path in sorted(Path(measure).glob("*/*/record.json")):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        s = record.get("seconds") if isinstance(record, dict) else None
+        if not isinstance(s, dict) or not isinstance(s.get("job"), (int, float)) or s.get("profile nsys") is None:
+            continue
+        inside = [float(s.get(k) or 0.0) for k in ("start_up", "gpu_init", "total")]
+        row: dict[str, Any] = {"op": path.parent.parent.name, "shape": path.parent.name, "job": float(s["job"])}
+        row.update({k: (float(s[k]) if isinstance(s.get(k), (int, float)) else None) for k in PHASES[:-2]})
+        row["nsys_end"] = float(s["profile nsys"]) - math.fsum(inside)
+        row["outside"] = float(s["job"]) - float(s["profile nsys"])
+        rows.append(row)
+    return rows
+
+
+def read_group_rows(table: str | Path) -> list[dict[str, Any]]:
+    """The rows of a group_seconds.csv written earlier, numbers as floats (None where empty)."""
+    return [{"op": r.get("op") or "", "shape": r.get("shape") or "",
+             **{k: _number(r.get(k)) for k in ("job", *PHASES)}} for r in _read(Path(table), ",")]
+
+
+def group_summary(rows: list[dict[str, Any]]) -> str:
+    """Each phase's seconds summed over the groups, beside the groups' total (PHASES)."""
+    if not rows:
+        return ""
+    total = math.fsum(float(r["job"] or 0.0) for r in rows)
+    parts = []
+    for phase in PHASES:
+        values = [float(r[phase]) for r in rows if r.get(phase) is not None]
+        if values:
+            parts.append(f"{phase} {math.fsum(values):.1f}")
+    return (f"measure groups: {len(rows)}, {total:.1f} s in the measure step, of which (s): " + ", ".join(parts))
 
 
 def _number(text: str | None) -> float | None:
@@ -129,6 +180,14 @@ def main(argv: list[str] | None = None) -> int:
               f"so only its commands' wall times are known.")
         rows = []
     print(summary(rows, commands))
+    groups_table = ns_dir / "tables" / "group_seconds.csv"
+    groups = group_rows(ns_dir / "measure") if (ns_dir / "measure").is_dir() else []
+    if groups:
+        write_csv(groups, GROUP_COLUMNS, groups_table)
+    elif groups_table.is_file():
+        groups = read_group_rows(groups_table)
+    if groups:
+        print(group_summary(groups))
     return 0
 
 

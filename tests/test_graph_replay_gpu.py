@@ -81,15 +81,32 @@ def test_a_group_is_replayed_in_interleaved_rounds_on_its_placements() -> None:
     calls = {"a": Counting(a_bufs, state, "double"), "b": Counting(b_bufs, state, "add")}
     rows = graph_replay.measure_group("probe", "1", calls, calls_per_replay=1, replays=6, placements=2, sequence=[0, 1])
     assert [r["impl"] for r in rows] == ["a", "b"] and all(r["status"] == "ok" and r["replays"] == 6 for r in rows)
-    # each impl: one eager call and one upload replay per placement, an untimed replay on
-    # placement 0, then rounds on placements 0, 1, 0, 1, 0, 1 of two replays each
+    # each impl: one eager call and one upload replay per placement (its recording), an untimed
+    # replay on placement 0, then rounds on placements 0, 1, 0, 1, 0, 1 of two replays each
     for bufs in (a_bufs, b_bufs):
         assert [float(b.item()) for b in bufs] == [2 + 1 + 2 * 3, 2 + 2 * 3]
-    expected, steps = 0.0, ["a", "a", "a", "a", "b", "b", "b", "b", "a", "b"]
-    steps += [impl for r in range(6) for impl in order.balanced(["a", "b"], r) for _ in range(2)]
+    # placement 0 is recorded for each before the rounds, placement 1 when round 1 first replays it
+    expected, steps = 0.0, ["a", "a", "b", "b", "a", "b"]
+    for r in range(6):
+        for impl in order.balanced(["a", "b"], r):
+            steps += [impl] * (4 if r == 1 else 2)
     for impl in steps:
         expected = expected * 2.0 if impl == "a" else expected + 1.0
     assert float(state.item()) == expected
+
+
+@pytest.mark.gpu
+def test_only_the_placements_the_rounds_reach_are_recorded() -> None:
+    import torch
+
+    state = torch.zeros(1, dtype=torch.float64, device="cuda")
+    bufs = [torch.zeros(1, device="cuda") for _ in range(3)]
+    rows = graph_replay.measure_group("probe", "1", {"a": Counting(bufs, state, "add")}, calls_per_replay=1, replays=1,
+                                      placements=3, sequence=[2, 0, 1])
+    assert rows[0]["status"] == "ok" and rows[0]["replays"] == 1
+    # placement 2 recorded (eager call and upload replay), replayed untimed once and in the one round
+    # twice; placements 0 and 1 never reached, never recorded, never called
+    assert [float(b.item()) for b in bufs] == [0.0, 0.0, 2 + 1 + 2]
 
 
 @pytest.mark.gpu

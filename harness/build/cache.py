@@ -30,8 +30,9 @@ from typing import Any
 
 from harness import ROOT, ops
 from harness.build import toolchain
+from harness.launch import modules
 
-ENV = "EVIDENCE_BUILD_CACHE"
+ENV = modules.ENV
 
 CODE_DIRS = ("harness/build", "harness/launch")
 """The build and launch code whose edit can change what a build writes."""
@@ -39,13 +40,7 @@ CODE_DIRS = ("harness/build", "harness/launch")
 
 def root() -> Path | None:
     """The cache's folder (module docstring), or None where `$EVIDENCE_BUILD_CACHE` is `off`."""
-    given = os.environ.get(ENV, "")
-    if given.lower() == "off":
-        return None
-    if given:
-        return Path(given)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "kernel-evidence" / "build"
+    return modules.cache_root()
 
 
 @functools.cache

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import EvidenceError, ToolMissing
-from harness.launch.cuda import CUPY_IMPLICIT_OPTIONS, RUNTIME_OPTIONS, read_source
+from harness.launch import modules
+from harness.launch.cuda import RUNTIME_OPTIONS, read_source
 
 NVCC_DROPPED_OPTIONS: frozenset[str] = frozenset({"--device-as-default-execution-space"})
 """NVRTC-only options with no nvcc counterpart (our sources mark every function explicitly)."""
@@ -207,8 +208,7 @@ class CudaBuild:
 
 def census_options(options: Sequence[str], arch: str) -> tuple[str, ...]:
     """The NVRTC options of the runtime compile: ours, CuPy's implicit ones and the arch."""
-    extra = [o for o in CUPY_IMPLICIT_OPTIONS if o not in options]
-    return (*options, *extra, f"-arch={arch}")
+    return modules.nvrtc_options(options, arch)
 
 
 def compile_offline(filename: str, name_expressions: Sequence[str], arch: str = "sm_90",
@@ -239,10 +239,13 @@ def compile_offline(filename: str, name_expressions: Sequence[str], arch: str = 
 def _compile_nvrtc(nvrtc: _Nvrtc, filename: str, name_expressions: Sequence[str], arch: str,
                    opts: tuple[str, ...]) -> CudaBuild:
     """NVRTC with -arch=sm_XX: PTX, the cubin CuPy would load, and ptxas's -v log."""
-    full = (*opts, "-Xptxas=-v")
-    ptx, cubin, log, lowered = nvrtc.compile(read_source(filename), filename, full,
-                                             name_expressions)
+    full = (*opts, "-Xptxas=-v")  # -v only reports: the code is the run-time compile's
+    source = read_source(filename)
+    ptx, cubin, log, lowered = nvrtc.compile(source, filename, full, name_expressions)
     major, minor = nvrtc.version()
+    if len(name_expressions) == 1:  # the run loads this cubin instead of compiling it again
+        expr = name_expressions[0]
+        modules.store(modules.key(source, opts, expr, f"{major}.{minor}", arch), cubin, lowered[expr])
     return CudaBuild(compiler=f"NVRTC {major}.{minor}", options=full, arch=arch, ptx=ptx,
                      cubin=cubin, ptxas_log=log, lowered=lowered)
 

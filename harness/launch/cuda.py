@@ -6,7 +6,7 @@ and the name expressions that instantiate its templates (cached per file, option
 expressions). `bind` fixes one launch (kernel handle, grid, block, argument tuple, the tensor the
 result lands in) and returns a call that only launches, on torch's current stream at the time of
 the call, and returns that tensor; `launch` is the one-off form. CuPy
-adds options of its own before calling NVRTC (`CUPY_IMPLICIT_OPTIONS`, and `-arch=sm_XX` for the
+adds options of its own before calling NVRTC (`harness.launch.modules.CUPY_IMPLICIT_OPTIONS`, and `-arch=sm_XX` for the
 current device); the offline compile of the census (harness.build.toolchain) adds the same ones, so
 that the census describes the code that runs.
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.errors import EvidenceError
-from harness.launch import sources
+from harness.launch import modules, sources
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -30,9 +30,6 @@ if TYPE_CHECKING:
 RUNTIME_OPTIONS: tuple[str, ...] = ("-std=c++17",)
 """Options we give NVRTC (through cupy.RawModule) for every kernel file."""
 
-CUPY_IMPLICIT_OPTIONS: tuple[str, ...] = ("-ftz=true", "--device-as-default-execution-space")
-"""Options CuPy 13/14 appends for NVRTC on its own (besides `-arch` and `--pch`, which changes no
-code): the census compile adds them too, since `-ftz=true` changes the generated code."""
 
 
 # ----------------------------------------------------------------------------- sources
@@ -60,14 +57,58 @@ def source_sha256(filename: str) -> str:
 # ----------------------------------------------------------------------------- run time
 
 
-@functools.cache
-def _raw_module(filename: str, options: tuple[str, ...], name_expressions: tuple[str, ...], tag: str) -> Any:
-    """A `cupy.RawModule` for one source (of the sources `tag` names), option set and set of name
-    expressions (cached)."""
+_LOADED: dict[tuple[str, str, tuple[str, ...]], str] = {}
+"""(source, name expression, options) -> where its module came from, for this process."""
+
+
+def loaded() -> list[dict[str, str]]:
+    """Every kernel module this process loaded and where from: 'build cache <key>' (the build's
+    cubin, harness.launch.modules) or 'compiled' (NVRTC through CuPy, whose own disk cache may
+    have answered)."""
+    return [{"source": f, "kernel": e, "options": " ".join(o), "module": how} for (f, e, o), how in _LOADED.items()]
+
+
+def _device_arch() -> str:
     import cupy
 
-    return cupy.RawModule(code=read_source(filename), options=options, backend="nvrtc",
-                          name_expressions=name_expressions)
+    return f"sm_{cupy.cuda.Device().compute_capability}"
+
+
+def _nvrtc_version() -> str:
+    import cupy
+
+    major, minor = cupy.cuda.nvrtc.getVersion()
+    return f"{major}.{minor}"
+
+
+def built_module_key(filename: str, options: tuple[str, ...], name_expression: str, arch: str,
+                     nvrtc_version: str) -> str:
+    """The key under which the build keeps the module of this compile (harness.launch.modules): the
+    one the build's offline compile of the same source, options and expression stores under."""
+    return modules.key(read_source(filename), modules.nvrtc_options(options, arch), name_expression, nvrtc_version,
+                       arch)
+
+
+@functools.cache
+def _raw_module(filename: str, options: tuple[str, ...], name_expressions: tuple[str, ...],
+                tag: str) -> tuple[Any, dict[str, str]]:
+    """A `cupy.RawModule` for one source (of the sources `tag` names), option set and set of name
+    expressions, and the name each expression has in it (cached): the build's cubin where the
+    build left one for exactly this compile (harness.launch.modules), else compiled through CuPy."""
+    import cupy
+
+    source = read_source(filename)
+    if len(name_expressions) == 1:
+        expr = name_expressions[0]
+        key = built_module_key(filename, options, expr, _device_arch(), _nvrtc_version())
+        found = modules.load(key)
+        if found is not None:
+            _LOADED[(filename, expr, options)] = f"build cache {key[:16]}"
+            return cupy.RawModule(path=str(found[0])), {expr: found[1]}
+    module = cupy.RawModule(code=source, options=options, backend="nvrtc", name_expressions=name_expressions)
+    for expr in name_expressions:
+        _LOADED[(filename, expr, options)] = "compiled"
+    return module, {}
 
 
 _VARIANT_OPTIONS: tuple[str, ...] = ()
@@ -115,8 +156,8 @@ def get_function(filename: str, name_expression: str,
     CuPy's current device when first used; CuPy also keeps compiled cubins in its disk cache.
     Inside `variant_options(...)` the variant's options are added.
     """
-    module = _raw_module(filename, (*options, *_VARIANT_OPTIONS), (name_expression,), sources.tag())
-    return module.get_function(name_expression)
+    module, names = _raw_module(filename, (*options, *_VARIANT_OPTIONS), (name_expression,), sources.tag())
+    return module.get_function(names.get(name_expression, name_expression))
 
 
 def pointer(tensor: Any) -> Any:

@@ -24,19 +24,21 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from harness import ROOT
 from harness.errors import EvidenceError
+from harness.launch import modules
 from harness.tools import PROVENANCE_INPUTS, clean_parent, find_nsys, isolation_note, stop_session
 
 # Variables the captured process may see; everything else is dropped before nsys starts.
 ENV_ALLOWLIST = (
     "PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV",
     "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH", "TRITON_CACHE_DIR", "CUPY_CACHE_DIR",
-    "XDG_CACHE_HOME", "NVIDIA_VISIBLE_DEVICES", "PYTHONUSERBASE",
+    "XDG_CACHE_HOME", "NVIDIA_VISIBLE_DEVICES", "PYTHONUSERBASE", "EVIDENCE_BUILD_CACHE",
 )
 
 
@@ -55,13 +57,15 @@ def private_env(folder: Path) -> dict[str, str]:
     one. HOME used to stay the shell's (`setdefault` over an allowlisted HOME), so an nsys started
     from the shell before the run was found through it. The caches the real home holds (compiled
     Triton and CuPy kernels, packages installed with `pip --user`) are named explicitly, so they
-    are still used."""
+    are still used, and so is the build cache's folder (the cubins the run loads instead of compiling)."""
     folder.mkdir(parents=True, exist_ok=True)
     env = minimal_env()
     home = Path(env.get("HOME") or os.path.expanduser("~"))
     env.setdefault("TRITON_CACHE_DIR", str(home / ".triton" / "cache"))
     env.setdefault("CUPY_CACHE_DIR", str(home / ".cupy" / "kernel_cache"))
     env.setdefault("PYTHONUSERBASE", site.getuserbase())
+    built = modules.cache_root()  # the build's compiled modules (harness.launch.modules), by the real home
+    env.setdefault(modules.ENV, str(built) if built is not None else "off")
     private_home = folder / "home"
     private_home.mkdir(mode=0o700, exist_ok=True)
     env["TMPDIR"] = str(folder)
@@ -189,11 +193,13 @@ def profile_group(nsys_path: str | None, trace: Sequence[str], extra_args: Seque
     for stale in (*report.parent.glob(leftovers), report, export):
         stale.unlink(missing_ok=True)
     try:
+        started = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="evidence-nsys-") as private, open(log_path, "a") as log:
             rc = _run(group_command(nsys, trace, extra_args, tmp_base, plan), log, "nsys profile of the group",
                       private_env(Path(private)), timeout)
         if rc != 0:
             raise GroupFailed(rc)
+        ran = time.perf_counter() - started
         if not tmp_rep.is_file() or not tmp_sqlite.is_file():
             raise EvidenceError(f"nsys profile wrote no {'report' if not tmp_rep.is_file() else 'export'} (a .qdstrm "
                                 "alone means its importer failed, e.g. libdw.so.1 missing); see the log.")
@@ -204,10 +210,12 @@ def profile_group(nsys_path: str | None, trace: Sequence[str], extra_args: Seque
         if not held:
             os.replace(tmp_rep, report)
         os.replace(tmp_sqlite, export)
+        scrubbed = time.perf_counter() - started - ran
     finally:  # whatever nsys left under the partial name (a raw stream holds what the report would)
         for stale in report.parent.glob(leftovers):
             stale.unlink(missing_ok=True)
     return {"nsys": nsys, "env_rows_removed": removed, "isolation": isolation_note(),
+            "seconds": {"nsys": ran, "scrub": scrubbed},
             "report_withheld": [f"{report.name}: deleted, its export held the value of {', '.join(sorted(held))} from the "
                                 "invoking environment (nsys records every process above it, and no process namespace "
                                 "kept them out)"] if held else []}

@@ -11,6 +11,7 @@ fails the check job itself (`crash_message`).
 from __future__ import annotations
 
 import json
+import time
 import zlib
 from pathlib import Path
 from typing import Any
@@ -26,36 +27,54 @@ def check_seed(seed: int, op: str, shape: str, impl: str) -> int:
 
 
 def run_check(op_name: str, shape: str, impl: str, params: dict[str, Any], seed: int) -> dict[str, Any]:
+    """The check record of one implementation (module docstring), with `seconds`: what each part
+    took, `inputs` (fresh inputs and the poisoned output), `call` (binding and the first call,
+    which may load or compile the kernel), `reference` (the float64 result) and `compare`."""
     require_gpu()
     import torch
 
+    times: dict[str, float] = {}
+    t = time.perf_counter()
     op = ops.get(op_name)
     bind = ops.launcher(op, impl, params, shape)
     inputs = op.make_inputs(shape, check_seed(seed, op_name, shape, impl), params)
     out = op.make_output(inputs, shape)
     out.fill_(float("nan"))
+    torch.cuda.synchronize()
+    times["inputs"] = time.perf_counter() - t
+    t = time.perf_counter()
     result = bind(inputs, out, params)()
     torch.cuda.synchronize()
+    times["call"] = time.perf_counter() - t
+    t = time.perf_counter()
     ref = op.reference(inputs, params)
+    torch.cuda.synchronize()
+    times["reference"] = time.perf_counter() - t
+    t = time.perf_counter()
     got = result.double()
     diff = (got - ref).abs()
-    finite = bool(torch.isfinite(got).all())
-    unwritten = int(torch.isnan(result).sum())
     atol, rtol = float(params["tolerance"]["atol"]), float(params["tolerance"]["rtol"])
     empty = got.numel() == 0  # a problem of zero rows: nothing to be wrong, nothing unwritten
-    max_abs = 0.0 if empty else float(diff.max()) if finite else float("nan")
+    zero = torch.zeros((), dtype=torch.float64, device=got.device)
     # relative error measured where the reference is not tiny, so near-zero outputs don't blow it up
     scale = ref.abs().clamp_min(atol)
-    max_rel = 0.0 if empty else float((diff / scale).max()) if finite else float("nan")
-    rel_norm = (0.0 if empty else float(torch.linalg.vector_norm(got - ref) / torch.linalg.vector_norm(ref)) if finite
-                else float("nan"))
-    passed = finite and bool((diff <= atol + rtol * ref.abs()).all())
+    stats = torch.stack([  # every figure on the GPU, read back at once
+        torch.isfinite(got).all().double(), (~torch.isfinite(got)).sum().double(), torch.isnan(result).sum().double(),
+        zero if empty else diff.max(), zero if empty else (diff / scale).max(),
+        zero if empty else torch.linalg.vector_norm(got - ref) / torch.linalg.vector_norm(ref),
+        (diff <= atol + rtol * ref.abs()).all().double(),
+    ]).tolist()
+    finite, nonfinite, unwritten = bool(stats[0]), int(stats[1]), int(stats[2])
+    max_abs, max_rel, rel_norm = (float(v) if finite else float("nan") for v in stats[3:6])
+    passed = finite and bool(stats[6])
     record = {
         "op": op_name, "shape": shape, "impl": impl,
         "passed": passed, "max_abs_err": max_abs, "max_rel_err": max_rel, "rel_l2_err": rel_norm,
-        "atol": atol, "rtol": rtol, "nonfinite_outputs": int((~torch.isfinite(got)).sum()),
+        "atol": atol, "rtol": rtol, "nonfinite_outputs": nonfinite,
         "unwritten_outputs": unwritten, "elements": got.numel(),
     }
+    times["compare"] = time.perf_counter() - t
+    record["seconds"] = times
     return record
 
 

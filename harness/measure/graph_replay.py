@@ -132,41 +132,88 @@ def _not_capturable(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}"
 
 
+class Recorded(Sequence[Any]):
+    """One implementation's graphs by placement, each recorded when a round first replays it: a
+    round budget (`max_seconds`) that stops the replays early leaves the placements it never
+    reached unrecorded, and at the largest kernels recording every placement took longer than
+    the replays themselves (15 placements of 20 calls of a 2.7 ms matmul, for each implementation).
+    Placement `first` is recorded at once, so a call that cannot be recorded is known before any
+    round starts."""
+
+    def __init__(self, call: Callable[[], Any], calls_per_replay: int, placements: int, first: int = 0) -> None:
+        self.call, self.calls_per_replay, self.placements = call, calls_per_replay, max(1, placements)
+        self._graphs: dict[int, Any] = {}
+        self[first % self.placements]
+
+    def __len__(self) -> int:
+        return self.placements
+
+    def __getitem__(self, p: Any) -> Any:
+        if not isinstance(p, int):
+            raise TypeError("a placement is an int")
+        p %= self.placements
+        if p not in self._graphs:
+            select = getattr(self.call, "select", None)
+            if select is not None:
+                select(p)
+            self._graphs[p] = record(self.call, self.calls_per_replay)
+        return self._graphs[p]
+
+    @property
+    def recorded(self) -> int:
+        """How many placements were recorded."""
+        return len(self._graphs)
+
+    def clear(self) -> None:
+        self._graphs.clear()
+
+
 def measure_group(op: str, shape: str, calls: Mapping[str, Callable[[], Any]], calls_per_replay: int, replays: int,
                   max_seconds: float = float("inf"), placements: int = 1,
                   sequence: Sequence[int] | None = None) -> list[dict[str, Any]]:
     """The graph table's rows of a group, one per implementation in the order of `calls`: each
-    implementation recorded on each of its placements (harness.ops.bind_group; up to
-    `placements`), then all replayed in interleaved rounds (module docstring) on the placements
-    `sequence` gives round by round, `max_seconds` per implementation. An implementation whose
-    call cannot be recorded gets status 'not capturable' with the reason (the cross-check is then
-    skipped for it, and the report says so); the others are replayed without it."""
+    implementation recorded on its placements (harness.ops.bind_group; up to `placements`, each
+    when a round first needs it: `Recorded`), and all replayed in interleaved rounds (module
+    docstring) on the placements `sequence` gives round by round, `max_seconds` per
+    implementation. An implementation whose call cannot be recorded gets status 'not capturable'
+    with the reason (the cross-check is then skipped for it, and the report says so); the others
+    are replayed without it."""
     rows: dict[str, dict[str, Any]] = {}
-    graphs: dict[str, list[Any]] = {}
+    graphs: dict[str, Recorded] = {}
+    first = sequence[0] if sequence else 0
     for impl, call in calls.items():
         rows[impl] = {"op": op, "shape": shape, "impl": impl, "calls_per_replay": calls_per_replay, "replays": replays}
-        select = getattr(call, "select", None)
-        places = max(1, placements) if select is not None else 1
+        places = max(1, placements) if getattr(call, "select", None) is not None else 1
         try:
-            recorded = []
-            for p in range(places):
-                if select is not None:
-                    select(p)
-                recorded.append(record(call, calls_per_replay))
-            graphs[impl] = recorded
+            graphs[impl] = Recorded(call, calls_per_replay, places, first)
         except Exception as exc:  # a library call that synchronises or allocates cannot be captured
             rows[impl].update(status="not capturable", reason=_not_capturable(exc), graph_median_us=None,
                               graph_min_us=None, graph_max_us=None)
-    # a call without placements has one graph: it serves every round
+    # a call without placements has one graph: it serves every round (Recorded wraps the placement)
     widest = max((len(g) for g in graphs.values()), default=1)
-    spread = {impl: [g[p % len(g)] for p in range(widest)] for impl, g in graphs.items()}
+    spread = {impl: _Widened(g, widest) for impl, g in graphs.items()}
     times = replay_rounds(spread, calls_per_replay, replays, max_seconds * max(1, len(spread)), sequence)
     for impl, values in times.items():
         rows[impl].update(status="ok", reason="", replays=len(values), graph_median_us=statistics.median(values),
                           graph_min_us=min(values), graph_max_us=max(values))
+    for recorded in graphs.values():
+        recorded.clear()
     graphs.clear()
     spread.clear()
     return [rows[impl] for impl in calls]
+
+
+class _Widened(Sequence[Any]):
+    """A Recorded seen as `width` placements (a call with fewer serves every round from its own)."""
+
+    def __init__(self, graphs: Recorded, width: int) -> None:
+        self.graphs, self.width = graphs, width
+
+    def __len__(self) -> int:
+        return self.width
+
+    def __getitem__(self, p: Any) -> Any:
+        return self.graphs[p]
 
 
 def measure(op: str, shape: str, impl: str, call: Callable[[], Any], calls_per_replay: int, replays: int,

@@ -18,8 +18,10 @@ captured in interleaved rounds, and timed by event spans and graph replay.
    `capture.max_calls`). The same count for all keeps what one slot shares with the next (the L2
    the previous implementation left, the clocks) the same for all.
 3. **Spans**, before the profiler range opens: `span.rounds` rounds of `span.samples / rounds`
-   samples each, in the rounds' orders and placements (below), each implementation's samples
-   after one untimed call; each sample is a CUDA-event span around one call, waited for.
+   samples each (fewer where the slowest implementation's would take over `span.max_seconds`,
+   at least MIN_SPAN_SAMPLES in all), in the rounds' orders and placements (below), each
+   implementation's samples after one untimed call; each sample is a CUDA-event span around one
+   call, waited for.
 4. **Graph replay** (the cross-check of the kernel time, harness.measure.graph_replay): each
    implementation recorded into a graph per placement, the graphs replayed in interleaved rounds,
    in the rounds' orders and placements.
@@ -64,6 +66,7 @@ from harness.errors import EvidenceError
 from harness.gpu.deadline import deadline
 from harness.gpu.device import require_gpu
 from harness.io import write_json
+from harness.launch import cuda as cuda_launch
 from harness.measure import graph_replay, idle_start
 from harness.measure.check import crash_message, failure, run_check, unmeasured_record
 from harness.measure.order import balanced, place, round_placements
@@ -122,8 +125,11 @@ def _event_us(torch: Any, call: Callable[[], Any], calls: int) -> float:
     return start.elapsed_time(end) * 1000.0 / calls
 
 
-def checks(plan: Mapping[str, Any], progress: Progress) -> dict[str, dict[str, Any]]:
-    """Each implementation's check record; a crash or a hang ends the process (module docstring)."""
+def checks(plan: Mapping[str, Any], progress: Progress,
+           seconds: dict[str, float] | None = None) -> dict[str, dict[str, Any]]:
+    """Each implementation's check record; a crash or a hang ends the process (module docstring).
+    Where `seconds` is given, each part of each check adds its seconds there as `check <part>`
+    (harness.measure.check.run_check's parts, summed over the implementations)."""
     out: dict[str, dict[str, Any]] = {}
     limit = float(plan.get("check_s", CHECK_S))
     for impl in plan["impls"]:
@@ -139,6 +145,11 @@ def checks(plan: Mapping[str, Any], progress: Progress) -> dict[str, dict[str, A
         try:
             with deadline(limit, f"the check of {plan['op']} {plan['shape']} {impl}", stop=hung):
                 record = run_check(plan["op"], plan["shape"], impl, plan["params"], plan["seed"])
+                parts = record.pop("seconds", None) or {}
+                if seconds is not None:
+                    for part, value in parts.items():
+                        seconds[f"check {part}"] = seconds.get(f"check {part}", 0.0) + value
+                    seconds[f"check {impl}"] = sum(parts.values())
         except baseline.CannotMeasure as exc:
             if crash_message(exc.__cause__ or exc, plan["op"], plan["shape"], impl) is not None:
                 raise
@@ -158,12 +169,15 @@ def checks(plan: Mapping[str, Any], progress: Progress) -> dict[str, dict[str, A
 
 
 def capture_rounds(torch: Any, calls: Mapping[str, Callable[[], Any]], per_round: Mapping[str, int], rounds: int,
-                   profile: bool, placements: list[int] | None = None) -> None:
-    """The captured rounds (module docstring, step 5); round r on `placements[r]`."""
+                   profile: bool, placements: list[int] | None = None) -> float:
+    """The captured rounds (module docstring, step 5); round r on `placements[r]`. Returns the
+    seconds the profiler's start took (nsys begins its capture there)."""
     order = list(calls)
     torch.cuda.synchronize()
+    started = time.perf_counter()
     if profile:  # closed by the process's exit (module docstring, step 5)
         torch.cuda.profiler.start()
+    started = time.perf_counter() - started
     push, pop = torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop
     for r in range(rounds):
         place(calls, placements[r] if placements else 0)
@@ -177,13 +191,32 @@ def capture_rounds(torch: Any, calls: Mapping[str, Callable[[], Any]], per_round
             pop()
             pop()
         torch.cuda.synchronize()
+    return started
+
+
+MIN_SPAN_SAMPLES = 30
+"""The fewest span samples an implementation gets, whatever `span.max_seconds` says."""
+
+
+def span_samples_per_round(samples: int, rounds: int, slowest_us: float, max_seconds: float) -> int:
+    """Span samples per implementation and round: `samples` over the rounds, fewer where the
+    slowest implementation's calls (`slowest_us` each, by the warm-up's events) would take longer
+    than `max_seconds` in all, but never fewer than MIN_SPAN_SAMPLES in all (the same number for
+    every implementation, as the capture's calls per round)."""
+    rounds = max(1, rounds)
+    per_round = max(1, samples // rounds)
+    if not (slowest_us > 0 and math.isfinite(slowest_us) and math.isfinite(max_seconds)):
+        return per_round
+    within = max(MIN_SPAN_SAMPLES, int(max_seconds * 1e6 / slowest_us))
+    return max(1, min(per_round, math.ceil(within / rounds)))
 
 
 def span_samples(torch: Any, calls: Mapping[str, Callable[[], Any]], op: str, shape: str, samples: int,
-                 rounds: int, placements: list[int] | None = None) -> list[dict[str, Any]]:
-    """Event spans (module docstring, step 3): one row per sample."""
+                 rounds: int, placements: list[int] | None = None, per_round: int | None = None) -> list[dict[str, Any]]:
+    """Event spans (module docstring, step 3): one row per sample, `per_round` samples of each
+    implementation per round (by default `samples` over the rounds)."""
     order = list(calls)
-    per_round = max(1, samples // max(1, rounds))
+    per_round = per_round or max(1, samples // max(1, rounds))
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     rows: list[dict[str, Any]] = []
     for r in range(rounds):
@@ -220,7 +253,7 @@ def run(plan: Mapping[str, Any]) -> dict[str, Any]:
     cap, span, cc = plan["capture"], plan["span"], plan["cross_check"]
 
     if plan.get("check", True):
-        records = checks(plan, progress)
+        records = checks(plan, progress, seconds)
     else:  # the counters' run: the measure step already checked these
         records = {impl: {"op": op, "shape": shape, "impl": impl, "passed": True} for impl in plan["impls"]}
     seconds["checks"] = time.perf_counter() - t0
@@ -250,7 +283,11 @@ def run(plan: Mapping[str, Any]) -> dict[str, Any]:
             for _ in range(int(span["warmup"])):
                 call()
         torch.cuda.synchronize()
-        spans = span_samples(torch, calls, op, shape, int(span["samples"]), int(span["rounds"]), sequence)
+        per_round_spans = span_samples_per_round(int(span["samples"]), int(span["rounds"]),
+                                                 max(per_call.values(), default=float("nan")),
+                                                 float(span.get("max_seconds", float("inf"))))
+        spans = span_samples(torch, calls, op, shape, int(span["samples"]), int(span["rounds"]), sequence,
+                             per_round_spans)
         seconds["spans"] = time.perf_counter() - t
         if cc["enabled"]:
             t = time.perf_counter()
@@ -270,7 +307,8 @@ def run(plan: Mapping[str, Any]) -> dict[str, Any]:
     t = time.perf_counter()
     progress.mark("capture")
     if passed:
-        capture_rounds(torch, calls, per_round, int(cap["rounds"]), bool(plan.get("profile", True)), sequence)
+        seconds["profiler_start"] = capture_rounds(torch, calls, per_round, int(cap["rounds"]),
+                                                   bool(plan.get("profile", True)), sequence)
     seconds["capture"] = time.perf_counter() - t
     seconds["total"] = time.perf_counter() - t0
     results = {
@@ -280,7 +318,7 @@ def run(plan: Mapping[str, Any]) -> dict[str, Any]:
         "warmup_us_per_call": {i: per_call[i] for i in passed},
         "launch_paths": {impl: str(getattr(call, "launch_path", "direct")) for impl, call in calls.items()},
         "input_sets": {impl: int(getattr(call, "input_sets", 1)) for impl, call in calls.items()},
-        "spans": spans, "graphs": graphs, "seconds": seconds,
+        "spans": spans, "graphs": graphs, "seconds": seconds, "modules": cuda_launch.loaded(),
         "span_median_us": {i: statistics.median([s["span_us"] for s in spans if s["impl"] == i])
                            for i in passed if any(s["impl"] == i for s in spans)},
     }

@@ -125,6 +125,7 @@ def measure(*, op: str, shape: str, impls: Sequence[str], plan: Mapping[str, Any
             record = checks.get(impl)
             if record is not None and not record["passed"]:
                 print(f"not timed: {record.get('error') or failure(record)}")
+        derived = time.time()
         launches = derive.launch_rows(files["export"], op, shape) if info is not None and results["passed"] else []
         write_csv(launches, derive.LAUNCH_COLUMNS, files["launches"])
         write_csv(results.get("spans") or [], derive.SPAN_SAMPLE_COLUMNS, files["spans"])
@@ -134,6 +135,7 @@ def measure(*, op: str, shape: str, impls: Sequence[str], plan: Mapping[str, Any
                  *capture.keep_clean([files["report"], files["export"], Path(log)], capture.outside_values())]
         for note in leaks:
             print(f"environment: {note}")
+        derived = time.time() - derived
         flags = sampler.flags()
         for flag in flags:
             print(f"capture disturbed: {flag}")
@@ -143,10 +145,13 @@ def measure(*, op: str, shape: str, impls: Sequence[str], plan: Mapping[str, Any
             "placements": results.get("placements", 1), "round_placements": results.get("round_placements"),
             "calls_per_round": results.get("calls_per_round", {}), "launch_paths": results.get("launch_paths", {}),
             "input_sets": results.get("input_sets", {}), "warmup_us_per_call": results.get("warmup_us_per_call", {}),
+            "modules": results.get("modules", []),
             "crashed": crashed, "gpu_uuid": uuid,
             "gpu": {"before": before, "waited_s": waited, "during": sampler.summary(), "after": after},
             "span": {"exclusive": exclusive, "threads": threads, "measured": "in the group process, before the capture range opened"},
             "seconds": {**(results.get("seconds") or {}), "profile": profiled if info is not None else None,
+                        **{f"profile {k}": v for k, v in ((info or {}).get("seconds") or {}).items()},
+                        "derive": derived,
                         "job": time.time() - started},
             "nsys": (info or {}).get("nsys"), "nsys_version": export.get("nsys_version"), "export": export,
             "env_rows_removed": (info or {}).get("env_rows_removed"), "environment_removed": leaks,

@@ -84,6 +84,18 @@ def measured_with(capture_metas: list[dict[str, Any]]) -> tuple[dict[str, str], 
     return {k: "; ".join(sorted(v)) for k, v in seen.items()}, hosts
 
 
+def kernel_modules(capture_metas: list[dict[str, Any]]) -> dict[str, int]:
+    """How the group processes got the modules of our CUDA kernels, counted over the groups: the
+    build's cubin from the build cache ('build cache') or compiled at run time ('compiled';
+    harness.launch.modules). Each group's record lists its own."""
+    counts: dict[str, int] = {}
+    for m in capture_metas:
+        for loaded in m.get("modules") or []:
+            how = "build cache" if str(loaded.get("module", "")).startswith("build cache") else "compiled"
+            counts[how] = counts.get(how, 0) + 1
+    return counts
+
+
 def collect(cfg: dict[str, Any], capture_metas: list[dict[str, Any]], commands_file: str | Path) -> dict[str, Any]:
     """The namespace's provenance from its group records (each records its GPU, tools and host)."""
     gpus = sorted({(g.get("name", ""), g.get("uuid", "")) for m in capture_metas for g in m.get("export", {}).get("gpus", [])})
@@ -101,6 +113,7 @@ def collect(cfg: dict[str, Any], capture_metas: list[dict[str, Any]], commands_f
         "versions": {**measured_versions, "nsys": "; ".join(nsys_versions)},
         "gpus": [{"name": n, "uuid": u} for n, u in gpus],
         "gpu_state_before_captures": [m.get("gpu") for m in capture_metas if m.get("gpu")][:1],
+        "kernel_modules": kernel_modules(capture_metas),
         "commands": commands(commands_file),
         "python_executable": sys.executable,
     }

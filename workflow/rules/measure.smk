@@ -3,9 +3,10 @@
 # `counters` reads their hardware counters; both carry group gpu-<op>-<shape>, so on a cluster the
 # group is one job holding one GPU, and on one host the lock in harness/gpu/lock.py keeps both on
 # the group's GPU. Each declares resources gpu=1 and the default profile allows one at a time.
-# A group compiles its kernels itself (CuPy's and Triton's caches make that cheap after the build
-# job), so it does not wait for the build: an edit of the operation's sources reruns both, and a
-# shape added to the operation reruns the build but no finished group.
+# A group loads the cubins the build left (harness/launch/modules.py; builds run first, by their
+# priority) and compiles through CuPy what it finds none for, so it does not wait for the build: an
+# edit of the operation's sources reruns both, and a shape added to the operation reruns the build
+# but no finished group.
 
 
 rule measure:

@@ -29,7 +29,8 @@ def test_defaults_are_filled_in() -> None:
         "default": "8x8", "sweep": ["8x8"], "tolerance": {"atol": 1e-4, "rtol": 1e-4}}}})
     assert cfg["capture"] == {"warmup": 10, "rounds": 60, "round_us": 300, "max_calls": 100, "placements": 15}
     assert cfg["verdict"] == {"margin": 0.01}
-    assert cfg["span"] == {"samples": 300, "rounds": 3, "warmup": 20, "exclusive": True}
+    assert cfg["span"] == {"samples": 300, "rounds": 3, "warmup": 20, "max_seconds": 0.25, "exclusive": True}
+    assert cfg["cross_check"]["max_seconds"] == 0.25
     assert cfg["implementations"] == ["cuda", "triton", "torch"]
     assert cfg["arch"] == "sm_90"
     assert cfg["operations"]["layernorm"]["eps"] == 1e-5

@@ -64,8 +64,8 @@ fi
 [ "${PROBE:-0}" = 1 ] && python3 scripts/probe_starts.py --out "$OUT" ${PROBE_ONLY:+--only "$PROBE_ONLY"}
 if [ "${PIPELINE:-1}" = 1 ]; then
   t1=$(date +%s)
-  if [ "${AS_TYPED:-0}" = 1 ]; then  # the README's main command, word for word
-    timeout -s INT "${SNAKE_TIMEOUT:-540}" snakemake --cores 1 report >> "$OUT/snakemake.txt" 2>&1
+  if [ "${AS_TYPED:-0}" = 1 ]; then  # the README's main command, word for word (with CONFIGFILE, its quick one)
+    timeout -s INT "${SNAKE_TIMEOUT:-540}" snakemake --cores 1 report ${CONFIGFILE:+--configfile "$CONFIGFILE"} >> "$OUT/snakemake.txt" 2>&1
   else
     timeout -s INT "${SNAKE_TIMEOUT:-540}" snakemake "${@:-report}" --cores "${CORES:-4}" ${GPU_SLOTS:+--resources gpu="$GPU_SLOTS"} --keep-going --rerun-incomplete ${CONFIGFILE:+--configfile "$CONFIGFILE"} ${named:+--config namespace="$named"} >> "$OUT/snakemake.txt" 2>&1
   fi

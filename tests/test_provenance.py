@@ -60,3 +60,12 @@ def test_versions_and_hosts_come_from_the_capture_jobs() -> None:
     assert hosts == ["gpu-node-1", "gpu-node-2"]
     local, local_hosts = provenance.measured_with([{"op": "x"}])  # metadata from before this was recorded
     assert local == provenance.versions() and len(local_hosts) == 1
+
+
+def test_kernel_modules_are_counted_by_where_they_came_from() -> None:
+    records = [{"modules": [{"source": "a.cu", "kernel": "k<1>", "options": "-std=c++17", "module": "build cache 0123abcd"},
+                            {"source": "a.cu", "kernel": "k<2>", "options": "-std=c++17", "module": "compiled"}]},
+               {"modules": [{"source": "b.cu", "kernel": "f", "options": "", "module": "build cache 4567ef01"}]},
+               {}]  # a record of before the modules were listed
+    assert provenance.kernel_modules(records) == {"build cache": 2, "compiled": 1}
+    assert provenance.kernel_modules([{}]) == {}

@@ -125,3 +125,16 @@ def test_where_each_groups_time_went_is_written_and_read_back_from_a_clone(tmp_p
     shutil.rmtree(ns / "benchmarks")  # a fresh clone: the committed table answers
     assert cli(["job-times", "ns", "--artifacts", str(tmp_path / "artifacts")]) == 0
     assert "measure groups: 2, 15.0 s in the measure step" in capsys.readouterr().out
+
+
+def test_group_rows_do_not_depend_on_the_order_of_phases(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The phases worked out (nsys_end, outside) and those read from the record land under their own
+    names whatever the order of PHASES: reversed, every value is the same."""
+    seconds = {"start_up": 0.5, "gpu_init": 2.0, "checks": 1.0, "spans": 0.25, "graph_replay": 0.5, "capture": 0.25,
+               "total": 2.0, "profile nsys": 6.0, "job": 7.5}
+    _record(tmp_path / "measure" / "softmax" / "8x8", seconds)
+    rows = job_times.group_rows(tmp_path / "measure")
+    assert rows[0]["nsys_end"] == 1.5 and rows[0]["outside"] == 1.5 and rows[0]["start_up"] == 0.5
+    assert rows[0]["idle_starts"] is None
+    monkeypatch.setattr(job_times, "PHASES", list(reversed(job_times.PHASES)))
+    assert job_times.group_rows(tmp_path / "measure") == rows

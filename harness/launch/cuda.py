@@ -85,8 +85,12 @@ def built_module_key(filename: str, options: tuple[str, ...], name_expression: s
                      nvrtc_version: str) -> str:
     """The key under which the build keeps the module of this compile (harness.launch.modules): the
     one the build's offline compile of the same source, options and expression stores under."""
-    return modules.key(read_source(filename), modules.nvrtc_options(options, arch), name_expression, nvrtc_version,
-                       arch)
+    return _module_key(read_source(filename), options, name_expression, arch, nvrtc_version)
+
+
+def _module_key(source: str, options: tuple[str, ...], name_expression: str, arch: str, nvrtc_version: str) -> str:
+    """built_module_key of a source's text already read."""
+    return modules.key(source, modules.nvrtc_options(options, arch), name_expression, nvrtc_version, arch)
 
 
 @functools.cache
@@ -100,7 +104,7 @@ def _raw_module(filename: str, options: tuple[str, ...], name_expressions: tuple
     source = read_source(filename)
     if len(name_expressions) == 1:
         expr = name_expressions[0]
-        key = built_module_key(filename, options, expr, _device_arch(), _nvrtc_version())
+        key = _module_key(source, options, expr, _device_arch(), _nvrtc_version())
         found = modules.load(key)
         if found is not None:
             _LOADED[(filename, expr, options)] = f"build cache {key[:16]}"

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -82,10 +83,7 @@ def store(key_: str, cubin: bytes, lowered: str) -> None:
     except OSError:
         pass  # another writer's entry, or no room
     finally:
-        if partial.exists():
-            for file in partial.iterdir():
-                file.unlink(missing_ok=True)
-            partial.rmdir()
+        shutil.rmtree(partial, ignore_errors=True)
 
 
 def load(key_: str) -> tuple[Path, str] | None:

@@ -133,20 +133,22 @@ def _not_capturable(exc: BaseException) -> str:
 
 
 class Recorded(Sequence[Any]):
-    """One implementation's graphs by placement, each recorded when a round first replays it: a
-    round budget (`max_seconds`) that stops the replays early leaves the placements it never
-    reached unrecorded, and at the largest kernels recording every placement took longer than
-    the replays themselves (15 placements of 20 calls of a 2.7 ms matmul, for each implementation).
-    Placement `first` is recorded at once, so a call that cannot be recorded is known before any
-    round starts."""
+    """One implementation's graphs by placement, each recorded when a round first replays it:
+    recording only what a round replays records no placement that is never replayed (a round
+    budget, `max_seconds`, that stops the replays early leaves the placements it never reached
+    unrecorded). Placement `first` is recorded at once, so a call that cannot be recorded is known
+    before any round starts. `width`, its len for replay_rounds, is its own number of placements
+    until measure_group sets it to the group's widest: a call with fewer placements then serves
+    every round from its own (placement p is p modulo its own)."""
 
     def __init__(self, call: Callable[[], Any], calls_per_replay: int, placements: int, first: int = 0) -> None:
         self.call, self.calls_per_replay, self.placements = call, calls_per_replay, max(1, placements)
+        self.width = self.placements
         self._graphs: dict[int, Any] = {}
         self[first % self.placements]
 
     def __len__(self) -> int:
-        return self.placements
+        return self.width
 
     def __getitem__(self, p: Any) -> Any:
         if not isinstance(p, int):
@@ -158,11 +160,6 @@ class Recorded(Sequence[Any]):
                 select(p)
             self._graphs[p] = record(self.call, self.calls_per_replay)
         return self._graphs[p]
-
-    @property
-    def recorded(self) -> int:
-        """How many placements were recorded."""
-        return len(self._graphs)
 
     def clear(self) -> None:
         self._graphs.clear()
@@ -190,30 +187,17 @@ def measure_group(op: str, shape: str, calls: Mapping[str, Callable[[], Any]], c
             rows[impl].update(status="not capturable", reason=_not_capturable(exc), graph_median_us=None,
                               graph_min_us=None, graph_max_us=None)
     # a call without placements has one graph: it serves every round (Recorded wraps the placement)
-    widest = max((len(g) for g in graphs.values()), default=1)
-    spread = {impl: _Widened(g, widest) for impl, g in graphs.items()}
-    times = replay_rounds(spread, calls_per_replay, replays, max_seconds * max(1, len(spread)), sequence)
+    widest = max((g.placements for g in graphs.values()), default=1)
+    for g in graphs.values():
+        g.width = widest
+    times = replay_rounds(graphs, calls_per_replay, replays, max_seconds * max(1, len(graphs)), sequence)
     for impl, values in times.items():
         rows[impl].update(status="ok", reason="", replays=len(values), graph_median_us=statistics.median(values),
                           graph_min_us=min(values), graph_max_us=max(values))
     for recorded in graphs.values():
         recorded.clear()
     graphs.clear()
-    spread.clear()
     return [rows[impl] for impl in calls]
-
-
-class _Widened(Sequence[Any]):
-    """A Recorded seen as `width` placements (a call with fewer serves every round from its own)."""
-
-    def __init__(self, graphs: Recorded, width: int) -> None:
-        self.graphs, self.width = graphs, width
-
-    def __len__(self) -> int:
-        return self.width
-
-    def __getitem__(self, p: Any) -> Any:
-        return self.graphs[p]
 
 
 def measure(op: str, shape: str, impl: str, call: Callable[[], Any], calls_per_replay: int, replays: int,

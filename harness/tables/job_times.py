@@ -56,10 +56,12 @@ def group_rows(measure: str | Path) -> list[dict[str, Any]]:
         if not isinstance(s, dict) or not isinstance(s.get("job"), (int, float)) or s.get("profile nsys") is None:
             continue
         inside = [float(s.get(k) or 0.0) for k in ("start_up", "gpu_init", "total")]
+        # the phases worked out from the others; every other phase is read as the record holds it
+        derived = {"nsys_end": float(s["profile nsys"]) - math.fsum(inside),
+                   "outside": float(s["job"]) - float(s["profile nsys"])}
         row: dict[str, Any] = {"op": path.parent.parent.name, "shape": path.parent.name, "job": float(s["job"])}
-        row.update({k: (float(s[k]) if isinstance(s.get(k), (int, float)) else None) for k in PHASES[:-2]})
-        row["nsys_end"] = float(s["profile nsys"]) - math.fsum(inside)
-        row["outside"] = float(s["job"]) - float(s["profile nsys"])
+        row.update({k: derived[k] if k in derived else (float(s[k]) if isinstance(s.get(k), (int, float)) else None)
+                    for k in PHASES})
         rows.append(row)
     return rows
 

@@ -10,6 +10,7 @@ Commands:
   retrust NAMESPACE                                               re-derive a namespace's controls, drift and reports (CPU)
   regroup NAMESPACE [--dry-run]                                   clear the groups measured on more than one GPU, to re-measure them
   job-times NAMESPACE                                              where a run's time went (writes tables/job_times.csv)
+  between-runs NAMESPACE ...                                       the between-run component of the ratios' intervals, for the config
   verify BUNDLE                                                    check a bundle: hashes, re-derived tables, report figures
                                                                    (exit 0 verified, 1 mismatches, 2 unusable input)
 
@@ -24,7 +25,7 @@ import sys
 
 from harness.errors import EvidenceError, shown
 
-USAGE = "usage: python -m harness {nsys,group,config,history,compare,retrust,regroup,bundle,verify,job-times} ..."
+USAGE = "usage: python -m harness {nsys,group,config,history,compare,retrust,regroup,bundle,verify,job-times,between-runs} ..."
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,6 +69,10 @@ def main(argv: list[str] | None = None) -> int:
             from harness.tables import job_times
 
             return job_times.main(rest)
+        if command == "between-runs":
+            from harness.evidence import between_runs
+
+            return between_runs.main(rest)
         if command == "group":
             from harness.measure import group
 

@@ -53,7 +53,7 @@ class Spread:
         return stats.t_quantile(0.975, g - 1) * self.sd / math.sqrt(g) / self.mean
 
 
-def _config(ns_dir: Path) -> dict:
+def namespace_config(ns_dir: Path) -> dict:
     if not ns_dir.is_dir():
         raise EvidenceError(f"placements: there is no namespace {ns_dir.name} under {ns_dir.parent}.")
     path = ns_dir / "provenance.json"
@@ -72,7 +72,7 @@ def spreads(ns_dir: str | Path, a: str = "cuda", b: str = "triton",
     captured (`shapes`: op -> shapes, all by default), in the order of rounds.csv. Raises
     EvidenceError where the namespace has no rounds table or ran on one placement."""
     ns_dir = Path(ns_dir)
-    cfg = _config(ns_dir)
+    cfg = namespace_config(ns_dir)
     count = int((cfg.get("capture") or {}).get("placements") or 1)
     if count < 2 or str(cfg.get("cache_mode", "hot")) != "hot":
         raise EvidenceError(f"placements: {ns_dir.name} ran its rounds on one placement, so there is no spread over placements.")
@@ -99,5 +99,5 @@ def spreads(ns_dir: str | Path, a: str = "cuda", b: str = "triton",
 
 def defaults(ns_dir: str | Path) -> dict[str, list[str]]:
     """op -> [its default shape] from the namespace's configuration."""
-    ops = _config(Path(ns_dir)).get("operations") or {}
+    ops = namespace_config(Path(ns_dir)).get("operations") or {}
     return {str(op): [str(spec["default"])] for op, spec in ops.items() if isinstance(spec, dict) and "default" in spec}

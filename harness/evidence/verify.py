@@ -370,7 +370,8 @@ def _check_tables(dest: Path, cfg: Mapping[str, Any], ns: str, work: Path, drift
             groups, namespace=str(cfg["namespace"]), cache_mode=str(cfg["cache_mode"]),
             descriptions=hconfig.variant_descriptions(cfg), ceilings=ceilings,
             cross_check={k: cfg["cross_check"][k] for k in ("rtol", "atol_us_per_kernel")},
-            margin=float((cfg.get("verdict") or {}).get("margin", 0.01))))
+            margin=float((cfg.get("verdict") or {}).get("margin", 0.01)),
+            between_runs=(cfg.get("verdict") or {}).get("between_runs")))
     except Exception as exc:  # noqa: BLE001 - an unknown operation, a malformed record: one finding
         return problems + [f"The tables cannot be re-derived from the bundle's groups "
                            f"({type(exc).__name__}: {_show(exc, 120)})."]

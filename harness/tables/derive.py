@@ -65,20 +65,20 @@ and, where the run asked for it, its idle-start timing (harness.measure.idle_sta
 ROUND_COLUMNS = ["namespace", "op", "shape", "impl", "round", "calls", "kernel_time_us"]
 """rounds.csv: each implementation's kernel time per call in each round of its capture (what the
 intervals resample; `python -m harness compare` reads it across namespaces)."""
-RATIO_COLUMNS = ["ratio", "ratio_lo", "ratio_hi", "half_width", "verdict"]
+RATIO_COLUMNS = ["ratio", "ratio_lo", "ratio_hi", "half_width", "verdict", "between_runs"]
 SWEEP_IMPLS = ("cuda", "triton", "torch", "external")
 SWEEP_COLUMNS = [
     "namespace", "op", "shape", "cache_mode", "bytes_moved", "flops", "cuda_us", "triton_us", "torch_us",
     "external_us", "cuda_over_triton", "cuda_over_triton_lo", "cuda_over_triton_hi", "cuda_vs_triton",
     "cuda_over_torch", "cuda_over_torch_lo", "cuda_over_torch_hi", "cuda_vs_torch",
     "external_over_triton", "external_over_triton_lo", "external_over_triton_hi", "external_vs_triton",
-    "half_width", "margin", "rounds", "gpus", "placements",
+    "half_width", "between_runs", "margin", "rounds", "gpus", "placements",
 ]
 VARIANT_COLUMNS = ["namespace", "op", "shape", "variant", "base", "description", "cache_mode", "base_us",
-                   "variant_us", "ratio", "ratio_lo", "ratio_hi", "verdict", "half_width", "margin"]
+                   "variant_us", "ratio", "ratio_lo", "ratio_hi", "verdict", "half_width", "between_runs", "margin"]
 
 CHANGE_COLUMNS = ["namespace", "op", "shape", "impl", "revision", "commit", "commit_date", "cache_mode", "current_us",
-                  "baseline_us", "ratio", "ratio_lo", "ratio_hi", "verdict", "half_width", "margin"]
+                  "baseline_us", "ratio", "ratio_lo", "ratio_hi", "verdict", "half_width", "between_runs", "margin"]
 """change.csv: each implementation of ours against itself at a baseline revision, measured in the
 same group: ratio = current / baseline (below 1: the change made it faster), its paired interval
 over the rounds and the verdict."""
@@ -247,19 +247,23 @@ def placements(group: Group) -> list[int] | None:
 
 
 def ratio(per_round: Mapping[str, Sequence[float]], a: str, b: str, key: Sequence[str],
-          margin: float = stats.MARGIN, clusters: Sequence[int] | None = None) -> dict[str, Any]:
+          margin: float = stats.MARGIN, clusters: Sequence[int] | None = None,
+          between_runs: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """RATIO_COLUMNS of a/b from the rounds of one capture (paired; `clusters` the placement of
-    each round), or empty values where either was not captured."""
+    each round), or empty values where either was not captured. The interval is widened by the
+    between-run component of a/b at the key's operation (`between_runs`, the config's
+    `verdict.between_runs`; harness.tables.stats), whose relative half-width is `between_runs`."""
     if a not in per_round or b not in per_round or not per_round[a] or not per_round[b]:
         return {c: None for c in RATIO_COLUMNS}
     r, lo, hi = stats.ratio_interval(per_round[a], per_round[b], paired=True, seed=stats.seed_of(*key, a, b),
                                      clusters=clusters)
+    lo, hi, added = stats.widen(r, lo, hi, *stats.between_run(between_runs, key[0], a, b))
     return {"ratio": r, "ratio_lo": lo, "ratio_hi": hi, "half_width": stats.half_width(lo, hi, r),
-            "verdict": stats.verdict(lo, hi, margin)}
+            "verdict": stats.verdict(lo, hi, margin), "between_runs": added}
 
 
 def _sweep_row(group: Group, kt_rows: list[dict[str, Any]], namespace: str, cache_mode: str,
-               margin: float) -> dict[str, Any]:
+               margin: float, between_runs: Mapping[str, Any] | None = None) -> dict[str, Any]:
     op, shape = group.key
     per_round = round_values(group)
     t = {r["impl"]: r["kernel_time_us"] for r in kt_rows}
@@ -271,16 +275,17 @@ def _sweep_row(group: Group, kt_rows: list[dict[str, Any]], namespace: str, cach
     for impl in SWEEP_IMPLS:
         row[f"{impl}_us"] = t.get(impl)
     for a, b in (("cuda", "triton"), ("cuda", "torch"), ("external", "triton")):
-        r = ratio(per_round, a, b, (op, shape), margin, placements(group))
+        r = ratio(per_round, a, b, (op, shape), margin, placements(group), between_runs)
         row[f"{a}_over_{b}"], row[f"{a}_over_{b}_lo"], row[f"{a}_over_{b}_hi"] = r["ratio"], r["ratio_lo"], r["ratio_hi"]
         row[f"{a}_vs_{b}"] = r["verdict"]
         if (a, b) == ("cuda", "triton"):
-            row["half_width"] = r["half_width"]
+            row["half_width"], row["between_runs"] = r["half_width"], r["between_runs"]
     return row
 
 
 def _variant_rows(group: Group, kt_rows: list[dict[str, Any]], descriptions: Mapping[str, str], namespace: str,
-                  cache_mode: str, margin: float) -> list[dict[str, Any]]:
+                  cache_mode: str, margin: float,
+                  between_runs: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     op, shape = group.key
     per_round = round_values(group)
     t = {r["impl"]: r["kernel_time_us"] for r in kt_rows}
@@ -289,7 +294,7 @@ def _variant_rows(group: Group, kt_rows: list[dict[str, Any]], descriptions: Map
         base, name = config_variants.split(impl)
         if name is None:
             continue
-        r = ratio(per_round, impl, base, (op, shape), margin, placements(group))
+        r = ratio(per_round, impl, base, (op, shape), margin, placements(group), between_runs)
         out.append({"namespace": namespace, "op": op, "shape": shape, "variant": impl, "base": base,
                     "description": descriptions.get(name, ""), "cache_mode": cache_mode,
                     "base_us": t.get(base), "variant_us": t.get(impl), **r, "margin": margin})
@@ -297,7 +302,7 @@ def _variant_rows(group: Group, kt_rows: list[dict[str, Any]], descriptions: Map
 
 
 def _change_rows(group: Group, kt_rows: list[dict[str, Any]], namespace: str, cache_mode: str,
-                 margin: float) -> list[dict[str, Any]]:
+                 margin: float, between_runs: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """change.csv rows of a group (CHANGE_COLUMNS): one per implementation '<impl>@<revision>' it
     captured beside '<impl>'."""
     op, shape = group.key
@@ -309,7 +314,7 @@ def _change_rows(group: Group, kt_rows: list[dict[str, Any]], namespace: str, ca
         ours, revision = baseline.split(impl)
         if revision is None:
             continue
-        r = ratio(per_round, ours, impl, (op, shape), margin, placements(group))
+        r = ratio(per_round, ours, impl, (op, shape), margin, placements(group), between_runs)
         out.append({"namespace": namespace, "op": op, "shape": shape, "impl": ours, "revision": revision,
                     "commit": commits.get(revision), "commit_date": dates.get(revision), "cache_mode": cache_mode,
                     "current_us": t.get(ours), "baseline_us": t.get(impl), **r, "margin": margin})
@@ -379,9 +384,11 @@ COLUMNS = {"kernel_time_detail": KERNEL_TIME_DETAIL_COLUMNS, "kernel_time": KERN
 def namespace_tables(groups: Iterable[Group], *, namespace: str, cache_mode: str,
                      descriptions: Mapping[str, Mapping[str, str]], ceilings: pd.DataFrame | None = None,
                      cross_check: Mapping[str, Any] | None = None,
-                     margin: float = stats.MARGIN) -> dict[str, list[dict[str, Any]]]:
+                     margin: float = stats.MARGIN,
+                     between_runs: Mapping[str, Any] | None = None) -> dict[str, list[dict[str, Any]]]:
     """Every table of TABLES, as rows, from the groups of a namespace: the pipeline's tables step and
-    `python -m harness verify` call this one function."""
+    `python -m harness verify` call this one function. `between_runs` is the config's
+    `verdict.between_runs` (every ratio's interval is widened by it; harness.tables.stats)."""
     import pandas as pd
 
     ceil = ceiling_values(ceilings)
@@ -399,9 +406,10 @@ def namespace_tables(groups: Iterable[Group], *, namespace: str, cache_mode: str
                           for impl, values in round_values(group).items() for r, value in enumerate(values)]
         out["span"] += _span_rows(group, namespace, cache_mode)
         out["check"] += _check_rows(group, namespace)
-        out["sweep"].append(_sweep_row(group, kt, namespace, cache_mode, margin))
-        out["variants"] += _variant_rows(group, kt, descriptions.get(group.key[0], {}), namespace, cache_mode, margin)
-        out["change"] += _change_rows(group, kt, namespace, cache_mode, margin)
+        out["sweep"].append(_sweep_row(group, kt, namespace, cache_mode, margin, between_runs))
+        out["variants"] += _variant_rows(group, kt, descriptions.get(group.key[0], {}), namespace, cache_mode, margin,
+                                         between_runs)
+        out["change"] += _change_rows(group, kt, namespace, cache_mode, margin, between_runs)
         out["cross_check"] += cross_check_rows(group, kt, float(cc["rtol"]), float(cc["atol_us_per_kernel"]),
                                                namespace, cache_mode)
         out["gpu_state"] += gpu_state_rows(group, namespace)

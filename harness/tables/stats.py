@@ -28,14 +28,24 @@ Four verdicts, a/b read as "a against b" (a: ours, b: the control):
 
 With a margin of 1%, a kernel unchanged but for its name comes out "same", and a 2% step comes out
 "faster" or "slower" once the interval is narrower than that step.
+
+**Between runs.** The interval above holds what varies inside one run. What a run fixes and the
+next draws afresh beyond the placements (the process, its calls per round, the GPU's state) can
+move a ratio further; its size is estimated from committed runs of the pipeline
+(harness.evidence.between_runs: a standard deviation `sd` of the log ratio between runs, at `df`
+degrees of freedom, per operation and pair) and kept in the config (`verdict.between_runs`). A ratio's
+interval is then widened by it (`widen`): each side's half-width and t(df) * sd * ratio added in
+quadrature. A pair without its own estimate takes the largest estimated at its operation, an
+operation without any the largest estimated at all; with no estimate configured nothing is added.
 """
 
 from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from statistics import NormalDist
+from typing import Any
 
 import numpy
 
@@ -48,7 +58,8 @@ SAME, FASTER, SLOWER, CANT_TELL = "same", "faster", "slower", "can't tell"
 VERDICTS = (FASTER, SLOWER, SAME, CANT_TELL)
 METHOD = (f"{LEVEL:.0%} interval of the ratio of summed round values: over placements (Student's t at G-1 degrees of "
           f"freedom) where the rounds ran on several, else a percentile bootstrap of rounds ({RESAMPLES} resamples, "
-          f"paired within a capture); 'same' within 1 +/- margin")
+          f"paired within a capture), widened by the between-run component of verdict.between_runs; "
+          f"'same' within 1 +/- margin")
 
 
 def seed_of(*names: str) -> int:
@@ -129,6 +140,43 @@ def mean_interval(values: Sequence[float], *, seed: int, resamples: int = RESAMP
     tail = (1.0 - level) / 2.0
     lo, hi = numpy.quantile(boot, [tail, 1.0 - tail])
     return float(x.mean()), float(lo), float(hi)
+
+
+def between_run(components: Mapping[str, Any] | None, op: str, a: str, b: str) -> tuple[float, int]:
+    """(sd, df) of the between-run component of a/b at `op` (module docstring) from the config's
+    `verdict.between_runs` ({op: {"a/b": {"sd": .., "df": ..}}}): the pair's own, else the largest
+    at the operation, else the largest of all; (0.0, 0) where none is configured."""
+    table = components or {}
+    own = (table.get(op) or {}).get(f"{a}/{b}")
+    if own:
+        return float(own["sd"]), int(own["df"])
+    pool = list((table.get(op) or {}).values()) or [c for pairs in table.values() for c in pairs.values()]
+    if not pool:
+        return 0.0, 0
+    widest = max(pool, key=lambda c: float(c["sd"]))
+    return float(widest["sd"]), int(widest["df"])
+
+
+def widen(ratio: float, lo: float, hi: float, sd: float, df: int,
+          level: float = LEVEL) -> tuple[float, float, float]:
+    """(lo, hi, added) of `ratio`'s interval with a between-run component of relative standard
+    deviation `sd` at `df` degrees of freedom: each side's half-width and t(df) * sd * ratio in
+    quadrature; `added` is t(df) * sd, the relative half-width of the component alone. With sd 0
+    (or df 0) the interval comes back as it is and `added` is 0."""
+    if not sd > 0 or df < 1:
+        return lo, hi, 0.0
+    added = t_quantile(1.0 - (1.0 - level) / 2.0, df) * sd
+    extra = added * ratio
+    return ratio - math.hypot(ratio - lo, extra), ratio + math.hypot(hi - ratio, extra), added
+
+
+def within_se(ratio: float, lo: float, hi: float, placements: int, level: float = LEVEL) -> float:
+    """The relative standard error a ratio's interval stands for: its half-width over the quantile
+    it was drawn with (t at placements-1 degrees of freedom over placements, the normal's for a
+    bootstrap of one placement), over the ratio."""
+    p = 1.0 - (1.0 - level) / 2.0
+    q = t_quantile(p, placements - 1) if placements > 1 else NormalDist().inv_cdf(p)
+    return (hi - lo) / 2.0 / q / ratio
 
 
 def verdict(lo: float, hi: float, margin: float = MARGIN) -> str:

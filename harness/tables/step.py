@@ -36,13 +36,15 @@ def _write(tables: Mapping[str, list[dict[str, Any]]], outputs: Mapping[str, str
 
 def namespace_tables(group_files: Sequence[str], ceilings_csv: str | None, outputs: Mapping[str, str], *,
                      namespace: str, cache_mode: str, descriptions: Mapping[str, Mapping[str, str]],
-                     cross_check: Mapping[str, Any], margin: float) -> None:
+                     cross_check: Mapping[str, Any], margin: float,
+                     between_runs: Mapping[str, Any] | None = None) -> None:
     """Every namespace table (derive.TABLES) from its groups' files, into `outputs` (name -> path);
-    without a ceilings table (None), the fractions of the ceilings stay empty."""
+    without a ceilings table (None), the fractions of the ceilings stay empty. `between_runs`: the
+    config's `verdict.between_runs` (harness.tables.stats)."""
     tables = derive.namespace_tables(_groups(group_files), namespace=namespace, cache_mode=cache_mode,
                                      descriptions=descriptions,
                                      ceilings=pd.read_csv(ceilings_csv) if ceilings_csv else None,
-                                     cross_check=cross_check, margin=margin)
+                                     cross_check=cross_check, margin=margin, between_runs=between_runs)
     _write(tables, outputs)
     for row in tables["sweep"]:
         if row.get("cuda_over_triton") is not None:
@@ -61,13 +63,14 @@ def shape_table(group_files: Sequence[str], out: str, *, namespace: str, cache_m
 
 
 def sweep(group_files: Sequence[str], outputs: Mapping[str, str], *, namespace: str, cache_mode: str,
-          descriptions: Mapping[str, str], margin: float) -> None:
+          descriptions: Mapping[str, str], margin: float, between_runs: Mapping[str, Any] | None = None) -> None:
     """One operation's sweep: the sweep table, every implementation's kernel time (variants
     included) and each variant against its base, without the namespace's ceilings and spans."""
     groups = _groups(group_files)
     op = groups[0].key[0] if groups else ""
     tables = derive.namespace_tables(groups, namespace=namespace, cache_mode=cache_mode,
-                                     descriptions={op: dict(descriptions)}, margin=margin)
+                                     descriptions={op: dict(descriptions)}, margin=margin,
+                                     between_runs=between_runs)
     _write({"sweep": tables["sweep"], "kernel_time": tables["kernel_time"], "variants": tables["variants"]},
            {"sweep": outputs["table"], "kernel_time": outputs["kernel_time"], "variants": outputs["variants"]})
 

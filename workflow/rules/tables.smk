@@ -35,6 +35,7 @@ rule tables:
         descriptions=hconfig.variant_descriptions(CFG),
         cross_check={k: CFG["cross_check"][k] for k in ("rtol", "atol_us_per_kernel")},
         margin=CFG["verdict"]["margin"],
+        between_runs=CFG["verdict"].get("between_runs"),
     script:
         "../scripts/tables.py"
 
@@ -74,6 +75,7 @@ rule sweep:
         cache_mode=CFG["cache_mode"],
         descriptions=lambda wc: hconfig.variant_descriptions(CFG)[wc.op],
         margin=CFG["verdict"]["margin"],
+        between_runs=CFG["verdict"].get("between_runs"),
     script:
         "../scripts/sweep.py"
 

@@ -6,4 +6,4 @@ p = sm.params
 run_step(sm.log[0], lambda: step.namespace_tables(list(sm.input.groups), sm.input.get("ceilings"), dict(sm.output.items()),
                                                   namespace=p.namespace, cache_mode=p.cache_mode,
                                                   descriptions=dict(p.descriptions), cross_check=dict(p.cross_check),
-                                                  margin=p.margin))
+                                                  margin=p.margin, between_runs=p.between_runs))

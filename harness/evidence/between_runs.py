@@ -1,0 +1,168 @@
+"""The between-run component of a ratio's interval, estimated from committed runs (CPU, nothing
+measured): how far a ratio moves from one run to the next beyond what each run's own interval
+holds (Kalibera and Jones, "Rigorous benchmarking in reasonable time": the variation a run fixes
+and the next draws afresh).
+
+    python -m harness between-runs NAMESPACE NAMESPACE ... [--artifacts DIR]
+
+For every (operation, shape, pair a/b) measured in the named namespaces, each run gives the log
+of its ratio x_k and the relative standard error s_k of its own interval, both re-derived from
+its committed rounds (tables/rounds.csv, the placements from its seed) as the tables step
+derives them. Runs are grouped into sessions by the commit they ran at: a session's runs share
+their code and their day, and only the spread inside a session is counted (a ratio moves with
+the code between sessions, and no verdict compares across sessions). The component is the
+Paule-Mandel estimate of the variance between runs, tau^2: the value at which the weighted sum of
+squares about each session's weighted mean, sum w_k (x_k - mean_w)^2 with w_k = 1 / (s_k^2 + tau^2),
+equals its degrees of freedom, sum over sessions of (runs - 1); zero where the runs spread no more
+than their own intervals say. Weighting by each run's precision lets a narrow interval that
+missed its neighbours count for what it is.
+
+The command prints the block `between_runs:` of the config's `verdict:` (per operation and pair,
+`sd` = tau and `df`, the largest over the operation's shapes, with the runs it came from and that
+shape), which every ratio's interval is then widened by (harness.tables.stats.widen).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness import ROOT, baseline
+from harness.errors import EvidenceError
+from harness.evidence.placements import namespace_config
+from harness.measure.order import round_placements
+from harness.ops import variants as config_variants
+from harness.tables import stats
+
+TINY = 1e-18
+"""The least variance a run's own interval is taken to stand for (a pair of one kernel under two
+names can come out exactly equal in every round)."""
+
+SWEEP_PAIRS = (("cuda", "triton"), ("cuda", "torch"), ("external", "triton"))
+"""The pairs the sweep table compares (harness.tables.derive); variants and baselines add theirs."""
+
+
+def pairs(impls: Iterable[str]) -> list[tuple[str, str]]:
+    """Every pair a/b the tables give a ratio of, among the implementations of one group: the
+    sweep's, each variant over its base and ours over each of its baselines."""
+    present = set(impls)
+    out = [(a, b) for a, b in SWEEP_PAIRS if a in present and b in present]
+    for impl in sorted(present):
+        base, name = config_variants.split(impl)
+        if name is not None and base in present:
+            out.append((impl, base))
+        ours, revision = baseline.split(impl)
+        if revision is not None and ours in present:
+            out.append((ours, impl))
+    return out
+
+
+def run_ratios(ns_dir: str | Path) -> list[dict[str, Any]]:
+    """One dict per (op, shape, pair) of a namespace: the log ratio `x` and its relative standard
+    error `se`, from its committed rounds, as the tables step derives the interval."""
+    ns_dir = Path(ns_dir)
+    cfg = namespace_config(ns_dir)
+    table = ns_dir / "tables" / "rounds.csv"
+    if not table.is_file():
+        raise EvidenceError(f"between-runs: {ns_dir.name} has no tables/rounds.csv.")
+    import pandas as pd
+
+    count = int((cfg.get("capture") or {}).get("placements") or 1)
+    hot = str(cfg.get("cache_mode", "hot")) == "hot"
+    rounds = pd.read_csv(table, dtype={"op": str, "shape": str, "impl": str})
+    out = []
+    for (op, shape), grp in rounds.groupby(["op", "shape"], sort=False):
+        wide = grp.pivot_table(index="round", columns="impl", values="kernel_time_us", aggfunc="first").sort_index()
+        where = round_placements(int(wide.index.max()) + 1, count, int(cfg["seed"])) if hot and count > 1 else None
+        for a, b in pairs(wide.columns):
+            both = wide[[a, b]].dropna()
+            if both.empty:
+                continue
+            clusters = [where[int(r)] for r in both.index] if where else None
+            r, lo, hi = stats.ratio_interval(list(both[a]), list(both[b]), paired=True,
+                                             seed=stats.seed_of(str(op), str(shape), a, b), clusters=clusters)
+            g = len(set(clusters)) if clusters else 1
+            out.append({"op": str(op), "shape": str(shape), "pair": f"{a}/{b}", "x": math.log(r),
+                        "se": stats.within_se(r, lo, hi, g)})
+    return out
+
+
+def paule_mandel(sessions: Sequence[Sequence[tuple[float, float]]]) -> tuple[float, int]:
+    """(tau, df) over sessions of runs (x, se) (module docstring); sessions of one run add nothing.
+    (0.0, 0) where no session holds two runs."""
+    kept = [s for s in sessions if len(s) > 1]
+    df = sum(len(s) - 1 for s in kept)
+    if df == 0:
+        return 0.0, 0
+
+    def excess(tau2: float) -> float:
+        q = 0.0
+        for s in kept:
+            w = [1.0 / (max(se * se, TINY) + tau2) for _, se in s]
+            mean = sum(wk * x for wk, (x, _) in zip(w, s)) / sum(w)
+            q += sum(wk * (x - mean) ** 2 for wk, (x, _) in zip(w, s))
+        return q - df
+
+    if excess(0.0) <= 0:
+        return 0.0, df
+    lo, hi = 0.0, max(x * x for s in kept for x, _ in s) + 1e-12
+    while excess(hi) > 0:
+        hi *= 2.0
+    for _ in range(100):  # bisection: the weighted sum of squares falls as tau^2 grows
+        mid = (lo + hi) / 2.0
+        lo, hi = (mid, hi) if excess(mid) > 0 else (lo, mid)
+    return math.sqrt((lo + hi) / 2.0), df
+
+
+def estimate(ns_dirs: Sequence[str | Path]) -> dict[str, dict[str, dict[str, Any]]]:
+    """The config block `between_runs` from the named namespaces (module docstring): operation ->
+    pair -> {sd, df, runs, shape}."""
+    by_key: dict[tuple[str, str, str], dict[str, list[tuple[float, float]]]] = {}
+    for ns_dir in ns_dirs:
+        ns_dir = Path(ns_dir)
+        session = _provenance_commit(ns_dir) or ns_dir.name
+        for row in run_ratios(ns_dir):
+            by_key.setdefault((row["op"], row["shape"], row["pair"]), {}).setdefault(session, []).append(
+                (row["x"], row["se"]))
+    components: dict[str, dict[str, dict[str, Any]]] = {}
+    for (op, shape, pair), sessions in by_key.items():
+        tau, df = paule_mandel(list(sessions.values()))
+        if df == 0:
+            continue
+        entry = {"sd": round(tau, 6), "df": df, "runs": sum(len(s) for s in sessions.values()), "shape": shape}
+        held = components.setdefault(op, {}).get(pair)
+        if held is None or entry["sd"] > held["sd"]:
+            components[op][pair] = entry
+    return components
+
+
+def _provenance_commit(ns_dir: Path) -> str | None:
+    try:
+        git = json.loads((ns_dir / "provenance.json").read_text()).get("git") or {}
+    except (OSError, ValueError):
+        return None
+    return str(git.get("commit")) if isinstance(git, Mapping) and git.get("commit") else None
+
+
+def as_yaml(block: Mapping[str, Any]) -> str:
+    """The block as the config holds it, under `between_runs:` (to go under `verdict:`)."""
+    text = yaml.safe_dump({"between_runs": dict(block)}, sort_keys=False, default_flow_style=None, width=120)
+    return "".join(f"  {line}\n" for line in text.splitlines())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness between-runs", description=__doc__.splitlines()[0])
+    parser.add_argument("namespaces", nargs="+")
+    parser.add_argument("--artifacts", default=str(ROOT / "artifacts"))
+    args = parser.parse_args(argv)
+    block = estimate([Path(args.artifacts) / name for name in args.namespaces])
+    if not block:
+        raise EvidenceError("between-runs: no pair was measured in two runs of one session, so there is nothing to estimate.")
+    print(as_yaml(block), end="")
+    return 0

@@ -85,6 +85,11 @@ SKIP: list[tuple[str, str]] = [
     (r"^python3 scripts/gpu_load\.py ", "puts load on a GPU"),
     (r"^python3 scripts/placement_spread\.py ",
      "reads committed namespaces this copy does not hold; tests/test_placements.py runs it as documented"),
+    (r"^python -m harness between-runs h200-resolution-",
+     "reads committed namespaces this copy does not hold; tests/test_between_runs.py checks the config against "
+     "the same estimate over the same runs"),
+    (r"^python3 scripts/slot_effects\.py ",
+     "reads committed namespaces this copy does not hold; tests/test_slot_effects.py runs the script"),
 ]
 
 

@@ -18,6 +18,7 @@ For each namespace and the operation's groups:
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 from pathlib import Path
 
@@ -28,8 +29,7 @@ from harness import ROOT  # noqa: E402
 
 def marks(values: list[float], slow: float) -> str:
     """One character per round: '#' above median by more than `slow`, '+' by more than half of it."""
-    ordered = sorted(values)
-    median = ordered[len(ordered) // 2] if len(ordered) % 2 else (ordered[len(ordered) // 2 - 1] + ordered[len(ordered) // 2]) / 2
+    median = statistics.median(values)
     return "".join("#" if v / median - 1 > slow else "+" if v / median - 1 > slow / 2 else "." for v in values)
 
 

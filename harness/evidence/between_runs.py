@@ -25,7 +25,6 @@ shape), which every ratio's interval is then widened by (harness.tables.stats.wi
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -35,10 +34,9 @@ import yaml
 
 from harness import ROOT, baseline
 from harness.errors import EvidenceError
-from harness.evidence.placements import namespace_config
-from harness.measure.order import round_placements
+from harness.evidence import placements
 from harness.ops import variants as config_variants
-from harness.tables import stats
+from harness.tables import derive, stats
 
 TINY = 1e-18
 """The least variance a run's own interval is taken to stand for (a pair of one kernel under two
@@ -65,31 +63,19 @@ def pairs(impls: Iterable[str]) -> list[tuple[str, str]]:
 
 def run_ratios(ns_dir: str | Path) -> list[dict[str, Any]]:
     """One dict per (op, shape, pair) of a namespace: the log ratio `x` and its relative standard
-    error `se`, from its committed rounds, as the tables step derives the interval."""
+    error `se`, from its committed rounds, by the tables step's own interval (derive.ratio)."""
     ns_dir = Path(ns_dir)
-    cfg = namespace_config(ns_dir)
-    table = ns_dir / "tables" / "rounds.csv"
-    if not table.is_file():
-        raise EvidenceError(f"between-runs: {ns_dir.name} has no tables/rounds.csv.")
-    import pandas as pd
-
-    count = int((cfg.get("capture") or {}).get("placements") or 1)
-    hot = str(cfg.get("cache_mode", "hot")) == "hot"
-    rounds = pd.read_csv(table, dtype={"op": str, "shape": str, "impl": str})
     out = []
-    for (op, shape), grp in rounds.groupby(["op", "shape"], sort=False):
-        wide = grp.pivot_table(index="round", columns="impl", values="kernel_time_us", aggfunc="first").sort_index()
-        where = round_placements(int(wide.index.max()) + 1, count, int(cfg["seed"])) if hot and count > 1 else None
+    for op, shape, wide, where in placements.placed_rounds(ns_dir, placements.namespace_config(ns_dir)):
         for a, b in pairs(wide.columns):
             both = wide[[a, b]].dropna()
             if both.empty:
                 continue
             clusters = [where[int(r)] for r in both.index] if where else None
-            r, lo, hi = stats.ratio_interval(list(both[a]), list(both[b]), paired=True,
-                                             seed=stats.seed_of(str(op), str(shape), a, b), clusters=clusters)
+            r = derive.ratio({a: list(both[a]), b: list(both[b])}, a, b, (op, shape), clusters=clusters)
             g = len(set(clusters)) if clusters else 1
-            out.append({"op": str(op), "shape": str(shape), "pair": f"{a}/{b}", "x": math.log(r),
-                        "se": stats.within_se(r, lo, hi, g)})
+            out.append({"op": op, "shape": shape, "pair": f"{a}/{b}", "x": math.log(r["ratio"]),
+                        "se": stats.within_se(r["ratio"], r["ratio_lo"], r["ratio_hi"], g)})
     return out
 
 
@@ -143,11 +129,8 @@ def estimate(ns_dirs: Sequence[str | Path]) -> dict[str, dict[str, dict[str, Any
 
 
 def _provenance_commit(ns_dir: Path) -> str | None:
-    try:
-        git = json.loads((ns_dir / "provenance.json").read_text()).get("git") or {}
-    except (OSError, ValueError):
-        return None
-    return str(git.get("commit")) if isinstance(git, Mapping) and git.get("commit") else None
+    git = placements.provenance(ns_dir).get("git")
+    return str(git["commit"]) if isinstance(git, Mapping) and git.get("commit") else None
 
 
 def as_yaml(block: Mapping[str, Any]) -> str:

@@ -16,12 +16,17 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.errors import EvidenceError
 from harness.measure.order import round_placements
 from harness.tables import stats
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -53,17 +58,41 @@ class Spread:
         return stats.t_quantile(0.975, g - 1) * self.sd / math.sqrt(g) / self.mean
 
 
-def namespace_config(ns_dir: Path) -> dict:
+def provenance(ns_dir: Path) -> dict:
+    """The namespace's provenance.json ({} where it is missing or unreadable)."""
     if not ns_dir.is_dir():
         raise EvidenceError(f"placements: there is no namespace {ns_dir.name} under {ns_dir.parent}.")
-    path = ns_dir / "provenance.json"
     try:
-        cfg = json.loads(path.read_text()).get("config")
+        found = json.loads((ns_dir / "provenance.json").read_text())
     except (OSError, ValueError):
-        cfg = None
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def namespace_config(ns_dir: Path) -> dict:
+    cfg = provenance(ns_dir).get("config")
     if not isinstance(cfg, dict):
-        raise EvidenceError(f"placements: {path} holds no configuration, so the rounds' placements are unknown.")
+        raise EvidenceError(f"placements: {ns_dir / 'provenance.json'} holds no configuration, so the rounds' "
+                            f"placements are unknown.")
     return cfg
+
+
+def placed_rounds(ns_dir: Path, cfg: dict) -> Iterator[tuple[str, str, pd.DataFrame, list[int] | None]]:
+    """(op, shape, its rounds as a table of round x implementation, the placement of every round
+    by round number) for each group of the namespace's rounds.csv, in its order; the placements are
+    None where the run used one (cold mode, or `capture.placements` 1)."""
+    table = ns_dir / "tables" / "rounds.csv"
+    if not table.is_file():
+        raise EvidenceError(f"placements: {ns_dir.name} has no tables/rounds.csv.")
+    import pandas as pd
+
+    count = int((cfg.get("capture") or {}).get("placements") or 1)
+    placed = count > 1 and str(cfg.get("cache_mode", "hot")) == "hot"
+    rounds = pd.read_csv(table, dtype={"op": str, "shape": str, "impl": str})
+    for (op, shape), grp in rounds.groupby(["op", "shape"], sort=False):
+        wide = grp.pivot_table(index="round", columns="impl", values="kernel_time_us", aggfunc="first").sort_index()
+        where = round_placements(int(wide.index.max()) + 1, count, int(cfg["seed"])) if placed else None
+        yield str(op), str(shape), wide, where
 
 
 def spreads(ns_dir: str | Path, a: str = "cuda", b: str = "triton",
@@ -76,24 +105,16 @@ def spreads(ns_dir: str | Path, a: str = "cuda", b: str = "triton",
     count = int((cfg.get("capture") or {}).get("placements") or 1)
     if count < 2 or str(cfg.get("cache_mode", "hot")) != "hot":
         raise EvidenceError(f"placements: {ns_dir.name} ran its rounds on one placement, so there is no spread over placements.")
-    table = ns_dir / "tables" / "rounds.csv"
-    if not table.is_file():
-        raise EvidenceError(f"placements: {ns_dir.name} has no tables/rounds.csv.")
-    import pandas as pd
-
-    rounds = pd.read_csv(table, dtype={"op": str, "shape": str, "impl": str})
     out = []
-    for (op, shape), grp in rounds.groupby(["op", "shape"], sort=False):
-        if shapes is not None and shape not in shapes.get(str(op), []):
+    for op, shape, wide, where in placed_rounds(ns_dir, cfg):
+        if shapes is not None and shape not in shapes.get(op, []):
             continue
-        wide = grp.pivot_table(index="round", columns="impl", values="kernel_time_us", aggfunc="first")
-        if a not in wide or b not in wide:
+        if a not in wide or b not in wide or where is None:
             continue
-        wide = wide[[a, b]].dropna()
-        where = round_placements(int(wide.index.max()) + 1, count, int(cfg["seed"]))
-        wide["placement"] = [where[int(r)] for r in wide.index]
-        means = wide.groupby("placement")[[a, b]].mean()
-        out.append(Spread(str(op), str(shape), a, b, tuple(float(x) for x in means[a] / means[b]), len(wide)))
+        both = wide[[a, b]].dropna()
+        both["placement"] = [where[int(r)] for r in both.index]
+        means = both.groupby("placement")[[a, b]].mean()
+        out.append(Spread(op, shape, a, b, tuple(float(x) for x in means[a] / means[b]), len(both)))
     return out
 
 

@@ -151,11 +151,11 @@ def test_the_step_writes_a_group(standin: Path) -> None:
     folder = standin / "artifacts" / "ns" / "measure" / "layernorm" / SHAPE
     rounds = config.validate(config.load(config.ROOT / "config.yaml"))["capture"]["rounds"]
     assert record["passed"] == ["cuda", "triton", "torch"] and record["rounds"] == rounds
-    assert (folder / "capture.sqlite").is_file() and (folder / "capture.nsys-rep").is_file()
+    assert (folder / "capture.sqlite").is_file() and (folder.parents[1] / measure_step.SESSION_REPORT).is_file()
     assert json.loads((folder / "record.json").read_text())["span"]["exclusive"] is True
     launches = pd.read_csv(folder / "launches.csv")
     assert set(launches["impl"]) == {"cuda", "triton", "torch"}
-    assert not list(folder.glob("*.partial*")) and not (folder / "plan.json").exists()
+    assert not list(folder.glob("*.partial*")) and not list(folder.parents[1].glob("session.*.json"))
     tables = derive.namespace_tables([derive.read_group(folder)], namespace="ns", cache_mode="hot", descriptions={})
     assert tables["sweep"][0]["cuda_vs_triton"] in stats.VERDICTS
 
@@ -251,7 +251,7 @@ def test_the_profiled_process_sees_no_value_of_the_invoking_environment_and_the_
     if parent.is_file():  # Linux: the clean shell nsys runs under
         assert secret.encode() not in parent.read_bytes() and f"HOME={shell_home}\0".encode() not in parent.read_bytes()
     folder = standin / "artifacts" / "ns" / "measure" / "layernorm" / SHAPE
-    assert (folder / "capture.nsys-rep").is_file()  # nothing in it to withhold, so it is kept
+    assert (folder.parents[1] / measure_step.SESSION_REPORT).is_file()  # nothing in it to withhold, so it is kept
     assert json.loads((folder / "record.json").read_text())["environment_removed"] == []
 
 
@@ -308,3 +308,56 @@ def test_the_tables_step_says_how_many_kernel_rows_had_no_duration(standin: Path
     tables_step._groups([str(folder / "record.json")])
     assert capsys.readouterr().out == (f"export: 1000000 kernel rows of layernorm {SHAPE}'s capture have no duration "
                                        "(a NULL start or end) and are not counted in any summary, launch or kernel time.\n")
+
+
+# ----------------------------------------------------------------------------------------- a session
+
+
+def test_a_session_measures_its_groups_in_one_process_and_splits_the_export(standin: Path) -> None:
+    """Two groups of two operations in one session: one nsys run, one raw report for the session,
+    and each group's folder with its own part of the export (its rounds only, read by the same
+    launch_rows as a group measured alone), its launches and record; job-times then holds one row
+    per group and one for the session, adding up to the measure job."""
+    from harness.tables import job_times
+
+    cfg = config.load(ROOT / "config.yaml")
+    settings = {**config.operational(cfg), "nsys_path": None}
+    settings["gpu_state"] = {**settings["gpu_state"], "busy_wait_s": 0.1}
+    measure = standin / "artifacts" / "ns" / "measure"
+    groups = [{"op": op, "shape": shape, "impls": impls, "plan": config.measure_plan(cfg, op), "group_dir": measure / op / shape}
+              for op, shape, impls in (("layernorm", SHAPE, ["cuda", "triton"]), ("softmax", "4096x1024", ["cuda", "torch"]))]
+    records = measure_step.measure_session(groups=groups, session_dir=measure, log=str(standin / "session.log"),
+                                           settings=settings, exclusive=True, threads=4)
+    assert [(r["op"], r["passed"]) for r in records] == [("layernorm", ["cuda", "triton"]), ("softmax", ["cuda", "torch"])]
+    assert (measure / measure_step.SESSION_REPORT).is_file() and not (measure / "session.sqlite").exists()
+    assert len(json.loads((standin / "bin" / "seen-env.json").read_text())) > 0  # nsys ran
+    for g, record in zip(groups, records):
+        folder = Path(g["group_dir"])
+        launches = pd.read_csv(folder / "launches.csv")
+        assert set(launches["impl"]) == set(g["impls"]) and set(launches["op"]) == {g["op"]}
+        assert len(launches) == sum(record["calls_per_round"][i] for i in g["impls"]) * record["rounds"]
+        again = derive.launch_rows(folder / "capture.sqlite", g["op"], g["shape"])
+        assert len(again) == len(launches)  # the part holds this group's rounds and no other's
+        other = groups[1 - groups.index(g)]
+        assert derive.launch_rows(folder / "capture.sqlite", other["op"], other["shape"]) == []
+        assert record["session"]["groups"] == ["layernorm/4096x768", "softmax/4096x1024"]
+        assert json.loads((folder / "record.json").read_text())["session"] == record["session"]
+    rows = job_times.group_rows(measure)
+    assert [r["op"] for r in rows] == ["layernorm", "softmax", job_times.SESSION]
+    assert math.isclose(math.fsum(r["job"] for r in rows), records[0]["session"]["seconds"]["job"], rel_tol=1e-9)
+
+
+def test_a_crash_in_a_session_measures_every_group_again_without_it(standin: Path) -> None:
+    cfg = config.load(ROOT / "config.yaml")
+    settings = {**config.operational(cfg), "nsys_path": None}
+    settings["gpu_state"] = {**settings["gpu_state"], "busy_wait_s": 0.1}
+    measure = standin / "artifacts" / "ns" / "measure"
+    plan = config.measure_plan(cfg, "layernorm")
+    plan["params"]["variants"]["crash"] = {"base": "cuda", "defines": {}}
+    groups = [{"op": "layernorm", "shape": shape, "impls": ["cuda", "cuda.crash"] if shape == "8192x768" else ["cuda"],
+               "plan": plan, "group_dir": measure / "layernorm" / shape} for shape in (SHAPE, "8192x768")]
+    first, second = measure_step.measure_session(groups=groups, session_dir=measure, log=str(standin / "s.log"),
+                                                 settings=settings, exclusive=True, threads=4)
+    assert first["passed"] == ["cuda"] and first["crashed"] == {}
+    assert second["passed"] == ["cuda"] and list(second["crashed"]) == ["cuda.crash"]
+    assert second["checks"]["cuda.crash"]["passed"] is False

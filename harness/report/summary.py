@@ -43,7 +43,7 @@ BOOTSTRAP = "bootstrap"
 PLACED_DESCRIPTION = "95% interval over the placements the interleaved rounds ran on (Student's t)"
 """The sweep table's intervals where its rounds ran on several placements (its `placements`
 column; harness.tables.stats): the kind stays 'bootstrap', the table generation with a margin."""
-BETWEEN_RUNS_DESCRIPTION = ", widened by the component between runs (docs/method.md#between-runs)"
+BETWEEN_RUNS_DESCRIPTION = ", widened by the component between runs"
 """Added to the description where a row's interval was widened by the component between runs (its
 `between_runs` column above 0: harness.evidence.between_runs)."""
 ENVELOPE = "envelope"

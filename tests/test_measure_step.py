@@ -361,3 +361,22 @@ def test_a_crash_in_a_session_measures_every_group_again_without_it(standin: Pat
     assert first["passed"] == ["cuda"] and first["crashed"] == {}
     assert second["passed"] == ["cuda"] and list(second["crashed"]) == ["cuda.crash"]
     assert second["checks"]["cuda.crash"]["passed"] is False
+
+
+def test_a_group_whose_every_check_failed_has_no_part_of_the_export(standin: Path) -> None:
+    """Beside a group that was captured, one whose every implementation failed its check has no
+    window in the session's export: it gets its record and empty tables, and no export of its own."""
+    cfg = config.load(ROOT / "config.yaml")
+    settings = {**config.operational(cfg), "nsys_path": None}
+    settings["gpu_state"] = {**settings["gpu_state"], "busy_wait_s": 0.1}
+    measure = standin / "artifacts" / "ns" / "measure"
+    plan = config.measure_plan(cfg, "layernorm")
+    plan["params"]["variants"]["wrong"] = {"base": "cuda", "defines": {}}
+    groups = [{"op": "layernorm", "shape": shape, "impls": impls, "plan": plan, "group_dir": measure / "layernorm" / shape}
+              for shape, impls in ((SHAPE, ["cuda"]), ("8192x768", ["cuda.wrong"]))]
+    good, bad = measure_step.measure_session(groups=groups, session_dir=measure, log=str(standin / "s.log"),
+                                             settings=settings, exclusive=True, threads=4)
+    assert good["passed"] == ["cuda"] and (measure / "layernorm" / SHAPE / "capture.sqlite").is_file()
+    assert bad["passed"] == [] and bad["checks"]["cuda.wrong"]["passed"] is False
+    assert not (measure / "layernorm" / "8192x768" / "capture.sqlite").exists()
+    assert pd.read_csv(measure / "layernorm" / "8192x768" / "launches.csv").empty

@@ -211,13 +211,15 @@ def _group_record(g: Mapping[str, Any], folder: Path, export: Path | None, alone
         if record is not None and not record["passed"]:
             print(f"not timed: {record.get('error') or failure(record)}")
     derived = time.time()
-    measured = export is not None and bool(results.get("op"))
+    # captured: the group has rounds in the session's export (an implementation passed its check);
+    # a group none of whose implementations passed has no window there, and no export of its own
+    measured = export is not None and bool(results.get("op")) and bool(results.get("passed"))
     if export is not None and measured:
         if alone:
             os.replace(export, files["export"])
         else:
             capture.split_export(export, files["export"], f"{group.WINDOW_PREFIX}{op}/{shape}")
-    launches = derive.launch_rows(files["export"], op, shape) if measured and results["passed"] else []
+    launches = derive.launch_rows(files["export"], op, shape) if measured else []
     write_csv(launches, derive.LAUNCH_COLUMNS, files["launches"])
     write_csv(results.get("spans") or [], derive.SPAN_SAMPLE_COLUMNS, files["spans"])
     write_csv(results.get("graphs") or [], derive.GRAPH_COLUMNS, files["graph"])

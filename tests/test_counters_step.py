@@ -129,7 +129,7 @@ def test_a_session_is_profiled_by_one_ncu_and_split_by_group(group: Path) -> Non
     ncu = standin_ncu.install(group / "ncu-bin")
     c = sm.cfg()
     shapes = {"4096x768": IMPLS, "8192x768": ["cuda", "torch"]}
-    groups = [{"op": sm.OP, "shape": shape, "impls": impls, "plan": config.counters_plan(c, sm.OP),
+    groups: list[dict[str, Any]] = [{"op": sm.OP, "shape": shape, "impls": impls, "plan": config.counters_plan(c, sm.OP),
                "record": str(sm.group_dir(group, sm.OP, shape) / "record.json"),
                "raw": str(group / "artifacts" / sm.NS / "counters" / sm.OP / f"{shape}.raw.csv"),
                "table": str(group / "artifacts" / sm.NS / "counters" / sm.OP / f"{shape}.csv")} for shape, impls in shapes.items()]

@@ -8,6 +8,7 @@ import json
 import math
 import random
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -313,6 +314,13 @@ def test_the_tables_step_says_how_many_kernel_rows_had_no_duration(standin: Path
 # ----------------------------------------------------------------------------------------- a session
 
 
+def session_settings() -> dict:
+    """The operational settings of config.yaml, nsys found on PATH, a short wait for a quiet GPU."""
+    settings = {**config.operational(config.load(ROOT / "config.yaml")), "nsys_path": None}
+    settings["gpu_state"] = {**settings["gpu_state"], "busy_wait_s": 0.1}
+    return settings
+
+
 def test_a_session_measures_its_groups_in_one_process_and_splits_the_export(standin: Path) -> None:
     """Two groups of two operations in one session: one nsys run, one raw report for the session,
     and each group's folder with its own part of the export (its rounds only, read by the same
@@ -320,12 +328,11 @@ def test_a_session_measures_its_groups_in_one_process_and_splits_the_export(stan
     per group and one for the session, adding up to the measure job."""
     from harness.tables import job_times
 
-    cfg = config.load(ROOT / "config.yaml")
-    settings = {**config.operational(cfg), "nsys_path": None}
-    settings["gpu_state"] = {**settings["gpu_state"], "busy_wait_s": 0.1}
+    cfg, settings = config.load(ROOT / "config.yaml"), session_settings()
     measure = standin / "artifacts" / "ns" / "measure"
-    groups = [{"op": op, "shape": shape, "impls": impls, "plan": config.measure_plan(cfg, op), "group_dir": measure / op / shape}
-              for op, shape, impls in (("layernorm", SHAPE, ["cuda", "triton"]), ("softmax", "4096x1024", ["cuda", "torch"]))]
+    asked = (("layernorm", SHAPE, ["cuda", "triton"]), ("softmax", "4096x1024", ["cuda", "torch"]))
+    groups: list[dict[str, Any]] = [{"op": op, "shape": shape, "impls": impls, "plan": config.measure_plan(cfg, op),
+                                     "group_dir": measure / op / shape} for op, shape, impls in asked]
     records = measure_step.measure_session(groups=groups, session_dir=measure, log=str(standin / "session.log"),
                                            settings=settings, exclusive=True, threads=4)
     assert [(r["op"], r["passed"]) for r in records] == [("layernorm", ["cuda", "triton"]), ("softmax", ["cuda", "torch"])]
@@ -348,9 +355,7 @@ def test_a_session_measures_its_groups_in_one_process_and_splits_the_export(stan
 
 
 def test_a_crash_in_a_session_measures_every_group_again_without_it(standin: Path) -> None:
-    cfg = config.load(ROOT / "config.yaml")
-    settings = {**config.operational(cfg), "nsys_path": None}
-    settings["gpu_state"] = {**settings["gpu_state"], "busy_wait_s": 0.1}
+    cfg, settings = config.load(ROOT / "config.yaml"), session_settings()
     measure = standin / "artifacts" / "ns" / "measure"
     plan = config.measure_plan(cfg, "layernorm")
     plan["params"]["variants"]["crash"] = {"base": "cuda", "defines": {}}
@@ -366,9 +371,7 @@ def test_a_crash_in_a_session_measures_every_group_again_without_it(standin: Pat
 def test_a_group_whose_every_check_failed_has_no_part_of_the_export(standin: Path) -> None:
     """Beside a group that was captured, one whose every implementation failed its check has no
     window in the session's export: it gets its record and empty tables, and no export of its own."""
-    cfg = config.load(ROOT / "config.yaml")
-    settings = {**config.operational(cfg), "nsys_path": None}
-    settings["gpu_state"] = {**settings["gpu_state"], "busy_wait_s": 0.1}
+    cfg, settings = config.load(ROOT / "config.yaml"), session_settings()
     measure = standin / "artifacts" / "ns" / "measure"
     plan = config.measure_plan(cfg, "layernorm")
     plan["params"]["variants"]["wrong"] = {"base": "cuda", "defines": {}}

@@ -117,7 +117,9 @@ def counter_groups():
     if not c["enabled"]:
         return []
     return [
-        (op, shape) for op in OPS for shape in hconfig.group_shapes(CFG, op, c["shapes"])
+        (op, shape)
+        for op in OPS
+        for shape in hconfig.group_shapes(CFG, op, c["shapes"])
     ]
 
 
@@ -150,30 +152,26 @@ def session_groups():
 
 
 def session_plans():
-    """What the measure rule measures: each group's operation, shape, implementations, plan and folder."""
+    """What the session measures (the measure job): each group's operation, shape, implementations, plan."""
     return [
         {
             "op": op,
             "shape": shape,
             "impls": impls_of(op),
             "plan": hconfig.measure_plan(CFG, op),
-            "group_dir": f"{A}/measure/{op}/{shape}",
         }
         for op, shape in session_groups()
     ]
 
 
 def counters_plans():
-    """What the counters rule profiles: each group's operation, shape, implementations, plan and files."""
+    """What the counters job profiles, per group: its operation, shape, implementations, plan."""
     return [
         {
             "op": op,
             "shape": shape,
             "impls": impls_of(op),
             "plan": hconfig.counters_plan(CFG, op),
-            "record": f"{A}/measure/{op}/{shape}/record.json",
-            "raw": f"{A}/counters/{op}/{shape}.raw.csv",
-            "table": f"{A}/counters/{op}/{shape}.csv",
         }
         for op, shape in counter_groups()
     ]

@@ -27,7 +27,6 @@ rule measure:
     params:
         sources={op: hops.source_digest(op, workflow.basedir) for op in OPS},
         groups=session_plans(),
-        session_dir=f"{A}/measure",
     script:
         "../scripts/measure.py"
 
@@ -36,7 +35,10 @@ if counter_groups():
 
     rule counters:
         input:
-            records=[f"{A}/measure/{op}/{shape}/record.json" for op, shape in counter_groups()],
+            records=[
+                f"{A}/measure/{op}/{shape}/record.json"
+                for op, shape in counter_groups()
+            ],
         output:
             [
                 f"{A}/counters/{op}/{shape}{suffix}"
@@ -55,7 +57,6 @@ if counter_groups():
             groups=counters_plans(),
             metrics=CFG["counters"]["metrics"],
             namespace=NS,
-            report=f"{A}/counters/session.ncu-rep",
         script:
             "../scripts/counters.py"
 

@@ -1,9 +1,12 @@
-"""The build cache: one offline build of one implementation of an operation (its census rows and
-the PTX, SASS, cubin and reports it wrote), kept under a key of everything the build depends on, so
-that a namespace whose kernels did not change takes them from the cache instead of compiling again.
+"""The build cache: one offline build (its census rows and the PTX, SASS, cubin and reports it
+wrote), kept under a key of everything the build depends on, so that a namespace whose kernels did
+not change takes them from the cache instead of compiling again. The build step keeps each
+compiled instance of a kernel apart (`key` with `instance`, `built_into`), so that a namespace of
+other shapes takes every instance it shares with an earlier one.
 
 The key is the SHA-256 of: the operation, implementation, variant (name and compiler options),
-shapes, architecture and CUDA compiler choice; the bytes of every source the build reads (the
+shapes (none for an instance) or the instance's identity (`instance_identity`), architecture and
+CUDA compiler choice; the bytes of every source the build reads (the
 operation's kernels and host dispatch, `harness.ops.sources`, and the build and launch code of
 harness/build/ and harness/launch/); and the compilers' identities (NVRTC's version, Triton's,
 and the path and version of ptxas, cuobjdump and nvcc). A change to any of them is another key.

@@ -383,3 +383,42 @@ def test_a_group_whose_every_check_failed_has_no_part_of_the_export(standin: Pat
     assert bad["passed"] == [] and bad["checks"]["cuda.wrong"]["passed"] is False
     assert not (measure / "layernorm" / "8192x768" / "capture.sqlite").exists()
     assert pd.read_csv(measure / "layernorm" / "8192x768" / "launches.csv").empty
+
+
+@pytest.mark.parametrize("name", ["h200-pipeline-layernorm-4096x768-cuda", "h200-pipeline-layernorm-4096x768-torch"])
+def test_a_real_export_split_by_a_window_over_all_of_it_reads_as_the_export_does(tmp_path: Path, name: str) -> None:
+    """split_export on a real H200 export (nsys's own schema: 42 tables, its column types): given a
+    window over the whole capture, the part holds every table and row with a time in it, and the
+    reader prints for the part what it prints for the export; a window over half its kernels keeps
+    only those."""
+    import shutil
+    import sqlite3
+
+    from harness.tables import nsys
+
+    session = tmp_path / "session.sqlite"
+    shutil.copy(ROOT / "tests" / "fixtures" / "nsys" / f"{name}.sqlite", session)
+    conn = sqlite3.connect(session)
+    first, last = conn.execute("SELECT min(start), max(end) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
+    earliest = min(r[0] for t in ("CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_KERNEL")
+                   for r in conn.execute(f"SELECT min(start) FROM {t}"))
+    tid = conn.execute("SELECT globalTid FROM NVTX_EVENTS LIMIT 1").fetchone()[0]
+    conn.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid) VALUES (?, ?, 59, ?, ?)",
+                 (earliest, last + 1, "group/all/1x1", tid))
+    kernels = conn.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
+    middle = conn.execute("SELECT start FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY start LIMIT 1 OFFSET ?",
+                          (kernels // 2,)).fetchone()[0]
+    conn.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid) VALUES (?, ?, 59, ?, ?)",
+                 (middle, last + 1, "group/half/1x1", tid))
+    conn.commit()
+    conn.close()
+    whole, half = tmp_path / "whole.sqlite", tmp_path / "half.sqlite"
+    capture.split_export(session, whole, "group/all/1x1")
+    capture.split_export(session, half, "group/half/1x1")
+    tables = "SELECT name FROM sqlite_master WHERE type='table' ORDER BY name"
+    with sqlite3.connect(session) as a, sqlite3.connect(whole) as b:
+        assert a.execute(tables).fetchall() == b.execute(tables).fetchall()
+    assert nsys.kern_sum(whole) == nsys.kern_sum(ROOT / "tests" / "fixtures" / "nsys" / f"{name}.sqlite")
+    with sqlite3.connect(half) as c:
+        assert c.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0] == kernels - kernels // 2
+    assert sum(r["Instances"] for r in nsys.kern_sum(half)) == kernels - kernels // 2

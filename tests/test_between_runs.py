@@ -149,3 +149,14 @@ def test_a_run_without_rounds_is_refused(tmp_path: Path) -> None:
     (ns_dir / "tables" / "rounds.csv").unlink()
     with pytest.raises(EvidenceError, match="rounds.csv"):
         between_runs.run_ratios(ns_dir)
+
+
+def test_the_pairs_are_those_the_tables_give_a_ratio_of() -> None:
+    """The sweep's pairs present, each variant over its base, ours over each of its baselines; a
+    variant whose base was not measured has none."""
+    from harness.tables import derive
+
+    got = derive.ratio_pairs(["cuda", "triton", "torch", "cuda.twin", "triton.x", "cuda@main"])
+    assert got[:2] == [("cuda", "triton"), ("cuda", "torch")]  # no external: its pair is left out
+    assert set(got[2:]) == {("cuda.twin", "cuda"), ("triton.x", "triton"), ("cuda", "cuda@main")}
+    assert derive.ratio_pairs(["cuda.twin", "triton"]) == []

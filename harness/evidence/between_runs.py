@@ -32,34 +32,14 @@ from typing import Any
 
 import yaml
 
-from harness import ROOT, baseline
+from harness import ROOT
 from harness.errors import EvidenceError
 from harness.evidence import placements
-from harness.ops import variants as config_variants
 from harness.tables import derive, stats
 
 TINY = 1e-18
 """The least variance a run's own interval is taken to stand for (a pair of one kernel under two
 names can come out exactly equal in every round)."""
-
-SWEEP_PAIRS = (("cuda", "triton"), ("cuda", "torch"), ("external", "triton"))
-"""The pairs the sweep table compares (harness.tables.derive); variants and baselines add theirs."""
-
-
-def pairs(impls: Iterable[str]) -> list[tuple[str, str]]:
-    """Every pair a/b the tables give a ratio of, among the implementations of one group: the
-    sweep's, each variant over its base and ours over each of its baselines."""
-    present = set(impls)
-    out = [(a, b) for a, b in SWEEP_PAIRS if a in present and b in present]
-    for impl in sorted(present):
-        base, name = config_variants.split(impl)
-        if name is not None and base in present:
-            out.append((impl, base))
-        ours, revision = baseline.split(impl)
-        if revision is not None and ours in present:
-            out.append((ours, impl))
-    return out
-
 
 def run_ratios(ns_dir: str | Path) -> list[dict[str, Any]]:
     """One dict per (op, shape, pair) of a namespace: the log ratio `x` and its relative standard
@@ -67,7 +47,7 @@ def run_ratios(ns_dir: str | Path) -> list[dict[str, Any]]:
     ns_dir = Path(ns_dir)
     out = []
     for op, shape, wide, where in placements.placed_rounds(ns_dir, placements.namespace_config(ns_dir)):
-        for a, b in pairs(wide.columns):
+        for a, b in derive.ratio_pairs(wide.columns):
             both = wide[[a, b]].dropna()
             if both.empty:
                 continue

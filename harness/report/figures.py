@@ -28,6 +28,7 @@ from typing import Any, cast
 
 from harness.errors import EvidenceError
 from harness.report.words import number
+from harness.tables.derive import SWEEP_PAIRS
 
 IMPLS = ("cuda", "triton", "torch", "external")
 """Implementations in drawing order; each is a column '<impl>_us' of the sweep table."""
@@ -226,8 +227,9 @@ def layout(fig: Any, drawn: bool = False) -> dict[str, Any]:
 
 
 OURS = "cuda"
-RATIOS = (("cuda", "triton"), ("cuda", "torch"), ("external", "triton"))
-"""The ratios a sweep table holds (`<a>_over_<b>`, with `_lo`/`_hi` where it has an interval)."""
+RATIOS = SWEEP_PAIRS
+"""The ratios a sweep table holds (`<a>_over_<b>`, with `_lo`/`_hi` where it has an interval;
+harness.tables.derive.SWEEP_PAIRS)."""
 
 
 def sweep_figure(sweep: Any, op: str, out_svg: Path | str, control: str = "triton",

@@ -29,6 +29,7 @@ from harness.io import write_text
 from harness.report import change, resolution
 from harness.report.words import NOT_RANKED, integer, missing, number, records, text, truth
 from harness.tables import stats, trust
+from harness.tables.derive import SWEEP_PAIRS
 
 SCHEMA = "kernel-evidence-summary/1"
 SCHEMA_PREFIX = "kernel-evidence-summary/"
@@ -46,9 +47,9 @@ column; harness.tables.stats): the kind stays 'bootstrap', the table generation 
 ENVELOPE = "envelope"
 NO_INTERVAL = "none"
 
-RATIOS = (("cuda", "triton"), ("cuda", "torch"), ("external", "triton"))
+RATIOS = SWEEP_PAIRS
 """The ratios the sweep table holds, (numerator, denominator): `<a>_over_<b>`, its `_lo`/`_hi`
-and the verdict `<a>_vs_<b>`."""
+and the verdict `<a>_vs_<b>` (harness.tables.derive.SWEEP_PAIRS)."""
 
 PROVENANCE_KEYS = ("namespace", "git", "date_utc", "host", "gpus", "versions", "config_sha256", "commands")
 """The provenance keys a summary carries."""

@@ -67,6 +67,8 @@ ROUND_COLUMNS = ["namespace", "op", "shape", "impl", "round", "calls", "kernel_t
 intervals resample; `python -m harness compare` reads it across namespaces)."""
 RATIO_COLUMNS = ["ratio", "ratio_lo", "ratio_hi", "half_width", "verdict", "between_runs"]
 SWEEP_IMPLS = ("cuda", "triton", "torch", "external")
+SWEEP_PAIRS = (("cuda", "triton"), ("cuda", "torch"), ("external", "triton"))
+"""The ratios a/b the sweep table holds (`<a>_over_<b>`, its `_lo`/`_hi` and the verdict `<a>_vs_<b>`)."""
 SWEEP_COLUMNS = [
     "namespace", "op", "shape", "cache_mode", "bytes_moved", "flops", "cuda_us", "triton_us", "torch_us",
     "external_us", "cuda_over_triton", "cuda_over_triton_lo", "cuda_over_triton_hi", "cuda_vs_triton",
@@ -276,6 +278,22 @@ def ratio(per_round: Mapping[str, Sequence[float]], a: str, b: str, key: Sequenc
             "verdict": stats.verdict(lo, hi, margin), "between_runs": added}
 
 
+def ratio_pairs(impls: Iterable[str]) -> list[tuple[str, str]]:
+    """Every pair a/b the tables give a ratio of among the implementations of one group: the
+    sweep's (SWEEP_PAIRS), each variant over its base (variants.csv) and ours over each of its
+    baselines (change.csv)."""
+    present = set(impls)
+    out = [(a, b) for a, b in SWEEP_PAIRS if a in present and b in present]
+    for impl in sorted(present):
+        base, name = config_variants.split(impl)
+        if name is not None and base in present:
+            out.append((impl, base))
+        ours, revision = baseline.split(impl)
+        if revision is not None and ours in present:
+            out.append((ours, impl))
+    return out
+
+
 def _sweep_row(group: Group, kt_rows: list[dict[str, Any]], namespace: str, cache_mode: str,
                margin: float, between_runs: Mapping[str, Any] | None = None) -> dict[str, Any]:
     op, shape = group.key
@@ -288,7 +306,7 @@ def _sweep_row(group: Group, kt_rows: list[dict[str, Any]], namespace: str, cach
                            "placements": len(set(placements(group) or [0]))}
     for impl in SWEEP_IMPLS:
         row[f"{impl}_us"] = t.get(impl)
-    for a, b in (("cuda", "triton"), ("cuda", "torch"), ("external", "triton")):
+    for a, b in SWEEP_PAIRS:
         r = ratio(per_round, a, b, (op, shape), margin, placements(group), between_runs)
         row[f"{a}_over_{b}"], row[f"{a}_over_{b}_lo"], row[f"{a}_over_{b}_hi"] = r["ratio"], r["ratio_lo"], r["ratio_hi"]
         row[f"{a}_vs_{b}"] = r["verdict"]

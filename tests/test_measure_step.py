@@ -152,7 +152,7 @@ def test_the_step_writes_a_group(standin: Path) -> None:
     folder = standin / "artifacts" / "ns" / "measure" / "layernorm" / SHAPE
     rounds = config.validate(config.load(config.ROOT / "config.yaml"))["capture"]["rounds"]
     assert record["passed"] == ["cuda", "triton", "torch"] and record["rounds"] == rounds
-    assert (folder / "capture.sqlite").is_file() and (folder.parents[1] / measure_step.SESSION_REPORT).is_file()
+    assert (folder / "capture.sqlite").is_file() and (folder.parents[1] / capture.SESSION_REPORT).is_file()
     assert json.loads((folder / "record.json").read_text())["span"]["exclusive"] is True
     launches = pd.read_csv(folder / "launches.csv")
     assert set(launches["impl"]) == {"cuda", "triton", "torch"}
@@ -252,7 +252,7 @@ def test_the_profiled_process_sees_no_value_of_the_invoking_environment_and_the_
     if parent.is_file():  # Linux: the clean shell nsys runs under
         assert secret.encode() not in parent.read_bytes() and f"HOME={shell_home}\0".encode() not in parent.read_bytes()
     folder = standin / "artifacts" / "ns" / "measure" / "layernorm" / SHAPE
-    assert (folder.parents[1] / measure_step.SESSION_REPORT).is_file()  # nothing in it to withhold, so it is kept
+    assert (folder.parents[1] / capture.SESSION_REPORT).is_file()  # nothing in it to withhold, so it is kept
     assert json.loads((folder / "record.json").read_text())["environment_removed"] == []
 
 
@@ -336,7 +336,7 @@ def test_a_session_measures_its_groups_in_one_process_and_splits_the_export(stan
     records = measure_step.measure_session(groups=groups, session_dir=measure, log=str(standin / "session.log"),
                                            settings=settings, exclusive=True, threads=4)
     assert [(r["op"], r["passed"]) for r in records] == [("layernorm", ["cuda", "triton"]), ("softmax", ["cuda", "torch"])]
-    assert (measure / measure_step.SESSION_REPORT).is_file() and not (measure / "session.sqlite").exists()
+    assert (measure / capture.SESSION_REPORT).is_file() and not (measure / "session.sqlite").exists()
     assert len(json.loads((standin / "bin" / "seen-env.json").read_text())) > 0  # nsys ran
     for g, record in zip(groups, records):
         folder = Path(g["group_dir"])

@@ -37,16 +37,14 @@ from harness.tables import derive, nsys
 from harness.tools import clean_parent, run_command, versions
 
 
-def lock(what: str, ns_dir: str | Path | None, timeout_s: float, op: str | None = None,
-         shape: str | None = None) -> Any:
-    """The GPU lock a GPU step holds (harness.gpu.lock). The jobs of one operation and shape form
-    one measurement group (group `gpu-<op>-<shape>` in measure.smk): with several GPUs visible
-    they all measure on the GPU the group's first job chose, noted under `<ns_dir>/logs/gpu/`."""
-    if ns_dir is None:
-        return group_gpu_lock(what, timeout_s=timeout_s)
-    record = group_record(ns_dir, op, shape)
-    name = f"gpu-{op}-{shape}" if op and shape else record.stem
-    return group_gpu_lock(what, record, group=name, timeout_s=timeout_s, root=Path(ns_dir) / "logs" / "gpu")
+def lock(what: str, ns_dir: str | Path, timeout_s: float, session: bool = False) -> Any:
+    """The GPU lock a GPU step holds (harness.gpu.lock), noted under `<ns_dir>/logs/gpu/`: with
+    `session`, that of the measurement session (group `gpu-session` in measure.smk: with several
+    GPUs visible, its measure and counters jobs measure on the GPU its first job chose), else the
+    ceilings'."""
+    root = Path(ns_dir) / "logs" / "gpu"
+    record = root / "session.json" if session else group_record(ns_dir)
+    return group_gpu_lock(what, record, group="gpu-session" if session else record.stem, timeout_s=timeout_s, root=root)
 
 
 def _gpu_reader(uuid: str) -> Any:
@@ -68,15 +66,6 @@ SCRATCH = ("results.json",)
 SESSION_SCRATCH = ("session.plan.json", "session.progress.json", "session.sqlite")
 """What the session process and this step exchange in the session's folder; removed at the end."""
 
-SESSION_REPORT = capture.SESSION_REPORT
-
-
-def session_lock(what: str, ns_dir: str | Path, timeout_s: float) -> Any:
-    """The GPU lock of a measurement session (its measure and counters jobs measure on one GPU)."""
-    root = Path(ns_dir) / "logs" / "gpu"
-    return group_gpu_lock(what, root / "session.json", group="gpu-session", timeout_s=timeout_s, root=root)
-
-
 def measure(*, op: str, shape: str, impls: Sequence[str], plan: Mapping[str, Any], group_dir: str | Path, log: str,
             settings: Mapping[str, Any], exclusive: bool, threads: int) -> dict[str, Any]:
     """Measure one group into `group_dir`: a session of that one group (`measure_session`), whose
@@ -92,7 +81,7 @@ def measure_session(*, groups: Sequence[Mapping[str, Any]], session_dir: str | P
     """Measure every group of a session in one process under nsys (harness.measure.group.run_session):
     each group (`op`, `shape`, `impls`, `plan`, `group_dir`) into its folder
     (harness.tables.derive.group_files), its part of the session's export among them
-    (capture.split_export); the session's raw report at `session_dir`/SESSION_REPORT. `plan`
+    (capture.split_export); the session's raw report at `session_dir`/capture.SESSION_REPORT. `plan`
     holds what determines a group's figures (the operation's config block, seed, cache mode,
     capture, span and cross-check settings, the nsys trace); `settings` what does not (tool paths,
     timeouts, the lock wait, the quiet-GPU policy). A crash of one implementation's check records
@@ -101,7 +90,7 @@ def measure_session(*, groups: Sequence[Mapping[str, Any]], session_dir: str | P
     device.require_visible_gpu()
     session = Path(session_dir)
     session.mkdir(parents=True, exist_ok=True)
-    report, export = session / SESSION_REPORT, session / "session.sqlite"
+    report, export = session / capture.SESSION_REPORT, session / "session.sqlite"
     ns_dir = session.parent
     folders = [Path(g["group_dir"]) for g in groups]
     for folder in folders:
@@ -117,7 +106,7 @@ def measure_session(*, groups: Sequence[Mapping[str, Any]], session_dir: str | P
         first = groups[0]["plan"]
         profiled: float | None = None
         records: list[dict[str, Any]] = []
-        with session_lock("measure session", ns_dir, float(settings["gpu_lock_timeout_s"])) as uuid:
+        with lock("measure session", ns_dir, float(settings["gpu_lock_timeout_s"]), session=True) as uuid:
             reader = _gpu_reader(uuid)
             before, waited = wait_until_quiet(reader, policy)
             with Sampler(reader, float(policy["sample_interval_s"])) as sampler:
@@ -177,7 +166,7 @@ def measure_session(*, groups: Sequence[Mapping[str, Any]], session_dir: str | P
                            "groups_written": split, "job": time.time() - started}
         names = [f"{g['op']}/{g['shape']}" for g in groups]
         for record, folder in zip(records, folders):
-            record["session"] = {"groups": names, "report": SESSION_REPORT, "seconds": session_seconds}
+            record["session"] = {"groups": names, "report": capture.SESSION_REPORT, "seconds": session_seconds}
             write_json(record, derive.group_files(folder)["record"])
     finally:  # the session's plan, progress and export and each group's results: scratch, on every exit
         for name in SESSION_SCRATCH:
@@ -360,7 +349,7 @@ def _profile_counters(groups: Sequence[Mapping[str, Any]], passed: Mapping[tuple
     try:
         with tempfile.TemporaryDirectory(prefix="evidence-ncu-") as private:
             ns_dir = Path(groups[0]["record"]).parents[3]  # artifacts/<ns>/measure/<op>/<shape>/record.json
-            with session_lock("counters session", ns_dir, float(settings["gpu_lock_timeout_s"])):
+            with lock("counters session", ns_dir, float(settings["gpu_lock_timeout_s"]), session=True):
                 started = time.time()
                 preload("pandas")  # the table's writer needs it once ncu has run: imported while it runs
                 rc, output = run_command(clean_parent(argv), log, env=capture.private_env(Path(private)),

@@ -147,3 +147,7 @@ def test_the_reports_name_the_interval_the_sweep_table_holds() -> None:
         assert summary.interval_kind(table)["description"] == "95% bootstrap interval over interleaved rounds"
     assert figures.interval_label(placed) == figures.PLACED_LABEL
     assert figures.interval_label(older) == figures.interval_label(rounds_only) == figures.BOOTSTRAP_LABEL
+    # where the component between runs widened a row's interval, the description says so
+    widened = placed.assign(between_runs=[0.0, 0.0012])
+    assert summary.interval_kind(widened)["description"] == summary.PLACED_DESCRIPTION + summary.BETWEEN_RUNS_DESCRIPTION
+    assert summary.interval_kind(placed.assign(between_runs=[0.0, 0.0]))["description"] == summary.PLACED_DESCRIPTION

@@ -44,6 +44,9 @@ BOOTSTRAP = "bootstrap"
 PLACED_DESCRIPTION = "95% interval over the placements the interleaved rounds ran on (Student's t)"
 """The sweep table's intervals where its rounds ran on several placements (its `placements`
 column; harness.tables.stats): the kind stays 'bootstrap', the table generation with a margin."""
+BETWEEN_RUNS_DESCRIPTION = ", widened by the component between runs that the config holds for the pair"
+"""Added to the description where a row's interval was widened by the component between runs (its
+`between_runs` column above 0: harness.evidence.between_runs; docs/method.md#between-runs)."""
 ENVELOPE = "envelope"
 NO_INTERVAL = "none"
 
@@ -84,8 +87,10 @@ def interval_kind(sweep: Any) -> dict[str, Any]:
         margins = [m for m in (number(v) for v in sweep["margin"]) if m is not None]
     if margins:
         placed = "placements" in sweep and any((number(v) or 0) > 1 for v in sweep["placements"])
+        widened = "between_runs" in sweep and any((number(v) or 0) > 0 for v in sweep["between_runs"])
         return {"kind": BOOTSTRAP, "level": stats.LEVEL, "margin": margins[0],
-                "description": PLACED_DESCRIPTION if placed else "95% bootstrap interval over interleaved rounds"}
+                "description": (PLACED_DESCRIPTION if placed else "95% bootstrap interval over interleaved rounds")
+                + (BETWEEN_RUNS_DESCRIPTION if widened else "")}
     if sweep is not None and "cuda_over_triton_lo" in sweep:
         return {"kind": ENVELOPE, "level": None, "margin": None,
                 "description": "the min–max envelope of the launches"}

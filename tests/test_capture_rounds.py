@@ -127,3 +127,15 @@ def test_a_session_opens_one_profiler_range_and_captures_each_group_in_its_windo
     for r in out:
         assert set(r["seconds"]) >= {"checks", "bind_and_warmup", "capture", "total"}
         assert set(r["session_seconds"]) >= {"gpu_init", "profiler_start"}
+
+
+def test_a_session_imports_the_libraries_its_implementations_launch_through_once_at_its_start(monkeypatch: Any) -> None:
+    """CuPy where an implementation (or a variant of one) is ours in CUDA or external PTX, Triton
+    where one is ours in Triton, nothing for the library call alone: imported before the first
+    group's checks, so that no group's checks time an import."""
+    imported: list[str] = []
+    monkeypatch.setattr(group.importlib, "import_module", lambda name: imported.append(name))
+    assert group.import_libraries([{"impls": ["torch"]}]) == [] and imported == []
+    assert group.import_libraries([{"impls": ["torch", "cuda.twin"]}, {"impls": ["torch"]}]) == ["cupy"]
+    assert group.import_libraries([{"impls": ["triton"]}, {"impls": ["external"]}]) == ["cupy", "triton"]
+    assert imported == ["cupy", "cupy", "triton"]

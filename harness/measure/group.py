@@ -51,13 +51,14 @@ phase took) are written as JSON to the plan's `results` path, atomically.
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
 import statistics
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -269,13 +270,29 @@ class _Prepared:
         self.modules: list[dict[str, str]] = []
 
 
+LIBRARIES = {"cupy": ("cuda", "external"), "triton": ("triton",)}
+"""The libraries our implementations launch through, by the implementations (variants by their base
+name) that need each."""
+
+
+def import_libraries(plans: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Import the libraries of LIBRARIES that the plans' implementations need, once at the session's
+    start (with torch and the CUDA context, its `gpu_init`), not in the first check that launches
+    through each: every group's `checks` then time its checks. Returns the names imported."""
+    wanted = {str(i).partition(".")[0] for plan in plans for i in plan.get("impls", ())}
+    names = [name for name, impls in LIBRARIES.items() if wanted & set(impls)]
+    for name in names:
+        importlib.import_module(name)
+    return names
+
+
 def run_session(session: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Every group of the session in one process: each group's checks, warm-up, spans and cross-
     checks in turn (steps 1-4), then one profiler range holding every group's captured rounds
     (step 5), each in its window (WINDOW_PREFIX) under nsys. Where the session says when its process
     was launched (`launched_at`, the launcher's time.time()), its `seconds` hold `start_up`, from
-    then until this call (the profiler's start, Python's and the imports), and `gpu_init` (torch
-    and the CUDA context); each group's `seconds` hold its phases, and `session` the session's."""
+    then until this call (the profiler's start, Python's and the imports), and `gpu_init` (torch,
+    the CUDA context and the libraries the groups launch through: import_libraries); each group's `seconds` hold its phases, and `session` the session's."""
     session_seconds: dict[str, float] = {}
     if "launched_at" in session:
         session_seconds["start_up"] = time.time() - float(session["launched_at"])
@@ -283,6 +300,7 @@ def run_session(session: Mapping[str, Any]) -> list[dict[str, Any]]:
     require_gpu()
     import torch
 
+    import_libraries(session["groups"])
     session_seconds["gpu_init"] = time.perf_counter() - t
     progress = Progress(session.get("progress"))
     prepared = [_prepare(torch, plan, progress) for plan in session["groups"]]

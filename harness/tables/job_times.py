@@ -36,7 +36,7 @@ COLUMNS = ["rule", "job", "seconds", "cpu_seconds", "max_rss_mb"]
 PHASES = ["start_up", "gpu_init", "checks", "bind_and_warmup", "spans", "graph_replay", "idle_starts", "capture",
           "nsys_end", "outside"]
 """Where a measurement group's time went, in order (harness.measure.group's `seconds`): the process's
-start under nsys (start_up), torch and the CUDA context (gpu_init), the group's phases, nsys's work
+start under nsys (start_up), torch, the CUDA context and CuPy or Triton (gpu_init), the group's phases, nsys's work
 after the process exited (nsys_end: the report's import and the SQLite export), and the measure
 step's own around it (outside: the GPU lock, the quiet-GPU wait, the export's scrub and split, the
 groups' files). Since measurement sessions (one process for every group of the run) a group's row

@@ -10,7 +10,7 @@
     artifacts/<ns>/measure/<op>/<shape>/capture.sqlite     the group's export, re-scrubbed (below)
     artifacts/<ns>/measure/session.nsys-rep                the session's raw report, only with include_reports=True
                                                            (before sessions: measure/<op>/<shape>/capture.nsys-rep)
-    report/<ns>/**                                         the reports, the page and the figures
+    report/<ns>/**                                         the reports, the figures, and the page where it is there (never committed)
 
 Each export is copied to a temporary folder and scrubbed there (harness.measure.capture), never on
 the namespace's file; the scrubbed copy is what is hashed and packed, so no environment row of the

@@ -110,7 +110,7 @@ def test_where_each_groups_time_went_is_written_and_read_back_from_a_clone(tmp_p
     seconds = {"start_up": 0.5, "gpu_init": 2.0, "checks": 1.0, "spans": 0.25, "capture": 0.25, "total": 1.5,
                "profile nsys": 6.0, "job": 7.0}
     _record(ns / "measure" / "layernorm" / "8x8", seconds)
-    _record(ns / "measure" / "softmax" / "8x8", {**seconds, "job": 8.0, "graph_replay": 0.5})
+    _record(ns / "measure" / "softmax" / "8x8", {**seconds, "job": 8.0, "graph_replay": 0.5, "checks": 1.5})
     _record(ns / "measure" / "matmul" / "8x8x8", {"total": 1.0})  # an older record: no job, no nsys: no row
     (ns / "benchmarks" / "measure").mkdir(parents=True)
     assert cli(["job-times", "ns", "--artifacts", str(tmp_path / "artifacts")]) == 0
@@ -121,6 +121,7 @@ def test_where_each_groups_time_went_is_written_and_read_back_from_a_clone(tmp_p
     assert rows[0]["nsys_end"] == 6.0 - (0.5 + 2.0 + 1.5) and rows[1]["outside"] == 2.0
     assert rows[0]["graph_replay"] is None and rows[1]["graph_replay"] == 0.5
     assert "measure groups: 2, 15.0 s in the measure step" in out and "nsys_end 4.0" in out and "outside 3.0" in out
+    assert "checks per group: median 1.25 s, most 1.50 s (softmax 8x8)" in out
     shutil.rmtree(ns / "measure")
     shutil.rmtree(ns / "benchmarks")  # a fresh clone: the committed table answers
     assert cli(["job-times", "ns", "--artifacts", str(tmp_path / "artifacts")]) == 0

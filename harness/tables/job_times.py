@@ -20,6 +20,7 @@ import argparse
 import csv
 import json
 import math
+import statistics
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -109,7 +110,8 @@ def read_group_rows(table: str | Path) -> list[dict[str, Any]]:
 
 
 def group_summary(rows: list[dict[str, Any]]) -> str:
-    """Each phase's seconds summed over the groups, beside the groups' total (PHASES)."""
+    """Each phase's seconds summed over the groups, beside the groups' total (PHASES); then each
+    group's checks: their median and the most a group took, and which."""
     if not rows:
         return ""
     total = math.fsum(float(r["job"] or 0.0) for r in rows)
@@ -118,7 +120,12 @@ def group_summary(rows: list[dict[str, Any]]) -> str:
         values = [float(r[phase]) for r in rows if r.get(phase) is not None]
         if values:
             parts.append(f"{phase} {math.fsum(values):.1f}")
-    return (f"measure groups: {len(rows)}, {total:.1f} s in the measure step, of which (s): " + ", ".join(parts))
+    text = f"measure groups: {len(rows)}, {total:.1f} s in the measure step, of which (s): " + ", ".join(parts)
+    checks = sorted((float(r["checks"]), f"{r['op']} {r['shape']}") for r in rows if r.get("checks") is not None)
+    if checks:
+        text += (f"\nchecks per group: median {statistics.median(v for v, _ in checks):.2f} s, "
+                 f"most {checks[-1][0]:.2f} s ({checks[-1][1]})")
+    return text
 
 
 def _number(text: str | None) -> float | None:

@@ -414,7 +414,8 @@ COMMITTED = sorted(p.parent.name for p in (ROOT / "report").glob("*/field_note.m
 @pytest.mark.parametrize("ns", COMMITTED)
 def test_every_committed_namespace_verifies(ns: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Each retained namespace, bundled from this checkout, verifies: its tables match the
-    manifest and its reports, page, figures and summary are what this code renders from them. Its
+    manifest and its reports, figures and summary are what this code renders from them (its page
+    is not committed, so not bundled: verify compares a page only where a bundle has one). Its
     raw captures never entered git, so verify notes that the tables were not re-derived (and
     nothing else). The command alone: its exit status and lines say all that verify() returns,
     and each verification re-renders the namespace (most of this test's time)."""

@@ -227,9 +227,6 @@ def layout(fig: Any, drawn: bool = False) -> dict[str, Any]:
 
 
 OURS = "cuda"
-RATIOS = SWEEP_PAIRS
-"""The ratios a sweep table holds (`<a>_over_<b>`, with `_lo`/`_hi` where it has an interval;
-harness.tables.derive.SWEEP_PAIRS)."""
 
 
 def sweep_figure(sweep: Any, op: str, out_svg: Path | str, control: str = "triton",
@@ -337,7 +334,7 @@ def _other_panel(ax: Any, table: Any, shapes: list[str], impls: list[str], contr
                  cache_mode: str) -> None:
     margin = table_margin(table)
     kind = "interval" if margin is not None else "envelope"
-    pairs = [(a, b) for a, b in RATIOS if (a, b) != (OURS, control) and a in impls and b in impls]
+    pairs = [(a, b) for a, b in SWEEP_PAIRS if (a, b) != (OURS, control) and a in impls and b in impls]
     _band(ax, margin)
     ax.axhline(1.0, color="black", linewidth=1, linestyle="--")
     width = 0.5 / max(len(pairs), 1)

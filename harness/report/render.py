@@ -37,6 +37,7 @@ from harness.report.words import (IMPL_LABEL, IMPL_ORDER, LIBRARY, OURS, arrows,
                                   unsampled, us_text, yes)
 from harness.tables import counters as ctr
 from harness.tables import history, stats, trust, variants
+from harness.tables.derive import SWEEP_PAIRS
 
 TEMPLATES = ROOT / "report" / "templates"
 
@@ -182,7 +183,7 @@ def _op_context(cfg: Mapping[str, Any], op: str, spec: Mapping[str, Any], tables
     op_kt = _order(_rows(kt, op=op), shapes)
     base_impls = [i for i in IMPL_ORDER if any(summary.number(r.get(f"{i}_us")) is not None for r in sweep_rows.values())
                   or any(str(r.get("impl")) == i for r in op_kt)]
-    ratios = [(a, b) for a, b in summary.RATIOS if a in base_impls and b in base_impls]
+    ratios = [(a, b) for a, b in SWEEP_PAIRS if a in base_impls and b in base_impls]
 
     # shape sweep
     cols = [("shape", "l")] + [(f"{i} µs", "r") for i in base_impls]

@@ -50,10 +50,6 @@ BETWEEN_RUNS_DESCRIPTION = ", widened by the component between runs that the con
 ENVELOPE = "envelope"
 NO_INTERVAL = "none"
 
-RATIOS = SWEEP_PAIRS
-"""The ratios the sweep table holds, (numerator, denominator): `<a>_over_<b>`, its `_lo`/`_hi`
-and the verdict `<a>_vs_<b>` (harness.tables.derive.SWEEP_PAIRS)."""
-
 PROVENANCE_KEYS = ("namespace", "git", "date_utc", "host", "gpus", "versions", "config_sha256", "commands")
 """The provenance keys a summary carries."""
 
@@ -174,7 +170,7 @@ def build(tables: Mapping[str, Any], provenance: Mapping[str, Any], *, control: 
         s = sweep_by.get((op, shape))
         base, _, variant_name = impl.partition(".")
         ratios = []
-        for a, b in RATIOS:
+        for a, b in SWEEP_PAIRS:
             if a == impl:
                 got = _ratio(s, a, b, "control" if b == control else "library" if b == "torch" else "other")
                 if got is not None:

@@ -19,6 +19,7 @@ from typing import Any
 from harness import ops
 from harness.errors import CheckFailed, EvidenceError
 from harness.gpu.device import require_gpu
+from harness.launch import triton as triton_launch
 
 
 def check_seed(seed: int, op: str, shape: str, impl: str) -> int:
@@ -51,14 +52,24 @@ def run_check(op_name: str, shape: str, impl: str, params: dict[str, Any], seed:
     torch.cuda.synchronize()
     times["reference"] = time.perf_counter() - t
     t = time.perf_counter()
+    atol, rtol = float(params["tolerance"]["atol"]), float(params["tolerance"]["rtol"])
+    record = {"op": op_name, "shape": shape, "impl": impl, **compare(torch, result, ref, atol, rtol)}
+    times["compare"] = time.perf_counter() - t
+    record["seconds"] = times
+    return record
+
+
+def compare(torch: Any, result: Any, ref: Any, atol: float, rtol: float) -> dict[str, Any]:
+    """The comparison of a check: `result` (the call's output) against `ref` (the float64
+    reference) within atol + rtol * |ref| everywhere, every figure computed on the GPU and read back
+    at once; `passed` is False where any output is not finite or outside the tolerance."""
     got = result.double()
     diff = (got - ref).abs()
-    atol, rtol = float(params["tolerance"]["atol"]), float(params["tolerance"]["rtol"])
     empty = got.numel() == 0  # a problem of zero rows: nothing to be wrong, nothing unwritten
     zero = torch.zeros((), dtype=torch.float64, device=got.device)
     # relative error measured where the reference is not tiny, so near-zero outputs don't blow it up
     scale = ref.abs().clamp_min(atol)
-    stats = torch.stack([  # every figure on the GPU, read back at once
+    stats = torch.stack([
         torch.isfinite(got).all().double(), (~torch.isfinite(got)).sum().double(), torch.isnan(result).sum().double(),
         zero if empty else diff.max(), zero if empty else (diff / scale).max(),
         zero if empty else torch.linalg.vector_norm(got - ref) / torch.linalg.vector_norm(ref),
@@ -66,16 +77,43 @@ def run_check(op_name: str, shape: str, impl: str, params: dict[str, Any], seed:
     ]).tolist()
     finite, nonfinite, unwritten = bool(stats[0]), int(stats[1]), int(stats[2])
     max_abs, max_rel, rel_norm = (float(v) if finite else float("nan") for v in stats[3:6])
-    passed = finite and bool(stats[6])
-    record = {
-        "op": op_name, "shape": shape, "impl": impl,
-        "passed": passed, "max_abs_err": max_abs, "max_rel_err": max_rel, "rel_l2_err": rel_norm,
-        "atol": atol, "rtol": rtol, "nonfinite_outputs": nonfinite,
-        "unwritten_outputs": unwritten, "elements": got.numel(),
-    }
-    times["compare"] = time.perf_counter() - t
-    record["seconds"] = times
-    return record
+    return {"passed": finite and bool(stats[6]), "max_abs_err": max_abs, "max_rel_err": max_rel, "rel_l2_err": rel_norm,
+            "atol": atol, "rtol": rtol, "nonfinite_outputs": nonfinite, "unwritten_outputs": unwritten,
+            "elements": got.numel()}
+
+
+FIRST_USE_ELEMENTS = 4096
+"""The size of the stand-in problem `first_use` checks (a few kernels' worth of work)."""
+
+
+def first_use(torch: Any, triton: bool = False) -> list[str]:
+    """Pay once, at a process's start, what its first check would otherwise pay: the first draw of
+    torch's generator on the device, the first poisoned output, the check's own float64 comparison
+    (`compare`, the kernels of each of its steps loaded), and with `triton` the first launch through
+    Triton's JIT (its driver and launcher set up, a tiny kernel compiled or read from its cache).
+    Then each group's checks time its checks, not the process's start. The reference of each operation and each kernel's own first load stay in its group.
+    Returns what it warmed, in order."""
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(FIRST_USE_ELEMENTS, device="cuda", dtype=torch.float32, generator=gen)
+    out = torch.empty_like(x)
+    out.fill_(float("nan"))
+    out.copy_(x)
+    if not compare(torch, out, x.double(), 1e-6, 1e-6)["passed"]:
+        raise EvidenceError("the stand-in check at the process's start failed: a copy differs from itself.")
+    warmed = ["torch"]
+    if triton:
+        from kernels import first_use_triton as kernel
+
+        y = torch.empty_like(x)
+        device = x.device.index if x.device.index is not None else torch.cuda.current_device()
+        launch = triton_launch.bind(kernel.copy, (-(-x.numel() // kernel.BLOCK),), (x, y, x.numel()),
+                                    {"BLOCK": kernel.BLOCK}, {"num_warps": 4}, device, out=y)
+        y.fill_(float("nan"))
+        if not torch.equal(launch(), x):
+            raise EvidenceError("the stand-in Triton launch at the process's start did not copy its input.")
+        warmed.append("triton")
+    torch.cuda.synchronize()
+    return warmed
 
 
 def unmeasured_record(op: str, shape: str, impl: str, message: str, **facts: Any) -> dict[str, Any]:

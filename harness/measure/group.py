@@ -69,7 +69,7 @@ from harness.gpu.device import require_gpu
 from harness.io import write_json
 from harness.launch import cuda as cuda_launch
 from harness.measure import graph_replay, idle_start
-from harness.measure.check import crash_message, failure, run_check, unmeasured_record
+from harness.measure.check import crash_message, failure, first_use, run_check, unmeasured_record
 from harness.measure.order import balanced, place, round_placements
 from harness.tables.derive import RANGE_PREFIX, parse_range, parse_round_range  # noqa: F401 (the names of the rounds)
 
@@ -292,7 +292,9 @@ def run_session(session: Mapping[str, Any]) -> list[dict[str, Any]]:
     (step 5), each in its window (WINDOW_PREFIX) under nsys. Where the session says when its process
     was launched (`launched_at`, the launcher's time.time()), its `seconds` hold `start_up`, from
     then until this call (the profiler's start, Python's and the imports), and `gpu_init` (torch,
-    the CUDA context and the libraries the groups launch through: import_libraries); each group's `seconds` hold its phases, and `session` the session's."""
+    the CUDA context, the libraries the groups launch through (import_libraries) and, where a group
+    checks, the first use of what every check uses (check.first_use)); each group's `seconds` hold
+    its phases, and `session` the session's."""
     session_seconds: dict[str, float] = {}
     if "launched_at" in session:
         session_seconds["start_up"] = time.time() - float(session["launched_at"])
@@ -300,7 +302,9 @@ def run_session(session: Mapping[str, Any]) -> list[dict[str, Any]]:
     require_gpu()
     import torch
 
-    import_libraries(session["groups"])
+    imported = import_libraries(session["groups"])
+    if any(plan.get("check", True) for plan in session["groups"]):
+        first_use(torch, triton="triton" in imported)
     session_seconds["gpu_init"] = time.perf_counter() - t
     progress = Progress(session.get("progress"))
     prepared = [_prepare(torch, plan, progress) for plan in session["groups"]]

@@ -95,8 +95,34 @@ def write_csv(rows: Iterable[Mapping[str, Any]], columns: list[str], path: str |
         if col not in frame.columns:
             frame[col] = pd.NA
     frame = frame[columns]
-    _atomic(lambda tmp: frame.to_csv(tmp, index=False, float_format="%.6g"), path)
+    written = _whole_numbers_exact(frame)
+    _atomic(lambda tmp: written.to_csv(tmp, index=False, float_format="%.6g"), path)
     return frame
+
+
+def _whole_numbers_exact(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` with each float column whose values are all whole numbers (missing ones aside) as
+    pandas' nullable integers, so that it is written digit for digit: pandas holds a column of
+    integers with a missing value as floats, and "%.6g" would write the byte count 123456789 as
+    1.23457e+08. Other floats keep "%.6g", as do whole numbers that all lie below 1e6 ("%.6g"
+    writes them in full) or any beyond 2**53 (where every float is whole). The frame given is left
+    as it is; a copy is returned where a column changes."""
+    import numpy as np
+    import pandas as pd
+
+    out = frame
+    for i, dtype in enumerate(frame.dtypes):
+        if not pd.api.types.is_float_dtype(dtype):
+            continue
+        values = frame.iloc[:, i].dropna().to_numpy(dtype="float64")
+        if values.size == 0 or not np.isfinite(values).all() or not (np.abs(values) <= 2.0**53).all():
+            continue
+        if not (values == np.trunc(values)).all() or np.abs(values).max() < 1e6:
+            continue  # not whole numbers, or all below 1e6, which "%.6g" writes in full already
+        if out is frame:
+            out = frame.copy()
+        out.isetitem(i, frame.iloc[:, i].astype("Int64"))
+    return out
 
 
 def read_csvs(paths: Iterable[str | Path]) -> pd.DataFrame:

@@ -55,7 +55,7 @@ if [ "${RUN_TESTS:-1}" = 1 ]; then
     case "$repo" in *current*) continue ;; esac  # pytest's links to the latest folders
     [ -d "$repo/artifacts" ] && (cd "$repo" && echo "== $repo" && python3 -m harness job-times gpu-smoke \
       && for r in artifacts/gpu-smoke/measure/*/*/record.json; do python3 -c "import json, sys; print(sys.argv[1], json.load(open(sys.argv[1]))['seconds'])" "$r"; done \
-      && grep -hE 'group seconds|counters: ncu profile' artifacts/gpu-smoke/logs/measure/*/*.log artifacts/gpu-smoke/logs/counters/*/*.log \
+      && grep -hE 'group seconds|session seconds|counters: ncu profile' artifacts/gpu-smoke/logs/measure/session.log artifacts/gpu-smoke/logs/counters/session.log \
       && grep -hE '^\[|^(local)?rule |^Finished job' .snakemake/log/*.snakemake.log) \
       2>&1 | tee -a "$OUT/gpu-tests.txt" | tail -15
   done

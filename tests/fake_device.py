@@ -1,8 +1,9 @@
 """A stand-in device for CPU tests of the measure stage and of whole runs: a stand-in `nsys` that,
 instead of profiling the group process, writes what that process and nsys would have written for
-the plan it is given — the results file and a synthetic SQLite export with one range
-'capture/<impl>/<round>' per implementation and round (kernel durations drawn around a per-call
-time of the test's choosing) — and a stand-in `ncu` that is simply missing.
+the session plan it is given — each group's results file and one synthetic SQLite export with
+one range 'capture/<op>/<shape>/<impl>/<round>' per group, implementation and round, each group's
+inside its window 'group/<op>/<shape>' (kernel durations drawn around a per-call time of the
+test's choosing) — and a stand-in `ncu` that is simply missing.
 
 Used by tests/test_measure_step.py and tests/test_pipeline_cpu.py. Nothing here is part of the
 product: the real group process (harness.measure.group) needs a GPU.
@@ -46,9 +47,31 @@ def synthetic_export(path: Path, impls: list[str], rounds: int, calls: dict[str,
                      overrides: dict[str, int] | None = None, noise: float = 0.01) -> Path:
     """An export with, per round and implementation (rotated), `calls[impl]` launches inside a
     range capture/<impl>/<round>, all inside an outer range `capture`."""
-    rng = random.Random(seed)
     b = ExportBuilder()
-    pid, tid, t = 4242, 4242, 1_000_000
+    _add_group(b, 1_000_000, impls, rounds, calls, random.Random(seed), overrides, noise)
+    return b.write(path)
+
+
+def session_export(path: Path, groups: list[tuple[str, str, list[str], int, dict[str, int]]], seed: int = 0,
+                   overrides: dict[str, int] | None = None, noise: float = 0.01) -> Path:
+    """The export of a session: each group (op, shape, impls, rounds, calls per round) as in
+    `synthetic_export`, its ranges named capture/<op>/<shape>/<impl>/<round>, inside its window
+    group/<op>/<shape>, the groups one after the other."""
+    b = ExportBuilder()
+    rng = random.Random(seed)
+    t = 1_000_000
+    for op, shape, impls, rounds, calls in groups:
+        start = t
+        t = _add_group(b, t + 500, impls, rounds, calls, rng, overrides, noise, f"{op}/{shape}/") + 500
+        b.add_range(start, t, f"group/{op}/{shape}", 4242, 4242)
+        t += 10_000
+    return b.write(path)
+
+
+def _add_group(b: ExportBuilder, t: int, impls: list[str], rounds: int, calls: dict[str, int], rng: random.Random,
+               overrides: dict[str, int] | None, noise: float, where: str = "") -> int:
+    """One group's rounds into `b` from time `t`; returns the time after them."""
+    pid, tid = 4242, 4242
     start = t
     order = list(impls)
     for r in range(rounds):
@@ -59,10 +82,10 @@ def synthetic_export(path: Path, impls: list[str], rounds: int, calls: dict[str,
                 dur = int(per_call(impl, overrides) * (1.0 + rng.gauss(0.0, noise)))
                 b.launch(pid, tid, t + 100, t + 2_000, dur, f"{impl.split('.')[0]}_kernel", grid=(64, 1, 1), block=(128, 1, 1))
                 t += dur + 5_000
-            b.add_range(r0, t, f"capture/{impl}/{r}", pid, tid)
+            b.add_range(r0, t, f"capture/{where}{impl}/{r}", pid, tid)
             t += 1_000
     b.add_range(start - 10, t + 10, "capture", pid, tid)
-    return b.write(path)
+    return t + 10
 
 
 def results(plan: dict[str, Any], impls: list[str], failing: set[str]) -> dict[str, Any]:
@@ -121,24 +144,27 @@ def standin_nsys(argv: list[str]) -> int:
         return 2
     base = Path(argv[argv.index("--output") + 1])
     plan_path = Path(argv[-1])
-    plan = json.loads(plan_path.read_text())
-    impls = list(plan["impls"])
-    crash = next((i for i in impls if i.endswith(".crash")), None)
-    if crash is not None:
-        Path(plan["progress"]).write_text(json.dumps({"step": "crashed", "impl": crash, "message":
-                                                      f"{plan['op']} {plan['shape']} {crash} crashed on the GPU (CUDA error: "
-                                                      "an illegal memory access was encountered); this job stops."}))
-        return 3
-    failing = {i for i in impls if i.endswith(".wrong")}
+    session = json.loads(plan_path.read_text())
+    plans = session["groups"] if "groups" in session else [session]
+    progress = Path(session["progress"])
+    for plan in plans:
+        crash = next((i for i in plan["impls"] if i.endswith(".crash")), None)
+        if crash is not None:
+            progress.write_text(json.dumps({"step": "crashed", "op": plan["op"], "shape": plan["shape"], "impl": crash,
+                                            "message": f"{plan['op']} {plan['shape']} {crash} crashed on the GPU (CUDA "
+                                                       "error: an illegal memory access was encountered); this job stops."}))
+            return 3
     slow = here / "sleep-s"
     time.sleep(float(slow.read_text()) if slow.is_file() else 0.0)
-    out = results(plan, impls, failing)
-    synthetic_export(base.with_name(base.name + ".sqlite"), out["passed"], out["rounds"], out["calls_per_round"],
-                     seed=int(plan.get("seed", 0)), overrides=json.loads((here / "per-call-ns.json").read_text())
-                     if (here / "per-call-ns.json").is_file() else None)
+    overrides = json.loads((here / "per-call-ns.json").read_text()) if (here / "per-call-ns.json").is_file() else None
+    outs = [results(plan, list(plan["impls"]), {i for i in plan["impls"] if i.endswith(".wrong")}) for plan in plans]
+    session_export(base.with_name(base.name + ".sqlite"),
+                   [(o["op"], o["shape"], o["passed"], o["rounds"], o["calls_per_round"]) for o in outs],
+                   seed=int(plans[0].get("seed", 0)), overrides=overrides)
     base.with_name(base.name + ".nsys-rep").write_bytes(b"stand-in report " + leak)
-    Path(plan["results"]).write_text(json.dumps(out))
-    Path(plan["progress"]).write_text(json.dumps({"step": "done"}))
+    for plan, out in zip(plans, outs):
+        Path(plan["results"]).write_text(json.dumps(out))
+    progress.write_text(json.dumps({"step": "done"}))
     return 0
 
 

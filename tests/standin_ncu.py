@@ -48,13 +48,20 @@ def fixture_rows(base: str) -> tuple[list[str], list[str], list[list[str]]]:
     return header, units, rows
 
 
-def group_export(impls: list[str], unattributed: bool = False) -> str:
+def group_export(impls: list[str], unattributed: bool = False, group: tuple[str, str] | None = None) -> str:
     """A raw export of one group process: each implementation's fixture kernels inside its range
-    (and, `unattributed`, a first kernel inside 'capture' alone, as an untimed call inside that
-    range was)."""
+    (named for `group`, as a session names them; and, `unattributed`, a first kernel inside
+    'capture' alone, as an untimed call inside that range was)."""
+    return session_export([(group, impls)], unattributed)
+
+
+def session_export(groups: list[tuple[tuple[str, str] | None, list[str]]], unattributed: bool = False) -> str:
+    """A raw export of a session process: `group_export` of each (group, impls), one header."""
     out = io.StringIO()
     writer = csv.writer(out, quoting=csv.QUOTE_ALL, lineterminator="\n")
-    for n, impl in enumerate(impls):
+    pairs = [(group, impl) for group, impls in groups for impl in impls]
+    for n, (group, impl) in enumerate(pairs):
+        where = f"{group[0]}/{group[1]}/" if group else ""
         header, units, rows = fixture_rows(impl.split(".")[0])
         if n == 0:
             writer.writerows([header, units])
@@ -65,7 +72,7 @@ def group_export(impls: list[str], unattributed: bool = False) -> str:
         at = header.index(PUSH_POP)
         for row in rows:
             row[at] = (f'890  "<default domain>:capture:none:none:none:none:none:none" '
-                       f'"<default domain>:capture/{impl}/0:none:none:none:none:none:none" ')
+                       f'"<default domain>:capture/{where}{impl}/0:none:none:none:none:none:none" ')
             writer.writerow(row)
     return out.getvalue()
 
@@ -87,7 +94,8 @@ def main(argv: list[str]) -> int:
     if mode == "crash":
         print("==ERROR== The application returned an error code (11).")
         return 11
-    export = group_export(list(plan["impls"]), unattributed=mode == "unattributed")
+    plans = plan["groups"] if "groups" in plan else [plan]
+    export = session_export([((p["op"], p["shape"]), list(p["impls"])) for p in plans], unattributed=mode == "unattributed")
     Path(argv[argv.index("--export") + 1] + ".ncu-rep").write_text(export)
     print("==PROF== Report written")
     return 0

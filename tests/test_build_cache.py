@@ -108,3 +108,27 @@ def test_a_cache_folder_that_cannot_be_written_leaves_the_build_standing(tmp_pat
     monkeypatch.setenv(cache.ENV, str(blocker / "cache"))
     rows, hit, _ = build_in(tmp_path / "one")
     assert rows and not hit
+
+
+def test_each_instance_is_cached_whatever_shapes_the_namespace_has(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A namespace of one shape, then one of that shape and another (the quick run after a full
+    one, or the other way): the instance both need comes from the cache, named for the shapes it
+    serves now, with the same files; the other instance is built."""
+    monkeypatch.setenv(cache.ENV, str(tmp_path / "cache"))
+
+    def key(instance: object) -> str:
+        return cache.key("layernorm", "cuda", [], "sm_90", instance=instance)
+
+    one = build_census("layernorm", "cuda", [(4096, 768)], outdir=tmp_path / "one", cache_key=key)
+    assert [r["build"] for r in one] == ["built"] * len(one) and one
+    two = build_census("layernorm", "cuda", [(4096, 768), (4096, 4096)], outdir=tmp_path / "two", cache_key=key)
+    shared = [r for r in two if r["kernel"] in {o["kernel"] for o in one}]
+    assert shared and all(r["build"].startswith("cache ") for r in shared)
+    assert any(r["build"] == "built" for r in two if r not in shared)  # 4096x4096 needs another instance
+    mine = {r["kernel"]: r for r in one}
+    for r in shared:  # the same census, its shapes those it serves in this namespace
+        assert {k: v for k, v in r.items() if k not in ("build", "shapes")} == \
+            {k: v for k, v in mine[r["kernel"]].items() if k not in ("build", "shapes")}
+        assert "4096x768" in r["shapes"]
+    for name, data in files(tmp_path / "one").items():
+        assert (tmp_path / "two" / name).read_bytes() == data

@@ -111,10 +111,10 @@ def test_the_measure_step_captures_under_the_lock_watches_the_gpu_and_scrubs_the
     assert saved["gpu"]["during"]["flags"] == []  # the captured process alone
     assert saved["env_rows_removed"] == 3 and environment_left(folder / "capture.sqlite") == []
     assert not list(folder.glob("*.partial*")) and list(folder.glob("*.json")) == [folder / "record.json"]
-    # the lock was held on the group's GPU, noted in the namespace, and released
-    note = json.loads((tmp / "artifacts" / sm.NS / "logs" / "gpu" / sm.OP / f"{sm.SHAPE}.json").read_text())
-    assert note["group"] == f"gpu-{sm.OP}-{sm.SHAPE}" and note["gpu_uuid"] == record["gpu_uuid"]
-    assert list(note["jobs"]) == [f"measure {sm.OP} {sm.SHAPE}"]
+    # the lock was held on the session's GPU, noted in the namespace, and released
+    note = json.loads((tmp / "artifacts" / sm.NS / "logs" / "gpu" / "session.json").read_text())
+    assert note["group"] == "gpu-session" and note["gpu_uuid"] == record["gpu_uuid"]
+    assert list(note["jobs"]) == ["measure session"]
     assert not list((tmp / "locks").glob("*.holder.json"))
     with gpu_lock("next job", timeout_s=0.2, uuid=record["gpu_uuid"]):
         pass

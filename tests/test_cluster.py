@@ -52,48 +52,39 @@ def parse_jobs(output: str) -> list[dict]:
     return jobs
 
 
-def test_slurm_dry_run_groups_each_comparison_on_one_gpu() -> None:
+def test_slurm_dry_run_groups_the_session_on_one_gpu() -> None:
     cfg = config.load()
     proc = run_snakemake(*SLURM, "-n", "--forceall", "report")
     assert proc.returncode == 0, proc.stderr
     jobs = parse_jobs(proc.stdout)
-    expected = {f"gpu-{op}-{shape}": (op, shape) for op in cfg["operations"] for shape in config.shapes(cfg, op)}
     groups: dict[str, list[dict]] = {}
     for job in jobs:
         if job["group"]:
             groups.setdefault(job["group"], []).append(job)
-    assert set(groups) == set(expected)
-    counted = {(op, shape) for op in cfg["operations"] for shape in config.group_shapes(cfg, op, cfg["counters"]["shapes"])
-               } if cfg["counters"]["enabled"] else set()
-    assert counted  # the shipped config reads counters, so some group holds two jobs
-    for gid, members in groups.items():
-        op, shape = expected[gid]
-        assert all(j["wildcards"] == {"op": op, "shape": shape} for j in members), gid
-        rules = sorted(j["rule"] for j in members)
-        assert rules == (["counters", "measure"] if (op, shape) in counted else ["measure"]), gid
-        for j in members:  # one GPU per job, on the profile's partition, with the profile's wall time
-            assert j["resources"]["gpu"] == "1" and j["resources"]["slurm_partition"] == "gpu", (gid, j)
-            assert int(j["resources"]["runtime"]) > 0
+    assert cfg["counters"]["enabled"]  # the shipped config reads counters, so the session holds two jobs
+    assert list(groups) == ["gpu-session"]
+    members = groups["gpu-session"]
+    assert sorted(j["rule"] for j in members) == ["counters", "measure"]
+    for j in members:  # one GPU per job, on the profile's partition, with the profile's wall time
+        assert j["wildcards"] == {} and j["resources"]["gpu"] == "1" and j["resources"]["slurm_partition"] == "gpu", j
+        assert int(j["resources"]["runtime"]) > 0
     outside = [j for j in jobs if not j["group"]]
     assert [j["rule"] for j in outside if j["rule"] in GPU_RULES] == ["ceilings"]  # measured on its own
     assert next(j for j in outside if j["rule"] == "ceilings")["resources"]["gpu"] == "1"
     assert all("gpu" not in j["resources"] for j in outside if j["rule"] not in GPU_RULES)  # GPU-free work
 
 
-def test_a_sweep_is_one_group_per_shape_with_the_profile_or_without() -> None:
-    """A sweep has no counters: each shape's group is its measure job alone, the same group whether
-    or not the profile's group-components merge the pieces of one group id."""
-    cfg = config.load()
-    shapes = config.shapes(cfg, "layernorm")
+def test_a_sweep_is_the_session_alone_with_the_profile_or_without() -> None:
+    """A sweep needs no counters: the session is its measure job alone, the same group whether or
+    not the profile's group-components merge the pieces of one group id."""
 
-    def groups(args: list[str]) -> list[tuple[str, str, str]]:
+    def groups(args: list[str]) -> list[tuple[str, str]]:
         proc = run_snakemake(*args, "-n", "--forceall", "sweep_layernorm")
         assert proc.returncode == 0, proc.stderr
-        return sorted((j["group"], j["rule"], j["wildcards"]["shape"]) for j in parse_jobs(proc.stdout) if j["group"])
+        return sorted((j["group"], j["rule"]) for j in parse_jobs(proc.stdout) if j["group"])
 
-    expected = sorted((f"gpu-layernorm-{s}", "measure", s) for s in shapes)
-    assert groups([]) == expected
-    assert groups(SLURM) == expected
+    assert groups([]) == [("gpu-session", "measure")]
+    assert groups(SLURM) == [("gpu-session", "measure")]
 
 
 FAKE_SBATCH = """#!/bin/sh
@@ -125,10 +116,10 @@ def stand_in_slurm(tmp: Path) -> Path:
     return bin_dir
 
 
-def test_slurm_submits_each_group_as_one_job_with_one_gpu(tmp_path: Path) -> None:
+def test_slurm_submits_the_session_as_one_job_with_one_gpu(tmp_path: Path) -> None:
     """Not a dry run: the SLURM plugin submits through stand-in sbatch/sacct (every job 'fails', as
     nothing runs here). One operation at one shape, its kernels' census already built; the targets
-    need the group's measure and counters jobs, and the ceilings."""
+    need the session's measure and counters jobs, and the ceilings."""
     work = tmp_path / "work"
     raw = yaml.safe_load((ROOT / "config.yaml").read_text())
     raw["namespace"] = "cluster-test"
@@ -153,8 +144,8 @@ def test_slurm_submits_each_group_as_one_job_with_one_gpu(tmp_path: Path) -> Non
     out = proc.stdout + proc.stderr
     assert "no CUDA GPU is visible here" not in out  # the login node needs no GPU
     calls = [p.read_text() for p in sorted(record.glob("id.*/args"))]
-    assert len(calls) == 2, out  # the group, and the ceilings; nothing else was ready
-    group = next(c for c in calls if f"gpu-layernorm-{shape}" in c)
+    assert len(calls) == 2, out  # the session, and the ceilings; nothing else was ready
+    group = next(c for c in calls if "gpu-session" in c)
     ceilings = next(c for c in calls if "rule_ceilings" in c)
     wall = {rule: res["runtime"] for rule, res in
             yaml.safe_load((ROOT / "profiles" / "slurm" / "config.yaml").read_text())["set-resources"].items()}
@@ -162,7 +153,7 @@ def test_slurm_submits_each_group_as_one_job_with_one_gpu(tmp_path: Path) -> Non
     assert f" -t {wall['measure'] + wall['counters']} " in group  # one allocation, its jobs one after another
     targets = re.search(r"--target-jobs (.*?) --allowed-rules", group)
     assert targets is not None, group
-    assert sorted(targets.group(1).split()) == [f"'counters:op=layernorm,shape={shape}'", f"'measure:op=layernorm,shape={shape}'"]
+    assert sorted(targets.group(1).split()) == ["'counters:'", "'measure:'"]
     assert " --gpus=1" in ceilings and f" -t {wall['ceilings']} " in ceilings
 
 
@@ -182,7 +173,7 @@ def test_kubernetes_profile_sets_the_same_group_rules() -> None:
     for args in (k8s, slurm):
         assert args.resources["gpu"].value == 1
         assert args.set_resource_scopes == {"gpu": "local"}
-        assert args.group_components == {"gpu-{op}-{shape}": 100}
+        assert args.group_components == {"gpu-session": 100}
         assert set(args.set_resources) == GPU_RULES
     for rule in GPU_RULES:
         res = k8s.set_resources[rule]

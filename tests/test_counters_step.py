@@ -43,8 +43,9 @@ def test_counters_step_profiles_the_group_and_splits_it_by_implementation(group:
     raw, table, log = sm.run_counters(group, IMPLS, ncu=str(ncu))
     seen = json.loads((ncu.parent / "ncu-seen.json").read_text())
     # one ncu process over the group process, with the implementations that passed, unchecked, unspanned
-    assert seen["plan"]["impls"] == ["cuda", "triton"]
-    assert seen["plan"]["check"] is False and seen["plan"]["spans"] is False and seen["plan"]["profile"] is False
+    (plan,) = seen["plan"]["groups"]
+    assert plan["impls"] == ["cuda", "triton"] and seen["plan"]["profile"] is False
+    assert plan["check"] is False and plan["spans"] is False
     assert seen["argv"][-4:-1] == ["-m", "harness", "group"]
     rows = read(table)
     for impl in ("cuda", "triton"):
@@ -56,7 +57,7 @@ def test_counters_step_profiles_the_group_and_splits_it_by_implementation(group:
         assert all(r["source"] == "ncu kernel replay" and float(r["duration_ns"]) > 1000 for r in got)
     (wrong,) = [r for r in rows if r["impl"] == "cuda.wrong"]
     assert wrong["status"] == "not measured" and wrong["duration_ns"] == ""
-    assert Path(raw).read_text() == standin_ncu.group_export(["cuda", "triton"])
+    assert Path(raw).read_text() == standin_ncu.group_export(["cuda", "triton"], group=("layernorm", "4096x768"))
     assert (Path(raw).parent / "4096x768.ncu-rep").is_file()
     assert not list(Path(raw).parent.glob("*.partial*")) and not list(Path(raw).parent.glob("*.plan.json"))
     logged = Path(log).read_text()
@@ -91,7 +92,7 @@ def test_crashing_ncu_records_failed_and_leaves_no_report(group: Path, capsys: p
     assert rows["cuda.wrong"]["status"] == "not measured"
     assert Path(raw).read_text() == ""
     assert sorted(os.listdir(Path(raw).parent)) == sorted([Path(raw).name, Path(table).name])  # no report, plan or partial
-    assert "counters failed: cuda, triton: ncu profile" in capsys.readouterr().out
+    assert "counters failed: layernorm 4096x768: cuda, triton: ncu profile" in capsys.readouterr().out
 
 
 def test_a_kernel_outside_every_round_range_records_failed_in_one_sentence(group: Path) -> None:
@@ -107,7 +108,7 @@ def test_the_check_failed_line_appears_only_where_a_check_failed(group: Path, ca
     sm.run_counters(group, ["cuda", "triton"], ncu=ncu)
     assert "its check failed" not in capsys.readouterr().out
     sm.run_counters(group, IMPLS, ncu=ncu)
-    assert "counters not measured: cuda.wrong: its check failed" in capsys.readouterr().out
+    assert "counters not measured: layernorm 4096x768: cuda.wrong: its check failed" in capsys.readouterr().out
 
 
 def test_failed_counters_are_a_flag_of_the_report(group: Path) -> None:
@@ -116,3 +117,35 @@ def test_failed_counters_are_a_flag_of_the_report(group: Path) -> None:
     _, table, _ = sm.run_counters(group, IMPLS, ncu=str(standin_ncu.install(group / "ncu-bin", "crash")))
     said = [line for line in trust.flags(counters=table) if line.startswith("Counters failed")]
     assert len(said) == 1 and "layernorm 4096x768 cuda and triton" in said[0] and "exit status 11" in said[0]
+
+
+def test_a_session_is_profiled_by_one_ncu_and_split_by_group(group: Path) -> None:
+    """Two groups' counters in one ncu process (the counters rule's session): each group's raw
+    export holds its own kernels only, and its table its own implementations."""
+    from harness import config
+    from harness.measure import step as measure_step
+
+    sm.run_measure(group, ["cuda", "torch"], shape="8192x768")
+    ncu = standin_ncu.install(group / "ncu-bin")
+    c = sm.cfg()
+    shapes = {"4096x768": IMPLS, "8192x768": ["cuda", "torch"]}
+    groups: list[dict[str, Any]] = [{"op": sm.OP, "shape": shape, "impls": impls, "plan": config.counters_plan(c, sm.OP),
+               "record": str(sm.group_dir(group, sm.OP, shape) / "record.json"),
+               "raw": str(group / "artifacts" / sm.NS / "counters" / sm.OP / f"{shape}.raw.csv"),
+               "table": str(group / "artifacts" / sm.NS / "counters" / sm.OP / f"{shape}.csv")} for shape, impls in shapes.items()]
+    report = group / "artifacts" / sm.NS / "counters" / "session.ncu-rep"
+    measure_step.counters_session(groups=groups, metrics=c["counters"]["metrics"], namespace=sm.NS, report=str(report),
+                                  log=str(group / "counters.log"), settings=sm.settings(ncu_path=str(ncu)))
+    seen = json.loads((ncu.parent / "ncu-seen.json").read_text())
+    assert [(p["shape"], p["impls"]) for p in seen["plan"]["groups"]] == [("4096x768", ["cuda", "triton"]),
+                                                                        ("8192x768", ["cuda", "torch"])]
+    assert report.is_file()
+    for g in groups:
+        rows = read(g["table"])
+        assert {r["shape"] for r in rows} == {g["shape"]}
+        ok = {r["impl"] for r in rows if r["status"] == "ok"}
+        assert ok == ({"cuda", "triton"} if g["shape"] == "4096x768" else {"cuda", "torch"})
+        raw = Path(g["raw"]).read_text()
+        assert f"capture/{sm.OP}/{g['shape']}/" in raw
+        other = "8192x768" if g["shape"] == "4096x768" else "4096x768"
+        assert f"capture/{sm.OP}/{other}/" not in raw

@@ -1,5 +1,5 @@
 """The README's main command end to end on a real GPU, on the smoke configuration
-(workflow/configs/smoke.yaml: one small shape of one operation, counters on, ceilings off), in a
+(workflow/configs/smoke.yaml: two small shapes of one operation, counters on, ceilings off), in a
 copy of the repository: it finishes, renders every report, every counters row is `ok`, and the
 report says the ceilings were not measured (tests/test_ceilings_gpu.py measures them). The smoke tier
 (`-m 'gpu and smoke'`) holds it. The test holds the GPU's lock (tests/conftest.py), so the run
@@ -8,7 +8,9 @@ tests, which the run's quiet-GPU watch must take as its own (harness.gpu.watch.l
 token in snakemake's environment reaches no file of the namespace, raw reports included, and the
 raw reports are kept (issue 31: nsys records the environment of every process above it). The run's
 own tables show the capture attributed: every call of every captured round is one kernel of its
-implementation, and the sweep's ratio lies inside its interval."""
+implementation, and the sweep's ratio lies inside its interval. The session's export is split by
+group: each group's part holds its own rounds, and `nsys stats` prints for it, byte for byte,
+what the pipeline's reader prints."""
 
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from harness import ROOT, config, tools
 from harness.errors import EvidenceError
 from harness.gpu.device import gpu_state
 from harness.gpu.watch import others_only, wait_until_quiet
-from harness.tables import stats
+from harness.tables import derive, stats
 
 NS = "gpu-smoke"
 SMOKE = yaml.safe_load((ROOT / "workflow" / "configs" / "smoke.yaml").read_text())
@@ -73,13 +75,27 @@ def test_the_main_command_on_the_smoke_config_renders_with_every_counter(tmp_pat
         assert sorted(mine["round"].unique()) == list(range(ROUNDS))
     assert set(counters["impl"]) == {"cuda", "triton", "torch"}
     assert not [p for p in written if ".partial" in p.name]
-    (sweep,) = pd.read_csv(copy / "artifacts" / NS / "tables" / "sweep.csv").to_dict("records")
-    assert sweep["cuda_vs_triton"] in stats.VERDICTS
-    assert sweep["cuda_over_triton_lo"] <= sweep["cuda_over_triton"] <= sweep["cuda_over_triton_hi"]
-    assert len(pd.read_csv(copy / "artifacts" / NS / "tables" / "rounds.csv")) == 3 * ROUNDS
-    reports = [p for p in written if p.name == "capture.nsys-rep"]
-    # the raw reports are kept where nsys runs in a process namespace of its own (harness.tools.isolation)
+    sweeps = pd.read_csv(copy / "artifacts" / NS / "tables" / "sweep.csv").to_dict("records")
+    assert len(sweeps) == 2
+    for sweep in sweeps:
+        assert sweep["cuda_vs_triton"] in stats.VERDICTS
+        assert sweep["cuda_over_triton_lo"] <= sweep["cuda_over_triton"] <= sweep["cuda_over_triton_hi"]
+    assert len(pd.read_csv(copy / "artifacts" / NS / "tables" / "rounds.csv")) == 2 * 3 * ROUNDS
+    reports = [p for p in written if p.name == "session.nsys-rep"]
+    # the raw report is kept where nsys runs in a process namespace of its own (harness.tools.isolation)
     assert bool(reports) == bool(tools.isolation()), tools.isolation_note()
+    (other,) = [s for s in SMOKE["operations"]["layernorm"]["sweep"] if s != SHAPE]
+    assert derive.launch_rows(group / "capture.sqlite", "layernorm", other) == []  # each part holds its group only
+    nsys = tools.find_nsys(None)
+    for shape in (SHAPE, other):
+        export = copy / "artifacts" / NS / "measure" / "layernorm" / shape / "capture.sqlite"
+        out = tmp_path / f"stats-{shape}"
+        subprocess.run([nsys, "stats", "-r", "cuda_gpu_kern_sum,nvtx_kern_sum", "--format", "csv", "--force-export",
+                        "false", "-o", str(out), str(export)], check=True, capture_output=True, timeout=120)
+        for command, report in (("kern-sum", "cuda_gpu_kern_sum"), ("nvtx-kern-sum", "nvtx_kern_sum")):
+            ours = subprocess.run([sys.executable, "-m", "harness", "nsys", command, str(export), "--format", "csv"],
+                                  check=True, capture_output=True, text=True, cwd=ROOT).stdout
+            assert ours == Path(f"{out}_{report}.csv").read_text(), (shape, report)
 
 
 def _stranger(ready: Path) -> int:

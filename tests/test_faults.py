@@ -98,7 +98,7 @@ def test_a_crash_ends_the_group_process_in_one_sentence(tmp_path: Path, message:
     assert proc.returncode == 3
     sentence = proc.stderr.strip().splitlines()[-1]
     assert sentence.startswith(f"{OP} {SHAPE} cuda crashed on the GPU (RuntimeError: ") and sentence.endswith(".")
-    assert progress == {"step": "crashed", "impl": "cuda", "message": sentence}
+    assert progress == {"step": "crashed", "op": OP, "shape": SHAPE, "impl": "cuda", "message": sentence}
     assert "teardown ran" not in proc.stdout + proc.stderr and "the checks returned" not in proc.stdout
 
 
@@ -110,7 +110,7 @@ def test_a_hung_check_is_stopped_by_its_deadline(tmp_path: Path) -> None:
     assert proc.returncode == 124
     sentence = proc.stderr.strip().splitlines()[-1]
     assert sentence.startswith(f"{OP} {SHAPE} cuda ") and "0.5 s" in sentence
-    assert progress == {"step": "crashed", "impl": "cuda", "message": sentence}
+    assert progress == {"step": "crashed", "op": OP, "shape": SHAPE, "impl": "cuda", "message": sentence}
     assert "the checks returned" not in proc.stdout
 
 
@@ -121,7 +121,8 @@ def test_an_ordinary_bug_is_not_disguised_as_a_crash(tmp_path: Path, monkeypatch
     monkeypatch.setattr(group, "run_check", bug)
     with pytest.raises(KeyError):
         group.checks(plan(["cuda"]), group.Progress(tmp_path / "progress.json"))
-    assert json.loads((tmp_path / "progress.json").read_text()) == {"step": "check", "impl": "cuda"}  # not "crashed"
+    assert json.loads((tmp_path / "progress.json").read_text()) == {"step": "check", "op": OP, "shape": SHAPE,
+                                                                    "impl": "cuda"}  # not "crashed"
 
 
 def test_a_crash_ends_the_process_after_its_sentence_without_teardown(tmp_path: Path) -> None:

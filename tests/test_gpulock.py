@@ -261,7 +261,7 @@ def test_the_measure_step_pins_its_child_to_the_groups_gpu(tmp_path: Path, monke
     sm.run_counters(tmp_path, ["cuda", "triton"], ncu=str(ncu))
     assert json.loads((ncu.parent / "ncu-seen.json").read_text())["CUDA_VISIBLE_DEVICES"] == FAKE[1]
     assert "CUDA_VISIBLE_DEVICES" not in os.environ
-    rec = json.loads((gpu_logs / sm.OP / f"{sm.SHAPE}.json").read_text())
-    assert rec["group"] == f"gpu-{sm.OP}-{sm.SHAPE}" and rec["gpu_uuid"] == FAKE[1]
-    assert {job: j["gpu_uuid"] for job, j in rec["jobs"].items()} == {f"measure {sm.OP} {sm.SHAPE}": FAKE[1],
-                                                                     f"counters {sm.OP} {sm.SHAPE}": FAKE[1]}
+    rec = json.loads((gpu_logs / "session.json").read_text())
+    assert rec["group"] == "gpu-session" and rec["gpu_uuid"] == FAKE[1]
+    assert {job: j["gpu_uuid"] for job, j in rec["jobs"].items()} == {"measure session": FAKE[1],
+                                                                     "counters session": FAKE[1]}

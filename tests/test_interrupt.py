@@ -1,14 +1,14 @@
 """Interruption and concurrency with real Snakemake runs on the CPU (issue #7), in a copy of the
 repository with the stand-in device (tests/repo_copy.py, tests/fake_device.py: layernorm at two
-shapes, one measure job per shape): SIGINT to Snakemake alone while a group is measured stops the
-run once that job is done, leaves nothing a later run trusts (the group's files are marked
-incomplete), and the same command then measures that group again and completes; a second
-invocation in the same folder while one runs is refused and writes nothing.
+shapes, measured by one session job): SIGINT to Snakemake alone while the session is measured stops
+the run, leaves nothing a later run trusts (the session's files are marked incomplete), and the
+same command then measures the session again and completes; a second invocation in the same
+folder while one runs is refused and writes nothing.
 
-Ctrl-C at a terminal (SIGINT to the whole process group), and a rerun that redoes only the groups
-left unfinished: tests/test_pipeline_cpu.py::test_ctrl_c_to_the_process_group_then_the_same_command_finishes.
+Ctrl-C at a terminal (SIGINT to the whole process group):
+tests/test_pipeline_cpu.py::test_ctrl_c_to_the_process_group_then_the_same_command_finishes.
 
-The group is slowed down by a file `sleep-s` beside the stand-in nsys (tests/fake_device.py)."""
+The session is slowed down by a file `sleep-s` beside the stand-in nsys (tests/fake_device.py)."""
 
 from __future__ import annotations
 
@@ -58,8 +58,8 @@ def wait_for(predicate, timeout: float = 300.0) -> bool:  # type: ignore[no-unty
 
 
 def measuring(art: Path) -> bool:
-    """A group is being measured: its plan is written, the stand-in nsys runs it."""
-    return any(art.glob("measure/*/*/plan.json"))
+    """The session is being measured: its plan is written, the stand-in nsys runs it."""
+    return (art / "measure" / "session.plan.json").is_file()
 
 
 def test_sigint_leaves_nothing_to_trust_and_the_same_command_completes(copy, slow_groups) -> None:  # type: ignore[no-untyped-def]
@@ -68,23 +68,21 @@ def test_sigint_leaves_nothing_to_trust_and_the_same_command_completes(copy, slo
     art = repo / "artifacts" / ns
     proc = subprocess.Popen(report(ns), cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        assert wait_for(lambda: measuring(art)), "no group started"
+        assert wait_for(lambda: measuring(art)), "the session never started"
         proc.send_signal(signal.SIGINT)  # to Snakemake alone
         out, _ = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode != 0, out[-2000:]
-    started = [p for p in art.glob("measure/*/*") if p.is_dir()]
-    assert len(started) == 1, started  # the run stopped: the other group never started
     assert not list(art.rglob("*.partial*")) and not (art / "tables" / "kernel_time.csv").exists()
-    # the same command measures the interrupted group again (its files are not trusted) and the
-    # other one; the GPU lock went with the job (a held lock would stop it in 5 s, in a sentence)
+    # the same command measures the interrupted session again (its files are not trusted); the GPU
+    # lock went with the job (a held lock would stop it in 5 s, in a sentence)
     again = subprocess.run(report(ns, "gpu_lock_timeout_s=5"), check=False, cwd=repo, env=env, capture_output=True, text=True,
                            timeout=600)
     assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
     counts = repo_copy.job_counts(again.stdout + again.stderr)
-    assert counts["measure"] == 2, counts
+    assert counts["measure"] == 1, counts
     assert (repo / "report" / ns / "field_note.md").is_file()
 
 
@@ -99,8 +97,8 @@ def test_a_second_run_of_the_same_namespace_is_refused(copy, slow_groups) -> Non
     first = subprocess.Popen(report(ns), cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         assert wait_for(lambda: any((repo / ".snakemake" / "locks").glob("*")) and measuring(art)
-                        and any(art.glob("measure/*/*/record.json"))), "the first run took no lock"
-        finished = list(art.glob("measure/*/*/record.json"))  # outputs of the jobs done so far
+                        and any(art.glob("build/*/census.json"))), "the first run took no lock"
+        finished = list(art.glob("build/*/census.json"))  # outputs of the jobs done so far
         assert finished
         before = {p: p.stat().st_mtime_ns for p in finished}
         second = subprocess.run(report(ns), check=False, cwd=repo, env=env, capture_output=True, text=True,

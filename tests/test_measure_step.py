@@ -8,6 +8,7 @@ import json
 import math
 import random
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -151,11 +152,11 @@ def test_the_step_writes_a_group(standin: Path) -> None:
     folder = standin / "artifacts" / "ns" / "measure" / "layernorm" / SHAPE
     rounds = config.validate(config.load(config.ROOT / "config.yaml"))["capture"]["rounds"]
     assert record["passed"] == ["cuda", "triton", "torch"] and record["rounds"] == rounds
-    assert (folder / "capture.sqlite").is_file() and (folder / "capture.nsys-rep").is_file()
+    assert (folder / "capture.sqlite").is_file() and (folder.parents[1] / capture.SESSION_REPORT).is_file()
     assert json.loads((folder / "record.json").read_text())["span"]["exclusive"] is True
     launches = pd.read_csv(folder / "launches.csv")
     assert set(launches["impl"]) == {"cuda", "triton", "torch"}
-    assert not list(folder.glob("*.partial*")) and not (folder / "plan.json").exists()
+    assert not list(folder.glob("*.partial*")) and not list(folder.parents[1].glob("session.*.json"))
     tables = derive.namespace_tables([derive.read_group(folder)], namespace="ns", cache_mode="hot", descriptions={})
     assert tables["sweep"][0]["cuda_vs_triton"] in stats.VERDICTS
 
@@ -251,7 +252,7 @@ def test_the_profiled_process_sees_no_value_of_the_invoking_environment_and_the_
     if parent.is_file():  # Linux: the clean shell nsys runs under
         assert secret.encode() not in parent.read_bytes() and f"HOME={shell_home}\0".encode() not in parent.read_bytes()
     folder = standin / "artifacts" / "ns" / "measure" / "layernorm" / SHAPE
-    assert (folder / "capture.nsys-rep").is_file()  # nothing in it to withhold, so it is kept
+    assert (folder.parents[1] / capture.SESSION_REPORT).is_file()  # nothing in it to withhold, so it is kept
     assert json.loads((folder / "record.json").read_text())["environment_removed"] == []
 
 
@@ -308,3 +309,116 @@ def test_the_tables_step_says_how_many_kernel_rows_had_no_duration(standin: Path
     tables_step._groups([str(folder / "record.json")])
     assert capsys.readouterr().out == (f"export: 1000000 kernel rows of layernorm {SHAPE}'s capture have no duration "
                                        "(a NULL start or end) and are not counted in any summary, launch or kernel time.\n")
+
+
+# ----------------------------------------------------------------------------------------- a session
+
+
+def session_settings() -> dict:
+    """The operational settings of config.yaml, nsys found on PATH, a short wait for a quiet GPU."""
+    settings = {**config.operational(config.load(ROOT / "config.yaml")), "nsys_path": None}
+    settings["gpu_state"] = {**settings["gpu_state"], "busy_wait_s": 0.1}
+    return settings
+
+
+def test_a_session_measures_its_groups_in_one_process_and_splits_the_export(standin: Path) -> None:
+    """Two groups of two operations in one session: one nsys run, one raw report for the session,
+    and each group's folder with its own part of the export (its rounds only, read by the same
+    launch_rows as a group measured alone), its launches and record; job-times then holds one row
+    per group and one for the session, adding up to the measure job."""
+    from harness.tables import job_times
+
+    cfg, settings = config.load(ROOT / "config.yaml"), session_settings()
+    measure = standin / "artifacts" / "ns" / "measure"
+    asked = (("layernorm", SHAPE, ["cuda", "triton"]), ("softmax", "4096x1024", ["cuda", "torch"]))
+    groups: list[dict[str, Any]] = [{"op": op, "shape": shape, "impls": impls, "plan": config.measure_plan(cfg, op),
+                                     "group_dir": measure / op / shape} for op, shape, impls in asked]
+    records = measure_step.measure_session(groups=groups, session_dir=measure, log=str(standin / "session.log"),
+                                           settings=settings, exclusive=True, threads=4)
+    assert [(r["op"], r["passed"]) for r in records] == [("layernorm", ["cuda", "triton"]), ("softmax", ["cuda", "torch"])]
+    assert (measure / capture.SESSION_REPORT).is_file() and not (measure / "session.sqlite").exists()
+    assert len(json.loads((standin / "bin" / "seen-env.json").read_text())) > 0  # nsys ran
+    for g, record in zip(groups, records):
+        folder = Path(g["group_dir"])
+        launches = pd.read_csv(folder / "launches.csv")
+        assert set(launches["impl"]) == set(g["impls"]) and set(launches["op"]) == {g["op"]}
+        assert len(launches) == sum(record["calls_per_round"][i] for i in g["impls"]) * record["rounds"]
+        again = derive.launch_rows(folder / "capture.sqlite", g["op"], g["shape"])
+        assert len(again) == len(launches)  # the part holds this group's rounds and no other's
+        other = groups[1 - groups.index(g)]
+        assert derive.launch_rows(folder / "capture.sqlite", other["op"], other["shape"]) == []
+        assert record["session"]["groups"] == ["layernorm/4096x768", "softmax/4096x1024"]
+        assert json.loads((folder / "record.json").read_text())["session"] == record["session"]
+    rows = job_times.group_rows(measure)
+    assert [r["op"] for r in rows] == ["layernorm", "softmax", job_times.SESSION]
+    assert math.isclose(math.fsum(r["job"] for r in rows), records[0]["session"]["seconds"]["job"], rel_tol=1e-9)
+
+
+def test_a_crash_in_a_session_measures_every_group_again_without_it(standin: Path) -> None:
+    cfg, settings = config.load(ROOT / "config.yaml"), session_settings()
+    measure = standin / "artifacts" / "ns" / "measure"
+    plan = config.measure_plan(cfg, "layernorm")
+    plan["params"]["variants"]["crash"] = {"base": "cuda", "defines": {}}
+    groups = [{"op": "layernorm", "shape": shape, "impls": ["cuda", "cuda.crash"] if shape == "8192x768" else ["cuda"],
+               "plan": plan, "group_dir": measure / "layernorm" / shape} for shape in (SHAPE, "8192x768")]
+    first, second = measure_step.measure_session(groups=groups, session_dir=measure, log=str(standin / "s.log"),
+                                                 settings=settings, exclusive=True, threads=4)
+    assert first["passed"] == ["cuda"] and first["crashed"] == {}
+    assert second["passed"] == ["cuda"] and list(second["crashed"]) == ["cuda.crash"]
+    assert second["checks"]["cuda.crash"]["passed"] is False
+
+
+def test_a_group_whose_every_check_failed_has_no_part_of_the_export(standin: Path) -> None:
+    """Beside a group that was captured, one whose every implementation failed its check has no
+    window in the session's export: it gets its record and empty tables, and no export of its own."""
+    cfg, settings = config.load(ROOT / "config.yaml"), session_settings()
+    measure = standin / "artifacts" / "ns" / "measure"
+    plan = config.measure_plan(cfg, "layernorm")
+    plan["params"]["variants"]["wrong"] = {"base": "cuda", "defines": {}}
+    groups = [{"op": "layernorm", "shape": shape, "impls": impls, "plan": plan, "group_dir": measure / "layernorm" / shape}
+              for shape, impls in ((SHAPE, ["cuda"]), ("8192x768", ["cuda.wrong"]))]
+    good, bad = measure_step.measure_session(groups=groups, session_dir=measure, log=str(standin / "s.log"),
+                                             settings=settings, exclusive=True, threads=4)
+    assert good["passed"] == ["cuda"] and (measure / "layernorm" / SHAPE / "capture.sqlite").is_file()
+    assert bad["passed"] == [] and bad["checks"]["cuda.wrong"]["passed"] is False
+    assert not (measure / "layernorm" / "8192x768" / "capture.sqlite").exists()
+    assert pd.read_csv(measure / "layernorm" / "8192x768" / "launches.csv").empty
+
+
+@pytest.mark.parametrize("name", ["h200-pipeline-layernorm-4096x768-cuda", "h200-pipeline-layernorm-4096x768-torch"])
+def test_a_real_export_split_by_a_window_over_all_of_it_reads_as_the_export_does(tmp_path: Path, name: str) -> None:
+    """split_export on a real H200 export (nsys's own schema: 42 tables, its column types): given a
+    window over the whole capture, the part holds every table and row with a time in it, and the
+    reader prints for the part what it prints for the export; a window over half its kernels keeps
+    only those."""
+    import shutil
+    import sqlite3
+
+    from harness.tables import nsys
+
+    session = tmp_path / "session.sqlite"
+    shutil.copy(ROOT / "tests" / "fixtures" / "nsys" / f"{name}.sqlite", session)
+    conn = sqlite3.connect(session)
+    first, last = conn.execute("SELECT min(start), max(end) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
+    earliest = min(r[0] for t in ("CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_KERNEL")
+                   for r in conn.execute(f"SELECT min(start) FROM {t}"))
+    tid = conn.execute("SELECT globalTid FROM NVTX_EVENTS LIMIT 1").fetchone()[0]
+    conn.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid) VALUES (?, ?, 59, ?, ?)",
+                 (earliest, last + 1, "group/all/1x1", tid))
+    kernels = conn.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
+    middle = conn.execute("SELECT start FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY start LIMIT 1 OFFSET ?",
+                          (kernels // 2,)).fetchone()[0]
+    conn.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid) VALUES (?, ?, 59, ?, ?)",
+                 (middle, last + 1, "group/half/1x1", tid))
+    conn.commit()
+    conn.close()
+    whole, half = tmp_path / "whole.sqlite", tmp_path / "half.sqlite"
+    capture.split_export(session, whole, "group/all/1x1")
+    capture.split_export(session, half, "group/half/1x1")
+    tables = "SELECT name FROM sqlite_master WHERE type='table' ORDER BY name"
+    with sqlite3.connect(session) as a, sqlite3.connect(whole) as b:
+        assert a.execute(tables).fetchall() == b.execute(tables).fetchall()
+    assert nsys.kern_sum(whole) == nsys.kern_sum(ROOT / "tests" / "fixtures" / "nsys" / f"{name}.sqlite")
+    with sqlite3.connect(half) as c:
+        assert c.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0] == kernels - kernels // 2
+    assert sum(r["Instances"] for r in nsys.kern_sum(half)) == kernels - kernels // 2

@@ -37,7 +37,7 @@ def test_the_main_command_leaves_the_reports_tables_and_summary(run) -> None:  #
     copy, _, proc = run
     assert proc.returncode == 0, proc.stderr[-3000:]
     counts = repo_copy.job_counts(proc.stdout + proc.stderr)
-    assert counts["measure"] == 2 and counts["build"] == 1 and counts["render"] == 1
+    assert counts["measure"] == 1 and counts["build"] == 1 and counts["render"] == 1  # one session, both groups
     rep, art = copy / "report" / NS, copy / "artifacts" / NS
     for name in ("field_note.md", "issue_comment.md", "index.html", "figures/overview.svg", "figures/layernorm_sweep.svg"):
         assert (rep / name).is_file(), name
@@ -51,7 +51,8 @@ def test_the_main_command_leaves_the_reports_tables_and_summary(run) -> None:  #
     (command,) = runlog.commands(art / "commands.jsonl")
     assert command["command"] == "snakemake --cores 1 report" and command["status"] == "success"
     assert command["jobs"] == sum(counts.values()) and command["seconds"] >= 0
-    assert len(list((art / "benchmarks" / "measure" / "layernorm").glob("*.tsv"))) == 2
+    assert [p.name for p in (art / "benchmarks" / "measure").rglob("*.tsv")] == ["session.tsv"]
+    assert len(list((art / "measure" / "layernorm").glob("*/record.json"))) == 2
 
 
 def test_a_finished_run_reruns_nothing(run) -> None:  # type: ignore[no-untyped-def]
@@ -103,7 +104,7 @@ def test_what_a_change_reruns(run, tmp_path: Path, what: str, override: dict | N
     counts = repo_copy.job_counts(proc.stdout)
     assert set(counts) - {"report"} == rerun, (what, proc.stdout[-3000:])
     if what == "a new shape":
-        assert counts["measure"] == 1  # the new group only: a newer census reruns no finished group
+        assert counts["measure"] == 1  # the session again, with the new group in it
 
 
 def test_no_value_of_the_environment_is_kept(run) -> None:  # type: ignore[no-untyped-def]
@@ -126,17 +127,18 @@ def test_no_value_of_the_environment_is_kept(run) -> None:  # type: ignore[no-un
 
 
 def test_ctrl_c_to_the_process_group_then_the_same_command_finishes(run, slow) -> None:  # type: ignore[no-untyped-def]
-    """Ctrl-C (SIGINT to Snakemake's process group, as a terminal sends it) during a measurement:
-    the run stops, and the same command finishes it without redoing the group that was done."""
+    """Ctrl-C (SIGINT to Snakemake's process group, as a terminal sends it) during the measurement
+    session: the run stops with no group's record left to trust, and the same command measures the
+    session again and finishes."""
     copy, env, _ = run
     ns = "cpu-interrupted"
     proc = start(copy, env, ns)
-    wait_for_second_group(copy, ns)
+    wait_for_session(copy, ns)
     os.killpg(proc.pid, signal.SIGINT)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode != 0
     art = copy / "artifacts" / ns / "measure" / "layernorm"
-    assert len(list(art.glob("*/record.json"))) == 1, out[-2000:]
+    assert not list(art.glob("*/record.json")), out[-2000:]
     again = finish(copy, env, ns)
     assert again.returncode == 0, again.stderr[-2000:]
     assert repo_copy.job_counts(again.stdout + again.stderr)["measure"] == 1
@@ -153,7 +155,7 @@ def test_job_times_say_where_the_time_went(run, capsys: pytest.CaptureFixture[st
     assert set(table["rule"]) >= {"build", "measure", "tables", "render"} and (table["seconds"] >= 0).all()
     assert "command: snakemake --cores 1 report:" in out and "success" in out
     measure_total = table.loc[table["rule"] == "measure", "seconds"].sum()
-    assert f"measure              2 {measure_total:>9.1f}" in out
+    assert f"measure              1 {measure_total:>9.1f}" in out
 
 
 @pytest.fixture
@@ -178,12 +180,13 @@ def finish(copy: Path, env: dict[str, str], ns: str) -> subprocess.CompletedProc
     return snakemake(copy, env, "--cores", "1", "report", "--config", f"namespace={ns}")
 
 
-def wait_for_second_group(copy: Path, ns: str) -> None:
-    art = copy / "artifacts" / ns / "measure" / "layernorm"
+def wait_for_session(copy: Path, ns: str) -> None:
+    """Until the measurement session's process runs (its plan is written)."""
+    plan = copy / "artifacts" / ns / "measure" / "session.plan.json"
     deadline = time.time() + 300
-    while time.time() < deadline and len([p for p in art.glob("*") if p.is_dir()]) < 2:
+    while time.time() < deadline and not plan.is_file():
         time.sleep(0.2)
-    assert len(list(art.glob("*/record.json"))) == 1, "the first group never finished"
+    assert plan.is_file(), "the session never started"
 
 
 def test_ctrl_c_to_snakemake_alone_then_the_same_command_finishes(run, slow) -> None:  # type: ignore[no-untyped-def]
@@ -192,7 +195,7 @@ def test_ctrl_c_to_snakemake_alone_then_the_same_command_finishes(run, slow) -> 
     copy, env, _ = run
     ns = "cpu-sigint-alone"
     proc = start(copy, env, ns)
-    wait_for_second_group(copy, ns)
+    wait_for_session(copy, ns)
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode != 0, out[-2000:]
@@ -207,7 +210,7 @@ def test_after_a_kill_the_lock_names_the_way_forward(run, slow) -> None:  # type
     copy, env, _ = run
     ns = "cpu-killed"
     proc = start(copy, env, ns)
-    wait_for_second_group(copy, ns)
+    wait_for_session(copy, ns)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=60)
     locked = finish(copy, env, ns)
@@ -233,7 +236,7 @@ def test_a_run_that_would_write_into_retained_evidence_is_refused(run) -> None: 
     census = snakemake(copy, env, "--cores", "1", "census", "--forcerun", "build")
     assert census.returncode != 0 and "is retained evidence" in census.stderr
     dry = snakemake(copy, env, "-n", "report", "--config", "capture={rounds: 20}", f"overwrite={NS}")
-    assert dry.returncode == 0 and repo_copy.job_counts(dry.stdout)["measure"] == 2
+    assert dry.returncode == 0 and repo_copy.job_counts(dry.stdout)["measure"] == 1
 
 
 def test_a_finished_namespace_is_bundled_by_its_target_and_stays_unchanged(run) -> None:  # type: ignore[no-untyped-def]

@@ -2,7 +2,7 @@
 
 * The census through the SLURM profile: every job is a real SLURM job that sacct lists COMPLETED,
   and the census table equals, row for row, the one a local run of the same tree writes.
-* A measurement group through the SLURM profile (one operation at one shape): one SLURM job asking
+* A measurement session through the SLURM profile (one operation at one shape): one SLURM job asking
   for one GPU (gres/gpu=1 in sacct's ReqTRES and AllocTRES); on a machine without a GPU it fails with
   the pipeline's one sentence "no CUDA GPU ...", and leaves nothing half-written that a later run
   would trust.
@@ -243,16 +243,16 @@ def test_a_group_is_one_slurm_job_with_one_gpu_and_fails_without_one(
     before = retained(work)
     since = datetime.now() - timedelta(minutes=1)
     # --keep-going: the ceilings job (a GPU job of its own, ready first) fails as well, and without
-    # it snakemake would stop before it submits the group
+    # it snakemake would stop before it submits the session
     proc = start([*args, "--keep-going"], work, cluster_env, tmp_path / "group.log")
     rc, out = finish(proc, tmp_path / "group.log", time.monotonic() + GROUP_TIMEOUT, cluster_env)
     assert rc != 0, out[-4000:]  # nothing can be measured here
     jobs = sacct(run_id(out), since, cluster_env)
     print("\n".join("|".join(j.values()) for j in jobs))
     gpu_jobs = [j for j in jobs if "gres/gpu=1" in j["ReqTRES"]]
-    # the group's job: its name (the plugin's comment) holds the operation and shape
-    group = [j for j in gpu_jobs if "layernorm" in j["Comment"] and "4096x768" in j["Comment"]]
-    assert len(group) == 1, jobs  # one job for the one (operation, shape), however many rules it holds
+    # the session's job: its name (the plugin's comment) holds the group id, gpu-session
+    group = [j for j in gpu_jobs if "gpu-session" in j["Comment"]]
+    assert len(group) == 1, jobs  # one job for the session, however many rules it holds
     job = group[0]
     assert job["State"] == "FAILED" and "gres/gpu=1" in job["AllocTRES"], job
     assert not [j for j in jobs if "gres/gpu" in j["ReqTRES"] and j not in gpu_jobs], jobs  # none asks more than one
@@ -265,7 +265,7 @@ def test_a_group_is_one_slurm_job_with_one_gpu_and_fails_without_one(
     named = re.findall(r"^\s*log: (.+?)(?: \(check log.*)?$", text, re.MULTILINE)
     rule_logs = {work / p.strip() for line in named for p in line.split(", ")}
     said = [p for p in (logs[0], *sorted(rule_logs)) if p.is_file() and NO_GPU in p.read_text()]
-    assert said, f"the group's job failed without saying '{NO_GPU}' in its logs; its SLURM log ends:\n{text[-3000:]}"
+    assert said, f"the session's job failed without saying '{NO_GPU}' in its logs; its SLURM log ends:\n{text[-3000:]}"
 
     # nothing half-written: no partial file, and a later run trusts no output of the failed jobs
     leftovers = [p for d in ("artifacts", "report") for p in (work / d / ns).rglob("*.partial")]

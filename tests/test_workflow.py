@@ -26,12 +26,10 @@ def test_dry_run_lists_every_job() -> None:
     proc = run_snakemake("-n", "--forceall", "report")
     assert proc.returncode == 0, proc.stderr
     counts = job_counts(proc.stdout)
-    groups = sum(len(config.shapes(cfg, op)) for op in cfg["operations"])
     built = [op for op in cfg["operations"] if any(i != "torch" for i in config.implementations(cfg, op))]
-    counted = sum(len(config.group_shapes(cfg, op, cfg["counters"]["shapes"])) for op in cfg["operations"])
-    assert counts["measure"] == groups  # one process per (operation, shape), every implementation in it
+    assert counts["measure"] == 1  # one session: every (operation, shape) and implementation in one process
     assert counts["build"] == len(built)  # one per operation
-    assert counts["counters"] == counted
+    assert counts["counters"] == 1  # one ncu process over the session
     for single in ("tables", "census_table", "ceilings", "provenance", "trust", "render", "report"):
         assert counts[single] == 1
     for gone in ("check", "capture", "kernel_time", "span"):
@@ -53,7 +51,7 @@ def test_sweep_and_shape_targets() -> None:
         proc = run_snakemake("-n", "--forceall", f"sweep_{op}")
         assert proc.returncode == 0, proc.stderr
         counts = job_counts(proc.stdout)
-        assert counts["measure"] == len(config.shapes(cfg, op))
+        assert counts["measure"] == 1  # the session, which measures the run's every group
         assert "counters" not in counts and "report" not in counts
         assert counts["sweep_provenance"] == 1 and "provenance" not in counts  # its own, from its groups only
     shape = cfg["operations"]["layernorm"]["default"]

@@ -17,12 +17,12 @@ import io
 import re
 import tempfile
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from harness import ops
-from harness.build import census, toolchain
+from harness.build import cache, census, toolchain
 from harness.errors import EvidenceError, ToolMissing
 from harness.launch import cuda as cuda_module
 from harness.launch import sources
@@ -56,7 +56,8 @@ def kernels_module(op: str) -> Any:
 def build_census(op: str, impl: str, shapes: Sequence[Sequence[int]], arch: str = "sm_90",
                  outdir: Path | None = None, *, cuda_compiler: str = "auto",
                  variant: tuple[str, tuple[str, ...]] | None = None,
-                 sources_root: Path | None = None) -> list[dict[str, Any]]:
+                 sources_root: Path | None = None,
+                 cache_key: Callable[[Any], str] | None = None) -> list[dict[str, Any]]:
     """Compile, offline, every specialization of `impl` that `shapes` need and return one census
     row per compiled kernel function (keys: CENSUS_COLUMNS). With `outdir`, the PTX, SASS, cubin,
     ptxas log and resource report of each specialization are written there.
@@ -65,15 +66,19 @@ def build_census(op: str, impl: str, shapes: Sequence[Sequence[int]], arch: str 
     the one CuPy uses at run time. `variant` = (implementation name, extra options) builds a named
     variant of the CUDA kernels (harness.ops.variants): the same specializations with its -D options,
     the rows named after the variant. `sources_root` builds the kernel sources under that tree's
-    kernels/ (another revision's, harness.baseline) with this checkout's dispatch. Raises
-    ToolMissing (one sentence) if no compiler or disassembler is available.
+    kernels/ (another revision's, harness.baseline) with this checkout's dispatch. With `outdir`
+    and `cache_key` (an instance -> its build cache key, harness.build.cache.key), each instance
+    comes from the build cache where nothing it depends on changed, whatever other shapes the
+    namespace has; each row's `build` says which ('cache <key>' or 'built'). Raises ToolMissing
+    (one sentence) if no compiler or disassembler is available.
     """
     with sources.at(sources_root):
-        return _build_census(op, impl, shapes, arch, outdir, cuda_compiler, variant)
+        return _build_census(op, impl, shapes, arch, outdir, cuda_compiler, variant, cache_key)
 
 
 def _build_census(op: str, impl: str, shapes: Sequence[Sequence[int]], arch: str, outdir: Path | None,
-                  cuda_compiler: str, variant: tuple[str, tuple[str, ...]] | None) -> list[dict[str, Any]]:
+                  cuda_compiler: str, variant: tuple[str, tuple[str, ...]] | None,
+                  cache_key: Callable[[Any], str] | None = None) -> list[dict[str, Any]]:
     module = kernels_module(op)
     if impl not in IMPLS:
         raise EvidenceError(f"The census builds our implementations {', '.join(IMPLS)}, "
@@ -89,10 +94,18 @@ def _build_census(op: str, impl: str, shapes: Sequence[Sequence[int]], arch: str
     if variant is not None and impl != "cuda":
         raise EvidenceError(f"Variants vary our CUDA kernels (preprocessor defines), not {impl!r}.")
     for item in plan:
-        if impl == "cuda":
-            rows.extend(_cuda_rows(op, item, arch, outdir, cuda_compiler, variant))
-        else:
-            rows.extend(_triton_rows(op, item, arch, outdir))
+        def make(folder: Path | None, item: InstanceShapes = item) -> list[dict[str, Any]]:
+            if impl == "cuda":
+                return _cuda_rows(op, item, arch, folder, cuda_compiler, variant)
+            return _triton_rows(op, item, arch, folder)
+
+        if outdir is None or cache_key is None:
+            rows.extend(make(outdir))
+            continue
+        key = cache_key(item.instance)
+        got, hit = cache.built_into(key, outdir, make)
+        # the rows of an instance taken from the cache name the shapes it serves here
+        rows.extend({**row, "shapes": item.shapes_text, "build": cache.describe(key, hit)} for row in got)
     return rows
 
 

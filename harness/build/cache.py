@@ -1,9 +1,12 @@
-"""The build cache: one offline build of one implementation of an operation (its census rows and
-the PTX, SASS, cubin and reports it wrote), kept under a key of everything the build depends on, so
-that a namespace whose kernels did not change takes them from the cache instead of compiling again.
+"""The build cache: one offline build (its census rows and the PTX, SASS, cubin and reports it
+wrote), kept under a key of everything the build depends on, so that a namespace whose kernels did
+not change takes them from the cache instead of compiling again. The build step keeps each
+compiled instance of a kernel apart (`key` with `instance`, `built_into`), so that a namespace of
+other shapes takes every instance it shares with an earlier one.
 
 The key is the SHA-256 of: the operation, implementation, variant (name and compiler options),
-shapes, architecture and CUDA compiler choice; the bytes of every source the build reads (the
+shapes (none for an instance) or the instance's identity (`instance_identity`), architecture and
+CUDA compiler choice; the bytes of every source the build reads (the
 operation's kernels and host dispatch, `harness.ops.sources`, and the build and launch code of
 harness/build/ and harness/launch/); and the compilers' identities (NVRTC's version, Triton's,
 and the path and version of ptxas, cuobjdump and nvcc). A change to any of them is another key.
@@ -65,9 +68,12 @@ def _digests(paths: Sequence[str], base: Path) -> dict[str, str]:
 
 def key(op: str, impl: str, shapes: Sequence[Sequence[int]], arch: str, *,
         variant: tuple[str, Sequence[str]] | None = None, cuda_compiler: str = "auto",
-        base: Path = ROOT, sources_root: Path | None = None) -> str:
+        base: Path = ROOT, sources_root: Path | None = None, instance: Any = None) -> str:
     """The cache key of one build (module docstring); `sources_root`: the kernels come from that
-    tree's kernels/ (build_census's `sources_root`), the host code from `base`."""
+    tree's kernels/ (build_census's `sources_root`), the host code from `base`. With `instance`
+    (one compiled instance, harness.launch.instances), the key of that instance's build alone
+    (`instance_identity`), whatever shapes it serves: a namespace of other shapes that needs the
+    same instance takes it from the cache."""
     code = sorted(str(p.relative_to(base)) for d in CODE_DIRS for p in (base / d).glob("*.py"))
     digest = ops.source_digest(op, base)
     if sources_root is not None:
@@ -79,7 +85,26 @@ def key(op: str, impl: str, shapes: Sequence[Sequence[int]], arch: str, *,
         "variant": [variant[0], list(variant[1])] if variant else None, "cuda_compiler": cuda_compiler,
         "sources": digest, "code": _digests(code, base), "compilers": compilers(),
     }
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+    if instance is not None:
+        parts["instance"] = instance_identity(instance)
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+INSTANCE_FIELDS = ("source", "kernel", "block", "specialization", "dynamic_smem", "num_warps")
+INSTANCE_CALLS = ("signature", "constexprs", "aligned_args", "compile_options")
+
+
+def instance_identity(instance: Any) -> dict[str, Any]:
+    """What a compiled instance is (harness.launch.instances: CudaSpec, TritonSpec): its source,
+    kernel (a CUDA name expression or a Triton function), block, specialization and launch's
+    dynamic shared memory, and for Triton its warps, signature, constexprs, aligned arguments and
+    compile options."""
+    out: dict[str, Any] = {name: getattr(instance, name) for name in INSTANCE_FIELDS if hasattr(instance, name)}
+    for name in INSTANCE_CALLS:
+        call = getattr(instance, name, None)
+        if callable(call):
+            out[name] = call()
+    return out
 
 
 def _entry(folder: Path, key_: str) -> Path:
@@ -107,6 +132,22 @@ def built(key_: str, outdir: Path, build: Callable[[], list[dict[str, Any]]]) ->
     rows = build()
     _store(entry, rows, outdir)
     return rows, False
+
+
+def built_into(key_: str, outdir: Path, build: Callable[[Path], list[dict[str, Any]]]) -> tuple[list[dict[str, Any]], bool]:
+    """`built` for a build that writes its files into the folder it is given (one instance among
+    others in `outdir`): from the entry of `key_` where there is a whole one, its files copied into
+    `outdir`; else `build` into a fresh folder, whose rows and files become the entry and whose
+    files are copied into `outdir`."""
+    folder = root()
+    if folder is None:
+        return build(outdir), False
+    with tempfile.TemporaryDirectory(prefix="instance-") as own:
+        made = Path(own) / "files"
+        rows, hit = built(key_, made, lambda: build(made))
+        if made.is_dir():
+            shutil.copytree(made, outdir, dirs_exist_ok=True)
+    return rows, hit
 
 
 def _store(entry: Path, rows: list[dict[str, Any]], outdir: Path) -> None:

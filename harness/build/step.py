@@ -21,9 +21,10 @@ def build(op: str, impls: Sequence[str], shapes: Sequence[str], arch: str, block
           census_out: str, baselines: Mapping[str, str] | None = None) -> None:
     """Build and census every implementation of `op` that has a build (ours, their variants and an
     external kernel; the library call has none) for `shapes`, into one census file. `block` is the
-    part of the operation's config block the build reads (harness.config.build_block). Ours come
-    from the build cache where nothing they depend on changed (harness.build.cache); each row's
-    `build` says which ('cache <key>' or 'built'). Ours at a baseline revision ('cuda@main') are
+    part of the operation's config block the build reads (harness.config.build_block). Each
+    compiled instance of ours comes from the build cache where nothing it depends on changed
+    (harness.build.cache), whatever shapes the namespace has; each row's `build` says which
+    ('cache <key>' or 'built'). Ours at a baseline revision ('cuda@main') are
     built from the kernel sources in `baselines[label]` (harness.baseline) with this dispatch."""
     baselines = baselines or {}
     outdir = Path(census_out).parent
@@ -42,11 +43,14 @@ def build(op: str, impls: Sequence[str], shapes: Sequence[str], arch: str, block
         root = Path(baselines[revision]) if revision is not None else None
         base, name = variants.split(ours)
         variant = (impl, variants.compiler_options(block, ours)) if name is not None else None
-        key = cache.key(op, base, dims, arch, variant=variant, sources_root=root)
-        got, hit = cache.built(key, folder, lambda: build_census(op, base, dims, arch=arch, outdir=folder, variant=variant,
-                                                                 sources_root=root))
-        print(f"build: {op} {impl}: {'from the build cache (' + key[:16] + ')' if hit else 'built'}")
-        rows += [{**row, "impl": impl, "build": cache.describe(key, hit)} for row in got]
+
+        def key(instance: Any, base: str = base, variant: Any = variant, root: Path | None = root) -> str:
+            return cache.key(op, base, [], arch, variant=variant, sources_root=root, instance=instance)
+
+        got = build_census(op, base, dims, arch=arch, outdir=folder, variant=variant, sources_root=root, cache_key=key)
+        hits = sum(1 for row in got if str(row.get("build", "")).startswith("cache"))
+        print(f"build: {op} {impl}: {len(got)} kernel(s), {hits} from the build cache")
+        rows += [{**row, "impl": impl, "build": row.get("build", cache.describe("", False))} for row in got]
     for row in rows:
         print(f"census: {row['impl']}: {row['kernel']} [{row['specialization']}] registers={row['registers']} "
               f"spills={row['spill_stores']}/{row['spill_loads']} ld128={row['ld_global_128']} ld32={row['ld_global_32']}")

@@ -8,7 +8,8 @@
     artifacts/<ns>/tables/**                               every table, sub-folders included
     artifacts/<ns>/measure/<op>/<shape>/record.json, launches.csv, spans.csv, graph.csv
     artifacts/<ns>/measure/<op>/<shape>/capture.sqlite     the group's export, re-scrubbed (below)
-    artifacts/<ns>/measure/<op>/<shape>/capture.nsys-rep   only with include_reports=True
+    artifacts/<ns>/measure/session.nsys-rep                the session's raw report, only with include_reports=True
+                                                           (before sessions: measure/<op>/<shape>/capture.nsys-rep)
     report/<ns>/**                                         the reports, the figures, and the page where it is there (never committed)
 
 Each export is copied to a temporary folder and scrubbed there (harness.measure.capture), never on
@@ -72,6 +73,8 @@ from typing import Any
 from harness import ROOT
 from harness.errors import ConfigError, EvidenceError, shown
 from harness.io import check_out, partial_path
+from harness.measure.capture import GROUP_REPORT as RAW_GROUP_REPORT
+from harness.measure.capture import SESSION_REPORT as RAW_SESSION_REPORT
 from harness.measure.capture import leaked_values, outside_values, scrub_export, scrub_values
 from harness.namespaces import check_name
 from harness.report.provenance import git_state
@@ -373,8 +376,8 @@ def make_bundle(ns: str, out: Path, root: Path = ROOT, include_reports: bool = F
             for name in GROUP_FILES:
                 if (group / name).is_file():
                     files[arc(group / name)] = group / name
-            if include_reports and (group / "capture.nsys-rep").is_file():
-                files[arc(group / "capture.nsys-rep")] = group / "capture.nsys-rep"
+            if include_reports and (group / RAW_GROUP_REPORT).is_file():
+                files[arc(group / RAW_GROUP_REPORT)] = group / RAW_GROUP_REPORT
             export = group / "capture.sqlite"
             if export.is_file():
                 copy = _private_copy(export, Path(tmp) / f"{i}.sqlite")
@@ -384,6 +387,9 @@ def make_bundle(ns: str, out: Path, root: Path = ROOT, include_reports: bool = F
                     raise BundleError(f"{arc(export)} could not be scrubbed ({str(exc).rstrip('.')}); "
                                       "it may not be an SQLite export.") from None
                 files[arc(export)] = copy
+        session_report = art / "measure" / RAW_SESSION_REPORT
+        if include_reports and session_report.is_file():
+            files[arc(session_report)] = session_report
         withheld, left_out = scrub_members(files, secret_values(provenance, environ), Path(tmp), notes)
         state = git_state()
         meta = {

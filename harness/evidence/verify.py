@@ -67,6 +67,7 @@ from harness.evidence.bundle import (
     show,
 )
 from harness.io import write_csv
+from harness.measure.capture import GROUP_REPORT, SESSION_REPORT
 from harness.report.render import output_paths, render_reports, table_inputs
 from harness.tables import derive, nsys
 
@@ -386,7 +387,7 @@ def _check_tables(dest: Path, cfg: Mapping[str, Any], ns: str, work: Path, drift
 
 OTHER_TABLES = ("census", "ceilings", "counters", "controls", "drift", "job_times", "group_seconds")
 """Tables of a namespace that the pipeline writes beside those `namespace_tables` derives."""
-GROUP_MEMBERS = ("record.json", "launches.csv", "spans.csv", "graph.csv", "capture.sqlite", "capture.nsys-rep")
+GROUP_MEMBERS = ("record.json", "launches.csv", "spans.csv", "graph.csv", "capture.sqlite", GROUP_REPORT)
 SHAPE_NAME = r"[0-9]+(?:x[0-9]+)+(?:-[a-z]+)?"
 
 
@@ -402,6 +403,7 @@ def unaccounted(names: list[str], ns: str, cfg: Mapping[str, Any]) -> list[str]:
                 rf"{a}tables/sweep_(?:{op_re})(?:_kernel_time|_variants)?\.csv", rf"{a}tables/sweep_(?:{op_re})_provenance\.json",
                 rf"{a}tables/shape/(?:{op_re})/{SHAPE_NAME}\.csv",
                 rf"{a}measure/(?:{op_re})/{SHAPE_NAME}/(?:{'|'.join(re.escape(g) for g in GROUP_MEMBERS)})",
+                rf"{a}measure/{re.escape(SESSION_REPORT)}",
                 rf"{r}(?:field_note\.md|issue_comment\.md|index\.html)", rf"{r}figures/[A-Za-z0-9_.-]+\.svg"]
     known = re.compile("|".join(f"(?:{p})" for p in patterns))
     return [f"{_show(name)} is no file the pipeline writes for the bundled config (nothing derives it), so verify "

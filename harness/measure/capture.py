@@ -34,6 +34,12 @@ from harness.errors import EvidenceError
 from harness.launch import modules
 from harness.tools import PROVENANCE_INPUTS, clean_parent, find_nsys, isolation_note, stop_session
 
+SESSION_REPORT = "session.nsys-rep"
+"""A measurement session's one raw nsys report, in the session's folder (artifacts/<ns>/measure/)."""
+
+GROUP_REPORT = "capture.nsys-rep"
+"""A group's raw report in its own folder, as runs before measurement sessions left it."""
+
 # Variables the captured process may see; everything else is dropped before nsys starts.
 ENV_ALLOWLIST = (
     "PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV",
@@ -153,6 +159,75 @@ def scrub_export(sqlite_path: Path) -> int:
     finally:
         conn.close()
     return removed
+
+
+TIME_COLUMNS = ("start", "timestamp")
+"""The column by which a row of an export lies in a group's window (the first a table has)."""
+
+
+def split_export(session: Path, out: Path, window: str) -> int:
+    """Write the part of the session's export that lies in the NVTX range `window` (one group's
+    captured rounds, opened and closed with the GPU idle) to `out`, whole or not at all: every
+    table with its schema, the rows of a table with a time column (TIME_COLUMNS) only where that
+    time lies in the window (or is missing: such rows are kept in every part), every other table
+    (strings, enums, the target's and the export's facts) whole. Returns the rows kept in tables
+    with a time column. EvidenceError (one sentence) where the export has no such range."""
+    tmp = out.with_name(out.name + ".partial")
+    tmp.unlink(missing_ok=True)
+    dst = sqlite3.connect(tmp)
+    kept = 0
+    try:
+        dst.execute("PRAGMA journal_mode=OFF")
+        dst.execute("PRAGMA synchronous=OFF")
+        dst.execute("ATTACH DATABASE ? AS src", (str(session),))
+        span = _window(dst, window)
+        if span is None:
+            raise EvidenceError(f"the session's export {session.name} holds no one range {window!r}, so the group's part "
+                                "of it cannot be told apart.")
+        schema = dst.execute("SELECT type, name, sql FROM src.sqlite_master WHERE sql IS NOT NULL AND name NOT LIKE "
+                             "'sqlite_%'").fetchall()
+        for kind, name, sql in schema:
+            if kind == "table":
+                dst.execute(sql)
+        for kind, name, _ in schema:
+            if kind != "table":
+                continue
+            columns = [(r[1], r[6] if len(r) > 6 else 0) for r in dst.execute(f'PRAGMA src.table_xinfo("{name}")')]
+            stored = ", ".join(f'"{c}"' for c, hidden in columns if not hidden)
+            time_column = next((c for c in TIME_COLUMNS if c in {c for c, _ in columns}), None)
+            if time_column is None:
+                dst.execute(f'INSERT INTO main."{name}" ({stored}) SELECT {stored} FROM src."{name}"')
+                continue
+            cur = dst.execute(f'INSERT INTO main."{name}" ({stored}) SELECT {stored} FROM src."{name}" '
+                              f'WHERE "{time_column}" IS NULL OR "{time_column}" BETWEEN ? AND ?', span)
+            kept += max(0, cur.rowcount)
+        for kind, name, sql in schema:
+            if kind != "table":
+                dst.execute(sql)
+        dst.commit()
+        dst.execute("DETACH DATABASE src")
+    except BaseException:
+        dst.close()
+        tmp.unlink(missing_ok=True)
+        raise
+    dst.close()
+    os.replace(tmp, out)
+    return kept
+
+
+def _window(conn: sqlite3.Connection, name: str) -> tuple[int, int] | None:
+    """(start, end) in ns of the one NVTX range named `name` in the export attached as `src`, or
+    None where it holds none, or more than one."""
+    tables = {r[0] for r in conn.execute("SELECT name FROM src.sqlite_master WHERE type='table'")}
+    if "NVTX_EVENTS" not in tables:
+        return None
+    columns = {r[1] for r in conn.execute('PRAGMA src.table_info("NVTX_EVENTS")')}
+    where, args = "text = ?", [name]
+    if "textId" in columns and "StringIds" in tables:
+        where += " OR textId IN (SELECT id FROM src.StringIds WHERE value = ?)"
+        args.append(name)
+    rows = conn.execute(f"SELECT start, end FROM src.NVTX_EVENTS WHERE end IS NOT NULL AND ({where})", args).fetchall()
+    return (int(rows[0][0]), int(rows[0][1])) if len(rows) == 1 else None
 
 
 def _run(argv: list[str], log: Any, what: str, env: dict[str, str], timeout: float) -> int:

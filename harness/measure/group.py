@@ -51,13 +51,14 @@ phase took) are written as JSON to the plan's `results` path, atomically.
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
 import statistics
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,7 @@ from harness.launch import cuda as cuda_launch
 from harness.measure import graph_replay, idle_start
 from harness.measure.check import crash_message, failure, run_check, unmeasured_record
 from harness.measure.order import balanced, place, round_placements
+from harness.tables.derive import RANGE_PREFIX, parse_range, parse_round_range  # noqa: F401 (the names of the rounds)
 
 RANGE = "capture"
 """The NVTX range around the captured rounds (ncu's --nvtx-include selects it)."""
@@ -77,22 +79,17 @@ RANGE = "capture"
 CHECK_S = 300.0
 """The check deadline of a plan that names none (seconds per implementation)."""
 
-RANGE_PREFIX = RANGE + "/"
-"""Each (implementation, round) range is named '<RANGE_PREFIX><impl>/<round>'."""
+# Each (implementation, round) range is named '<RANGE_PREFIX><op>/<shape>/<impl>/<round>' (before
+# sessions: '<RANGE_PREFIX><impl>/<round>', which the readers still take): harness.tables.derive.
+
+WINDOW_PREFIX = "group/"
+"""Under nsys, a group's captured rounds lie in one range 'group/<op>/<shape>', opened and closed
+with the GPU idle, so the session's export splits into one export per group by its time."""
 
 
-def round_range(impl: str, index: int) -> str:
-    return f"{RANGE_PREFIX}{impl}/{index}"
-
-
-def parse_range(name: str) -> tuple[str, int] | None:
-    """(impl, round) of a range named by `round_range`, else None."""
-    if not name.startswith(RANGE_PREFIX):
-        return None
-    impl, sep, index = name[len(RANGE_PREFIX):].rpartition("/")
-    if not sep or not impl or not index.isdigit():
-        return None
-    return impl, int(index)
+def round_range(impl: str, index: int, group: tuple[str, str] | None = None) -> str:
+    where = f"{group[0]}/{group[1]}/" if group else ""
+    return f"{RANGE_PREFIX}{where}{impl}/{index}"
 
 
 def calls_per_round(per_call_us: float, round_us: float, max_calls: int) -> int:
@@ -133,12 +130,12 @@ def checks(plan: Mapping[str, Any], progress: Progress,
     out: dict[str, dict[str, Any]] = {}
     limit = float(plan.get("check_s", CHECK_S))
     for impl in plan["impls"]:
-        progress.mark("check", impl=impl)
+        progress.mark("check", op=plan["op"], shape=plan["shape"], impl=impl)
         message = (f"{plan['op']} {plan['shape']} {impl} did not finish its check within {limit:g} s (a hung "
                    "kernel?); it is neither captured nor timed, and the group is measured again without it.")
 
         def hung(status: int, impl: str = impl, message: str = message) -> None:
-            progress.mark("crashed", impl=impl, message=message)
+            progress.mark("crashed", op=plan["op"], shape=plan["shape"], impl=impl, message=message)
             print(message, file=sys.stderr, flush=True)
             os._exit(status)
 
@@ -160,7 +157,7 @@ def checks(plan: Mapping[str, Any], progress: Progress,
             crashed = crash_message(exc, plan["op"], plan["shape"], impl)
             if crashed is None:
                 raise
-            progress.mark("crashed", impl=impl, message=crashed)
+            progress.mark("crashed", op=plan["op"], shape=plan["shape"], impl=impl, message=crashed)
             print(crashed, file=sys.stderr, flush=True)
             os._exit(3)  # the context is dead: no teardown
         record["error"] = failure(record)
@@ -169,9 +166,12 @@ def checks(plan: Mapping[str, Any], progress: Progress,
 
 
 def capture_rounds(torch: Any, calls: Mapping[str, Callable[[], Any]], per_round: Mapping[str, int], rounds: int,
-                   profile: bool, placements: list[int] | None = None) -> float:
-    """The captured rounds (module docstring, step 5); round r on `placements[r]`. Returns the
-    seconds the profiler's start took (nsys begins its capture there)."""
+                   profile: bool, placements: list[int] | None = None, group: tuple[str, str] | None = None,
+                   window: bool = False) -> float:
+    """The captured rounds (module docstring, step 5); round r on `placements[r]`, its ranges named
+    for `group` (round_range). With `profile`, the profiler starts first; with `window`, the
+    rounds lie in the group's range (WINDOW_PREFIX), opened and closed with the GPU idle. Returns
+    the seconds the profiler's start took (nsys begins its capture there)."""
     order = list(calls)
     torch.cuda.synchronize()
     started = time.perf_counter()
@@ -179,18 +179,22 @@ def capture_rounds(torch: Any, calls: Mapping[str, Callable[[], Any]], per_round
         torch.cuda.profiler.start()
     started = time.perf_counter() - started
     push, pop = torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop
+    if window and group:
+        push(f"{WINDOW_PREFIX}{group[0]}/{group[1]}")
     for r in range(rounds):
         place(calls, placements[r] if placements else 0)
         for impl in balanced(order, r):
             call, k = calls[impl], per_round[impl]
             call()  # untimed: outside every range, after the previous implementation's calls
             push(RANGE)
-            push(round_range(impl, r))
+            push(round_range(impl, r, group))
             for _ in range(k):
                 call()
             pop()
             pop()
         torch.cuda.synchronize()
+    if window and group:
+        pop()
     return started
 
 
@@ -234,51 +238,136 @@ def span_samples(torch: Any, calls: Mapping[str, Callable[[], Any]], op: str, sh
     return rows
 
 
-def run(plan: Mapping[str, Any]) -> dict[str, Any]:
-    """Everything the plan asks for; returns (and writes) the results. Where the plan says when its
-    process was launched (`launched_at`, the launcher's time.time()), `seconds` holds `start_up`,
-    from then until this call (the profiler's start, Python's and the imports), and `gpu_init`
-    (torch and the CUDA context) besides each phase's seconds."""
-    seconds: dict[str, float] = {}
-    if "launched_at" in plan:
-        seconds["start_up"] = time.time() - float(plan["launched_at"])
+SESSION_KEYS = ("launched_at", "progress", "profile")
+"""The keys of a session plan besides its `groups`; a group's own plan holds the rest."""
+
+
+def run(plan: Mapping[str, Any]) -> Any:
+    """Everything the plan asks for; returns the results (and writes each group's to its plan's
+    `results` path). A session plan (`groups`: the plans of its groups, in order) returns the list
+    of its groups' results; a group's own plan is a session of that one group and returns its
+    results (module docstring)."""
+    if "groups" in plan:
+        return run_session(plan)
+    return run_session({**{k: plan[k] for k in SESSION_KEYS if k in plan}, "groups": [plan]})[0]
+
+
+class _Prepared:
+    """One group of a session between its preparation and its capture."""
+
+    def __init__(self, plan: Mapping[str, Any]) -> None:
+        self.plan = plan
+        self.seconds: dict[str, float] = {}
+        self.records: dict[str, dict[str, Any]] = {}
+        self.passed: list[str] = []
+        self.calls: dict[str, Any] = {}
+        self.per_round: dict[str, int] = {}
+        self.per_call: dict[str, float] = {}
+        self.sequence: list[int] = []
+        self.placements = 1
+        self.spans: list[dict[str, Any]] = []
+        self.graphs: list[dict[str, Any]] = []
+        self.modules: list[dict[str, str]] = []
+
+
+LIBRARIES = {"cupy": ("cuda", "external"), "triton": ("triton",)}
+"""The libraries our implementations launch through, by the implementations (variants by their base
+name) that need each."""
+
+
+def import_libraries(plans: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Import the libraries of LIBRARIES that the plans' implementations need, once at the session's
+    start (with torch and the CUDA context, its `gpu_init`), not in the first check that launches
+    through each: every group's `checks` then time its checks. Returns the names imported."""
+    wanted = {str(i).partition(".")[0] for plan in plans for i in plan.get("impls", ())}
+    names = [name for name, impls in LIBRARIES.items() if wanted & set(impls)]
+    for name in names:
+        importlib.import_module(name)
+    return names
+
+
+def run_session(session: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every group of the session in one process: each group's checks, warm-up, spans and cross-
+    checks in turn (steps 1-4), then one profiler range holding every group's captured rounds
+    (step 5), each in its window (WINDOW_PREFIX) under nsys. Where the session says when its process
+    was launched (`launched_at`, the launcher's time.time()), its `seconds` hold `start_up`, from
+    then until this call (the profiler's start, Python's and the imports), and `gpu_init` (torch,
+    the CUDA context and the libraries the groups launch through: import_libraries); each group's `seconds` hold its phases, and `session` the session's."""
+    session_seconds: dict[str, float] = {}
+    if "launched_at" in session:
+        session_seconds["start_up"] = time.time() - float(session["launched_at"])
     t = time.perf_counter()
     require_gpu()
     import torch
 
-    seconds["gpu_init"] = time.perf_counter() - t
+    import_libraries(session["groups"])
+    session_seconds["gpu_init"] = time.perf_counter() - t
+    progress = Progress(session.get("progress"))
+    prepared = [_prepare(torch, plan, progress) for plan in session["groups"]]
+
+    progress.mark("capture")
+    profile = bool(session.get("profile", True))
+    started = False
+    for p in prepared:
+        t = time.perf_counter()
+        if p.passed:
+            cap = p.plan["capture"]
+            start = profile and not started
+            took = capture_rounds(torch, p.calls, p.per_round, int(cap["rounds"]), start, p.sequence,
+                                  (p.plan["op"], p.plan["shape"]), window=profile)
+            if start:
+                session_seconds["profiler_start"] = took
+                started = True
+        p.seconds["capture"] = time.perf_counter() - t
+        p.seconds["total"] = math.fsum(v for k, v in p.seconds.items() if not k.startswith("check ") and k != "total")
+    out = [_results(p, session_seconds) for p in prepared]
+    progress.mark("done")
+    for p in prepared:
+        print(f"group seconds: {p.plan['op']} {p.plan['shape']}: " + ", ".join(f"{k} {v:.2f}" for k, v in p.seconds.items()),
+              file=sys.stderr, flush=True)
+    print("session seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in session_seconds.items()), file=sys.stderr, flush=True)
+    for p, results in zip(prepared, out):
+        if p.plan.get("results"):
+            write_json(results, p.plan["results"])
+    return out
+
+
+def _prepare(torch: Any, plan: Mapping[str, Any], progress: Progress) -> _Prepared:
+    """Steps 1-4 of one group (module docstring): its checks, its binding and warm-up, its spans and
+    cross-checks; what its capture needs is kept."""
+    p = _Prepared(plan)
+    seconds = p.seconds
+    before = {(m["source"], m["kernel"], m["options"]) for m in cuda_launch.loaded()}
     t0 = time.perf_counter()
-    progress = Progress(plan.get("progress"))
     op, shape = plan["op"], plan["shape"]
     cap, span, cc = plan["capture"], plan["span"], plan["cross_check"]
 
     if plan.get("check", True):
-        records = checks(plan, progress, seconds)
+        p.records = checks(plan, progress, seconds)
     else:  # the counters' run: the measure step already checked these
-        records = {impl: {"op": op, "shape": shape, "impl": impl, "passed": True} for impl in plan["impls"]}
+        p.records = {impl: {"op": op, "shape": shape, "impl": impl, "passed": True} for impl in plan["impls"]}
     seconds["checks"] = time.perf_counter() - t0
-    passed = [i for i in plan["impls"] if records[i]["passed"]]
+    p.passed = passed = [i for i in plan["impls"] if p.records[i]["passed"]]
 
     t = time.perf_counter()
-    progress.mark("bind")
+    progress.mark("bind", op=op, shape=shape)
     placements = int(cap.get("placements", 1))
-    calls = ops.bind_group(op, passed, shape, plan["params"], plan["seed"], plan["cache_mode"], placements) if passed else {}
-    placements = max((int(getattr(c, "placements", 1)) for c in calls.values()), default=1)
-    sequence = round_placements(int(cap["rounds"]), placements, int(plan["seed"]))
-    per_call: dict[str, float] = {}
+    p.calls = calls = ops.bind_group(op, passed, shape, plan["params"], plan["seed"], plan["cache_mode"],
+                                     placements) if passed else {}
+    p.placements = placements = max((int(getattr(c, "placements", 1)) for c in calls.values()), default=1)
+    p.sequence = sequence = round_placements(int(cap["rounds"]), placements, int(plan["seed"]))
+    per_call = p.per_call
     for impl, call in calls.items():
         for _ in range(int(cap["warmup"])):
             call()
         per_call[impl] = _event_us(torch, call, max(1, int(cap["warmup"])))
     k = calls_per_round(max(per_call.values(), default=float("nan")), float(cap["round_us"]), int(cap["max_calls"]))
-    per_round = {impl: k for impl in passed}
+    p.per_round = {impl: k for impl in passed}
     seconds["bind_and_warmup"] = time.perf_counter() - t
 
-    spans: list[dict[str, Any]] = []
-    graphs: list[dict[str, Any]] = []
     if plan.get("spans", True) and passed:
         t = time.perf_counter()
-        progress.mark("spans")
+        progress.mark("spans", op=op, shape=shape)
         for call in calls.values():
             for _ in range(int(span["warmup"])):
                 call()
@@ -286,47 +375,43 @@ def run(plan: Mapping[str, Any]) -> dict[str, Any]:
         per_round_spans = span_samples_per_round(int(span["samples"]), int(span["rounds"]),
                                                  max(per_call.values(), default=float("nan")),
                                                  float(span.get("max_seconds", float("inf"))))
-        spans = span_samples(torch, calls, op, shape, int(span["samples"]), int(span["rounds"]), sequence,
-                             per_round_spans)
+        p.spans = span_samples(torch, calls, op, shape, int(span["samples"]), int(span["rounds"]), sequence,
+                               per_round_spans)
         seconds["spans"] = time.perf_counter() - t
         if cc["enabled"]:
             t = time.perf_counter()
-            progress.mark("graph replay")
-            graphs = graph_replay.measure_group(op, shape, calls, int(cc["calls"]), int(cc["replays"]),
-                                                float(cc["max_seconds"]), placements, sequence)
+            progress.mark("graph replay", op=op, shape=shape)
+            p.graphs = graph_replay.measure_group(op, shape, calls, int(cc["calls"]), int(cc["replays"]),
+                                                  float(cc["max_seconds"]), placements, sequence)
             seconds["graph_replay"] = time.perf_counter() - t
             if cc.get("idle_starts"):
                 t = time.perf_counter()
-                progress.mark("idle starts")
+                progress.mark("idle starts", op=op, shape=shape)
                 idle = idle_start.measure_group(calls, int(cc["calls"]), int(cc["replays"]), float(cc["max_seconds"]),
                                                 sequence)
-                for row in graphs:
+                for row in p.graphs:
                     row.update(idle.get(row["impl"], {}))
                 seconds["idle_starts"] = time.perf_counter() - t
+    p.modules = [m for m in cuda_launch.loaded() if (m["source"], m["kernel"], m["options"]) not in before]
+    return p
 
-    t = time.perf_counter()
-    progress.mark("capture")
-    if passed:
-        seconds["profiler_start"] = capture_rounds(torch, calls, per_round, int(cap["rounds"]),
-                                                   bool(plan.get("profile", True)), sequence)
-    seconds["capture"] = time.perf_counter() - t
-    seconds["total"] = time.perf_counter() - t0
-    results = {
-        "op": op, "shape": shape, "impls": list(plan["impls"]), "checks": records, "passed": passed,
-        "rounds": int(cap["rounds"]), "placements": placements,
-        "round_placements": sequence, "calls_per_round": per_round,
-        "warmup_us_per_call": {i: per_call[i] for i in passed},
-        "launch_paths": {impl: str(getattr(call, "launch_path", "direct")) for impl, call in calls.items()},
-        "input_sets": {impl: int(getattr(call, "input_sets", 1)) for impl, call in calls.items()},
-        "spans": spans, "graphs": graphs, "seconds": seconds, "modules": cuda_launch.loaded(),
+
+def _results(p: _Prepared, session_seconds: Mapping[str, float]) -> dict[str, Any]:
+    """What one group of the session leaves (module docstring's last paragraph)."""
+    plan, passed = p.plan, p.passed
+    spans = p.spans
+    return {
+        "op": plan["op"], "shape": plan["shape"], "impls": list(plan["impls"]), "checks": p.records, "passed": passed,
+        "rounds": int(plan["capture"]["rounds"]), "placements": p.placements,
+        "round_placements": p.sequence, "calls_per_round": p.per_round,
+        "warmup_us_per_call": {i: p.per_call[i] for i in passed},
+        "launch_paths": {impl: str(getattr(call, "launch_path", "direct")) for impl, call in p.calls.items()},
+        "input_sets": {impl: int(getattr(call, "input_sets", 1)) for impl, call in p.calls.items()},
+        "spans": spans, "graphs": p.graphs, "seconds": dict(p.seconds), "session_seconds": dict(session_seconds),
+        "modules": p.modules,
         "span_median_us": {i: statistics.median([s["span_us"] for s in spans if s["impl"] == i])
                            for i in passed if any(s["impl"] == i for s in spans)},
     }
-    progress.mark("done")
-    print("group seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in seconds.items()), file=sys.stderr, flush=True)
-    if plan.get("results"):
-        write_json(results, plan["results"])
-    return results
 
 
 def main(argv: list[str]) -> int:

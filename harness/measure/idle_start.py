@@ -51,6 +51,16 @@ class Waiter:
         self.word = torch.zeros(1, dtype=torch.int32).pin_memory()
         self._value = ctypes.c_int32.from_address(self.word.data_ptr())
         self.count = 0
+        self._events: list[tuple[Any, Any]] = []
+        """(start, end) CUDA event pairs, made once and recorded again by every `times`: no event is
+        created or destroyed between the calls (each pair's time is read before it is recorded
+        again)."""
+
+    def events(self, n: int) -> list[tuple[Any, Any]]:
+        """`n` pairs of timing events, from the ones this waiter made before where it has them."""
+        while len(self._events) < n:
+            self._events.append((self.torch.cuda.Event(enable_timing=True), self.torch.cuda.Event(enable_timing=True)))
+        return self._events[:n]
 
     def enqueue_wait(self) -> int:
         """Make the current stream wait until the word reaches the next count; returns that count."""
@@ -65,12 +75,10 @@ class Waiter:
 
     def times(self, call: Callable[[], Any], calls: int) -> list[float]:
         """Event time (µs) of each of `calls` calls, each started on an idle GPU."""
-        torch = self.torch
         pending = []
         try:
-            for _ in range(calls):
+            for start, end in self.events(calls):
                 count = self.enqueue_wait()
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
                 call()
                 end.record()

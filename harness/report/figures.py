@@ -200,13 +200,15 @@ def svg_text_px(svg: str, display_px: float | None = None) -> float | None:
     return min(sizes) * shown / float(box.group(1))
 
 
-def layout(fig: Any) -> dict[str, Any]:
+def layout(fig: Any, drawn: bool = False) -> dict[str, Any]:
     """What a legibility check needs of a drawn figure: its width in points, its smallest text in
     points, and per axes its y scale, limits, tick labels and the 'same' band (None without one) on
-    its axis (`band_axis`, 'y' or 'x')."""
+    its axis (`band_axis`, 'y' or 'x'). `drawn`: the figure was just saved, so its ticks are those
+    drawn (a second draw, about 0.1 s a figure, would give the same)."""
     from matplotlib.text import Text
 
-    fig.draw_without_rendering()
+    if not drawn:
+        fig.draw_without_rendering()
     sizes = [t.get_fontsize() for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
     panels = []
     for ax in fig.axes:
@@ -251,7 +253,7 @@ def sweep_figure(sweep: Any, op: str, out_svg: Path | str, control: str = "trito
         _other_panel(right, table, shapes, impls, control, op, cache_mode)
         fig.tight_layout()
         _save(fig, out_svg)
-        return layout(fig)
+        return layout(fig, drawn=True)
 
 
 def _bar_offsets(count: int, width: float) -> list[float]:
@@ -411,4 +413,4 @@ def overview_figure(sweep: Any, defaults: Mapping[str, str], out_svg: Path | str
         fig.tight_layout()
         fig.subplots_adjust(right=0.68)
         _save(fig, out_svg)
-        return layout(fig)
+        return layout(fig, drawn=True)

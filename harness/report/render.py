@@ -544,13 +544,12 @@ def render_reports(cfg: Mapping[str, Any], inputs: Mapping[str, str], field_note
     loaded = load_tables(inputs)
     note_dir = Path(field_note).parent
     paths = {Path(p).name.removesuffix("_sweep.svg"): Path(p) for p in figures or []}
-    base = build_context(cfg, loaded, provenance)  # what the figures need: which claims rank nothing
-    not_ranked = {(c["op"], c["shape"]) for c in base["not_ranked"] if c["rankable"] is False}
-    _draw(cfg, loaded, paths, Path(overview) if overview else None, not_ranked)
     links = {op: os.path.relpath(p, note_dir) for op, p in paths.items()}
     over = os.path.relpath(overview, note_dir) if overview else None
     ctx = build_context(cfg, loaded, provenance, {op: safe.Trusted(_link(v)) for op, v in links.items()},
                         safe.Trusted(_link(over)) if over else None)
+    not_ranked = {(c["op"], c["shape"]) for c in ctx["not_ranked"] if c["rankable"] is False}  # what the figures need
+    _draw(cfg, loaded, paths, Path(overview) if overview else None, not_ranked)
     write_text(render_markdown("field_note.md.j2", ctx), field_note)
     comment = render_markdown("issue_comment.md.j2", ctx)
     if len(comment) > COMMENT_LIMIT:

@@ -10,6 +10,7 @@ tables keep the two apart.
 from __future__ import annotations
 
 import csv
+import io
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -55,6 +56,11 @@ def read_raw_csv(path: str | Path) -> list[dict[str, Any]]:
         text = path.read_text(errors="replace")
     except OSError as exc:
         raise EvidenceError(f"cannot read the ncu export {path}: {exc.strerror}.") from None
+    return read_raw_text(text, str(path))
+
+
+def read_raw_text(text: str, path: str) -> list[dict[str, Any]]:
+    """`read_raw_csv` of the export's text; `path` names it in a sentence."""
     lines = [line for line in text.splitlines() if not line.startswith("==")]  # ncu's own messages
     rows = list(csv.reader(lines))
     if not rows or "Kernel Name" not in rows[0] or "ID" not in rows[0]:
@@ -84,7 +90,32 @@ def read_raw_csv(path: str | Path) -> list[dict[str, Any]]:
 PUSH_POP_COLUMN = "thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg"
 """The raw export's column holding the NVTX push/pop ranges open over each kernel's launch."""
 
-ROUND_RANGE = re.compile(r"capture/([^/:\"\s]+)/(\d+)")
+ROUND_RANGE = re.compile(r"capture/(?:([^/:\"\s]+)/([^/:\"\s]+)/)?([^/:\"\s]+)/(\d+)")
+"""A round range 'capture/<op>/<shape>/<impl>/<round>' (or, before sessions, 'capture/<impl>/<round>')."""
+
+
+def split_raw(text: str, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], str]:
+    """A session's raw export split by group: for each (op, shape) of `keys` that has kernels, the
+    header and units rows and the rows of the kernels launched inside one of its round ranges (the
+    innermost named in the push/pop column). A kernel of no group's range is left out of every
+    part (its group's attribution then says so, as for a group alone)."""
+    lines = [line for line in text.splitlines() if not line.startswith("==")]
+    rows = list(csv.reader(lines))
+    if len(rows) < 2 or PUSH_POP_COLUMN not in rows[0]:
+        return {}
+    at = rows[0].index(PUSH_POP_COLUMN)
+    parts: dict[tuple[str, str], list[list[str]]] = {}
+    for row in rows[2:]:
+        found = ROUND_RANGE.findall(row[at]) if len(row) > at else []
+        key = (found[-1][0], found[-1][1]) if found else None
+        if key is not None and key in keys:
+            parts.setdefault(key, []).append(row)
+    out = {}
+    for key, kept in parts.items():
+        buffer = io.StringIO()
+        csv.writer(buffer, quoting=csv.QUOTE_ALL, lineterminator="\n").writerows([rows[0], rows[1], *kept])
+        out[key] = buffer.getvalue()
+    return out
 
 
 def by_implementation(kernels: list[dict[str, Any]], impls: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
@@ -98,7 +129,7 @@ def by_implementation(kernels: list[dict[str, Any]], impls: Sequence[str]) -> di
         if not found:
             raise EvidenceError(f"ncu's export names no range capture/<impl>/<round> for kernel {kernel.get('ID')} "
                                 f"({str(kernel.get('Kernel Name', ''))[:60]}); it cannot be attributed to an implementation.")
-        impl = found[-1][0]
+        impl = found[-1][2]
         if impl not in out:
             raise EvidenceError(f"ncu's export attributes kernel {kernel.get('ID')} to {impl!r}, which this group did not profile.")
         out[impl].append(kernel)

@@ -97,22 +97,36 @@ def group_files(group_dir: str | Path) -> dict[str, Path]:
 
 
 def parse_range(name: str) -> tuple[str, int] | None:
-    """(impl, round) of a range named 'capture/<impl>/<round>', else None."""
+    """(impl, round) of a round range (`parse_round_range`), else None."""
+    parsed = parse_round_range(name)
+    return (parsed[2], parsed[3]) if parsed else None
+
+
+def parse_round_range(name: str) -> tuple[str | None, str | None, str, int] | None:
+    """(op, shape, impl, round) of a range named 'capture/<op>/<shape>/<impl>/<round>', or (None,
+    None, impl, round) of one named 'capture/<impl>/<round>' (before sessions), else None."""
     if not name.startswith(RANGE_PREFIX):
         return None
-    impl, sep, index = name[len(RANGE_PREFIX):].rpartition("/")
-    return (impl, int(index)) if sep and impl and index.isdigit() else None
+    rest, sep, index = name[len(RANGE_PREFIX):].rpartition("/")
+    if not sep or not rest or not index.isdigit():
+        return None
+    parts = rest.split("/")
+    if len(parts) == 1:
+        return None, None, parts[0], int(index)
+    if len(parts) == 3 and all(parts):
+        return parts[0], parts[1], parts[2], int(index)
+    return None
 
 
 def launch_rows(export: str | Path, op: str, shape: str) -> list[dict[str, Any]]:
-    """Every kernel launch the export attributes to an implementation's round (the innermost range
-    named 'capture/<impl>/<round>' open over its launch call), in LAUNCH_COLUMNS."""
+    """Every kernel launch the export attributes to an implementation's round of (op, shape) (the
+    innermost round range open over its launch call, `parse_round_range`), in LAUNCH_COLUMNS."""
     rows = []
     for k in nsys.range_launches(export, RANGE_PREFIX):
-        parsed = parse_range(str(k["range"]).lstrip(":"))
-        if parsed is None:
+        parsed = parse_round_range(str(k["range"]).lstrip(":"))
+        if parsed is None or (parsed[0] is not None and (parsed[0], parsed[1]) != (op, shape)):
             continue
-        impl, index = parsed
+        _, _, impl, index = parsed
         rows.append({"op": op, "shape": shape, "impl": impl, "round": index, "kernel": k["kernel"],
                      "short_name": k["short_name"], "duration_ns": int(k["duration_ns"]), "grid": k["grid"],
                      "block": k["block"], "registers": k["registers"], "static_smem": k["static_smem"],

@@ -36,35 +36,71 @@ COLUMNS = ["rule", "job", "seconds", "cpu_seconds", "max_rss_mb"]
 
 PHASES = ["start_up", "gpu_init", "checks", "bind_and_warmup", "spans", "graph_replay", "idle_starts", "capture",
           "nsys_end", "outside"]
-"""Where a measurement group's time went, in order (harness.measure.group's `seconds`): the group
-process's start under nsys (start_up), torch and the CUDA context (gpu_init), its phases, nsys's
-work after the process exited (nsys_end: the report's import and the SQLite export), and the
-measure step's own around it (outside: the GPU lock, the quiet-GPU wait, the export's scrub and
-the group's files)."""
+"""Where a measurement group's time went, in order (harness.measure.group's `seconds`): the process's
+start under nsys (start_up), torch, the CUDA context and CuPy or Triton (gpu_init), the group's phases, nsys's work
+after the process exited (nsys_end: the report's import and the SQLite export), and the measure
+step's own around it (outside: the GPU lock, the quiet-GPU wait, the export's scrub and split, the
+groups' files). Since measurement sessions (one process for every group of the run) a group's row
+holds its own phases and one row `session` the session's start, end and outside, so that the rows
+add up to the measure job; before, each group's process had all of them."""
 GROUP_COLUMNS = ["op", "shape", "job", *PHASES]
+
+SESSION = "session"
+"""The `op` of the row that holds a session's own seconds."""
 
 
 def group_rows(measure: str | Path) -> list[dict[str, Any]]:
     """One row per measurement group whose record.json (measure/<op>/<shape>/) holds the seconds of
-    its phases: `job` the measure step's seconds, split into PHASES."""
+    its phases (`job` its seconds in the measure step, split into PHASES), and, for groups measured
+    in a session, one row SESSION for the session's own."""
     rows = []
+    sessions: dict[str, dict[str, Any]] = {}
     for path in sorted(Path(measure).glob("*/*/record.json")):
         try:
             record = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
         s = record.get("seconds") if isinstance(record, dict) else None
-        if not isinstance(s, dict) or not isinstance(s.get("job"), (int, float)) or s.get("profile nsys") is None:
+        if not isinstance(s, dict):
+            continue
+        row: dict[str, Any] = {"op": path.parent.parent.name, "shape": path.parent.name}
+        session = record.get("session")
+        if isinstance(session, dict) and isinstance(session.get("seconds"), dict):
+            own = float(s.get("total") or 0.0)  # its files' writing is the session's (outside)
+            row.update({"job": own, **{k: _seconds(s, k) for k in PHASES if k not in _SESSION_PHASES}})
+            entry = sessions.setdefault(json.dumps(session.get("groups")), {"seconds": session["seconds"], "groups": 0.0})
+            entry["groups"] += own
+            rows.append(row)
+            continue
+        if not isinstance(s.get("job"), (int, float)) or s.get("profile nsys") is None:
             continue
         inside = [float(s.get(k) or 0.0) for k in ("start_up", "gpu_init", "total")]
         # the phases worked out from the others; every other phase is read as the record holds it
         derived = {"nsys_end": float(s["profile nsys"]) - math.fsum(inside),
                    "outside": float(s["job"]) - float(s["profile nsys"])}
-        row: dict[str, Any] = {"op": path.parent.parent.name, "shape": path.parent.name, "job": float(s["job"])}
-        row.update({k: derived[k] if k in derived else (float(s[k]) if isinstance(s.get(k), (int, float)) else None)
-                    for k in PHASES})
+        row["job"] = float(s["job"])
+        row.update({k: derived[k] if k in derived else _seconds(s, k) for k in PHASES})
+        rows.append(row)
+    for entry in sessions.values():
+        s = entry["seconds"]
+        if not isinstance(s.get("job"), (int, float)) or s.get("profile nsys") is None:
+            continue
+        start = [float(s.get(k) or 0.0) for k in ("start_up", "gpu_init")]
+        nsys_end = float(s["profile nsys"]) - math.fsum(start) - entry["groups"]
+        row = {"op": SESSION, "shape": "", "job": float(s["job"]) - entry["groups"],
+               **{k: None for k in PHASES}, "start_up": start[0], "gpu_init": start[1], "nsys_end": nsys_end,
+               "outside": float(s["job"]) - float(s["profile nsys"])}
         rows.append(row)
     return rows
+
+
+_SESSION_PHASES = ("start_up", "gpu_init", "nsys_end", "outside")
+"""The phases a session's row holds, not its groups'."""
+
+
+def _seconds(s: dict[str, Any], key: str) -> float | None:
+    value = s.get(key)
+    return float(value) if isinstance(value, (int, float)) else None
 
 
 def read_group_rows(table: str | Path) -> list[dict[str, Any]]:

@@ -110,18 +110,22 @@ def ceilings_input():
     return {"ceilings": f"{A}/tables/ceilings.csv"}
 
 
-def counter_parts():
-    """The counters table of every (op, shape, impl) the config asks counters for: each
-    operation's default shape, or every shape with counters.shapes: all; none when disabled.
-    """
+def counter_groups():
+    """(op, shape) of every group the config asks counters for: each operation's default shape,
+    or every shape with counters.shapes: all; none when disabled."""
     c = CFG["counters"]
     if not c["enabled"]:
         return []
     return [
-        f"{A}/counters/{op}/{shape}.csv"
+        (op, shape)
         for op in OPS
         for shape in hconfig.group_shapes(CFG, op, c["shapes"])
     ]
+
+
+def counter_parts():
+    """The counters table of every group counter_groups() names."""
+    return [f"{A}/counters/{op}/{shape}.csv" for op, shape in counter_groups()]
 
 
 def baseline_sources():
@@ -139,6 +143,37 @@ def group_outputs(op, shape):
     return [
         f"{A}/measure/{op}/{shape}/{name}"
         for name in ("record.json", "launches.csv", "spans.csv", "graph.csv")
+    ]
+
+
+def session_groups():
+    """Every (operation, shape) of the run, in order: the groups of its measurement session."""
+    return [(op, shape) for op in OPS for shape in shapes_of(op)]
+
+
+def session_plans():
+    """What the session measures (the measure job): each group's operation, shape, implementations, plan."""
+    return [
+        {
+            "op": op,
+            "shape": shape,
+            "impls": impls_of(op),
+            "plan": hconfig.measure_plan(CFG, op),
+        }
+        for op, shape in session_groups()
+    ]
+
+
+def counters_plans():
+    """What the counters job profiles, per group: its operation, shape, implementations, plan."""
+    return [
+        {
+            "op": op,
+            "shape": shape,
+            "impls": impls_of(op),
+            "plan": hconfig.counters_plan(CFG, op),
+        }
+        for op, shape in counter_groups()
     ]
 
 

@@ -1,60 +1,64 @@
 # The measure stage: everything that runs on the GPU. A measurement group is every implementation
-# of one (operation, shape): one job `measure` checks, captures and times them in one process, and
-# `counters` reads their hardware counters; both carry group gpu-<op>-<shape>, so on a cluster the
-# group is one job holding one GPU, and on one host the lock in harness/gpu/lock.py keeps both on
-# the group's GPU. Each declares resources gpu=1 and the default profile allows one at a time.
-# A group loads the cubins the build left (harness/launch/modules.py; builds run first, by their
-# priority) and compiles through CuPy what it finds none for, so it does not wait for the build: an
-# edit of the operation's sources reruns both, and a shape added to the operation reruns the build
-# but no finished group.
+# of one (operation, shape); a measurement session is every group of the run, measured by one
+# job `measure` in one process under nsys (each group checked, timed by spans and cross-checks,
+# then every group's rounds captured in one profiler range), and their counters by one job
+# `counters` in one ncu process. Both carry group gpu-session, so on a cluster the session is one
+# job holding one GPU, and on one host the lock in harness/gpu/lock.py keeps both on the session's
+# GPU. Each declares resources gpu=1 and the default profile allows one at a time.
+# The session loads the cubins the build left (harness/launch/modules.py; builds run first, by
+# their priority) and compiles through CuPy what it finds none for, so it does not wait for the
+# build: an edit of any operation's sources reruns the session, and a shape added reruns it too.
 
 
 rule measure:
     input:
         baselines=baseline_sources(),
     output:
-        record=f"{A}/measure/{{op}}/{{shape}}/record.json",
-        launches=f"{A}/measure/{{op}}/{{shape}}/launches.csv",
-        spans=f"{A}/measure/{{op}}/{{shape}}/spans.csv",
-        graph=f"{A}/measure/{{op}}/{{shape}}/graph.csv",
+        [f for op, shape in session_groups() for f in group_outputs(op, shape)],
     log:
-        f"{A}/logs/measure/{{op}}/{{shape}}.log",
+        f"{A}/logs/measure/session.log",
     benchmark:
-        f"{A}/benchmarks/measure/{{op}}/{{shape}}.tsv"
+        f"{A}/benchmarks/measure/session.tsv"
     group:
-        "gpu-{op}-{shape}"
+        "gpu-session"
     threads: SPAN_THREADS
     resources:
         gpu=1,
     params:
-        sources=sources_of,
-        impls=lambda wc: impls_of(wc.op),
-        plan=lambda wc: hconfig.measure_plan(CFG, wc.op),
+        sources={op: hops.source_digest(op, workflow.basedir) for op in OPS},
+        groups=session_plans(),
     script:
         "../scripts/measure.py"
 
 
-rule counters:
-    input:
-        record=f"{A}/measure/{{op}}/{{shape}}/record.json",
-    output:
-        raw=f"{A}/counters/{{op}}/{{shape}}.raw.csv",
-        table=f"{A}/counters/{{op}}/{{shape}}.csv",
-    log:
-        f"{A}/logs/counters/{{op}}/{{shape}}.log",
-    benchmark:
-        f"{A}/benchmarks/counters/{{op}}/{{shape}}.tsv"
-    group:
-        "gpu-{op}-{shape}"
-    resources:
-        gpu=1,
-    params:
-        impls=lambda wc: impls_of(wc.op),
-        plan=lambda wc: hconfig.counters_plan(CFG, wc.op),
-        metrics=CFG["counters"]["metrics"],
-        namespace=NS,
-    script:
-        "../scripts/counters.py"
+if counter_groups():
+
+    rule counters:
+        input:
+            records=[
+                f"{A}/measure/{op}/{shape}/record.json"
+                for op, shape in counter_groups()
+            ],
+        output:
+            [
+                f"{A}/counters/{op}/{shape}{suffix}"
+                for op, shape in counter_groups()
+                for suffix in (".raw.csv", ".csv")
+            ],
+        log:
+            f"{A}/logs/counters/session.log",
+        benchmark:
+            f"{A}/benchmarks/counters/session.tsv"
+        group:
+            "gpu-session"
+        resources:
+            gpu=1,
+        params:
+            groups=counters_plans(),
+            metrics=CFG["counters"]["metrics"],
+            namespace=NS,
+        script:
+            "../scripts/counters.py"
 
 
 rule ceilings:

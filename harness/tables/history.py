@@ -46,6 +46,8 @@ TEXT_COLUMNS = {
     "specialization", "shapes", "arch", "symbol", "source_sha256", "compiler", "options", "grid",
     "ceiling", "unit", "method", "status", "note", "reason",
 }
+TEXT_DTYPES = {c: str for c in sorted(TEXT_COLUMNS)}
+"""read_csv's dtypes: the identifying columns a table has kept as text, in one read."""
 
 
 def namespace_dirs(artifacts: str | Path) -> list[Path]:
@@ -106,8 +108,7 @@ def read_table(path: str | Path, required: Sequence[str] = (), numbers: Sequence
     `numbers` columns is EvidenceError, one sentence naming the file."""
     name = shown(path)
     try:
-        header = pd.read_csv(path, nrows=0, encoding="utf-8").columns
-        frame = pd.read_csv(path, dtype={c: str for c in header if c in TEXT_COLUMNS}, encoding="utf-8")
+        frame = pd.read_csv(path, dtype=TEXT_DTYPES, encoding="utf-8")  # a column it lacks is no error
     except UnicodeDecodeError as exc:
         raise EvidenceError(f"{name} is not UTF-8 text ({shown(exc.reason, 60)}), so it is no evidence table.") from None
     except pd.errors.EmptyDataError:

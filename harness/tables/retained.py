@@ -159,16 +159,17 @@ def kernel_identity(census: pd.DataFrame | None, op: str, impl: str, shape: str)
                      if shape in served or dims in served)
 
 
-_IDENTITY_INDEX: dict[int, tuple[tuple[int, tuple[str, ...]], dict[tuple[str, str], list[tuple[frozenset[str], tuple[str, ...]]]]]] = {}
-"""id(census) -> (its length and columns when read, {(op, impl): [(shapes served, identity)]});
-an entry leaves with its frame (weakref.finalize), and a frame whose length or columns changed
-since is read again."""
+_IDENTITY_INDEX: dict[int, tuple[tuple[int, Any], dict[tuple[str, str], list[tuple[frozenset[str], tuple[str, ...]]]]]] = {}
+"""id(census) -> (its length and its columns' Index object when read, {(op, impl): [(shapes
+served, identity)]}); an entry leaves with its frame (weakref.finalize), and a frame whose length
+changed, or whose columns were replaced (an Index is immutable: any change of the columns is a new
+one), since is read again."""
 
 
 def _identities(census: pd.DataFrame) -> dict[tuple[str, str], list[tuple[frozenset[str], tuple[str, ...]]]]:
-    key, stamp = id(census), (len(census), tuple(str(c) for c in census.columns))
+    key, stamp = id(census), (len(census), census.columns)
     got = _IDENTITY_INDEX.get(key)
-    if got is not None and got[0] == stamp:
+    if got is not None and got[0][0] == stamp[0] and got[0][1] is stamp[1]:
         return got[1]
     index: dict[tuple[str, str], list[tuple[frozenset[str], tuple[str, ...]]]] = {}
     for rec in census.to_dict("records"):

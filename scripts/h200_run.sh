@@ -58,6 +58,15 @@ if [ "${RUN_TESTS:-1}" = 1 ]; then
       && grep -hE 'group seconds|session seconds|counters: ncu profile' artifacts/gpu-smoke/logs/measure/session.log artifacts/gpu-smoke/logs/counters/session.log \
       && grep -hE '^\[|^(local)?rule |^Finished job' .snakemake/log/*.snakemake.log) \
       2>&1 | tee -a "$OUT/gpu-tests.txt" | tail -15
+    # an end-to-end test that failed: its exports and what nsys stats printed for them come back
+    # ($OUT/kept/), so a reader mismatch can become a fixture of tests/fixtures/nsys/
+    if grep -q "^FAILED tests/test_end_to_end_gpu.py" "$OUT/gpu-tests.txt"; then
+      mkdir -p "$OUT/kept"
+      for f in "$repo"/artifacts/gpu-smoke/measure/*/*/capture.sqlite; do
+        [ -f "$f" ] && cp "$f" "$OUT/kept/$(echo "${f#"$repo"/artifacts/gpu-smoke/measure/}" | tr / -)"
+      done
+      cp "$(dirname "$repo")"/stats-*.csv "$OUT/kept/" 2>/dev/null
+    fi
   done
 fi
 # PROBE=1: what each start costs here (scripts/probe_starts.py), into $OUT/starts.txt

@@ -362,6 +362,24 @@ def test_kern_sum_ties_sort_by_instances_then_name(tmp_path: Path) -> None:
     assert [r["Name"] for r in nsys.kern_sum(path)] == ["z_one_launch", "b_two_launches", "m0", "m1"]
 
 
+def test_an_average_exactly_at_a_tie_rounds_away_from_zero_as_nsys_prints_it(tmp_path: Path) -> None:
+    """Four launches of 2733, 2733, 2733 and 2734 ns average exactly 2733.25 (a binary tie): nsys
+    stats printed 2733.3 for such a layer norm row on the H200, where Python's round() gives 2733.2.
+    A decimal tie that is no binary one (7653.45, below it in binary) rounds down: the pipeline
+    fixtures hold those."""
+    b = ExportBuilder()
+    b.add_range(0, 100_000, "capture", 1, 1)
+    for i, dur in enumerate((2733, 2733, 2733, 2734)):
+        b.launch(1, 1, 1_000 + 10_000 * i, 1_010 + 10_000 * i, dur, "tie")
+    b.launch(1, 1, 50_000, 50_010, 5_000, "other")
+    path = b.write(tmp_path / "e.sqlite")
+    assert_reports_match_model(path, b)
+    (tie,) = [r for r in nsys.kern_sum(path) if r["Name"] == "tie"]
+    assert (tie["Avg (ns)"], tie["Med (ns)"]) == (2733.3, 2733.0)
+    (inside,) = [r for r in nsys.nvtx_kern_sum(path) if r["Kernel Name"] == "tie" and r["NVTX Range"]]
+    assert inside["Avg (ns)"] == 2733.3
+
+
 def test_event_type_ids_come_from_the_enum_table(tmp_path: Path) -> None:
     """Ids are looked up by name in ENUM_NSYS_EVENT_TYPE; an export numbering them differently
     (push/pop as 34 here, start/end as 33) is read by name, not by the usual numbers."""

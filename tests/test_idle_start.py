@@ -64,3 +64,11 @@ def test_each_call_waits_for_its_release_and_the_events_are_made_once(monkeypatc
     assert len(made) == 6
     assert len(waiter.times(call, 5)) == 5 and len(made) == 10  # the three pairs made before, and two more
     assert word.value == waiter.count == 8  # no wait is left standing
+
+
+def test_idle_starts_time_each_variant_and_its_base_and_nothing_else() -> None:
+    """What harness.report.resolution sizes a variant by: its idle starts and its base's. The
+    control and the library call are not timed, nor is anything where no variant is measured."""
+    assert idle_start.sized(["cuda", "triton", "cuda.twin", "cuda.planted"]) == ["cuda", "cuda.twin", "cuda.planted"]
+    assert idle_start.sized(["cuda", "triton", "torch", "triton.wide"]) == ["triton", "triton.wide"]
+    assert idle_start.sized(["cuda", "triton", "torch"]) == []

@@ -25,9 +25,10 @@ captured in interleaved rounds, and timed by event spans and graph replay.
 4. **Graph replay** (the cross-check of the kernel time, harness.measure.graph_replay): each
    implementation recorded into a graph per placement, the graphs replayed in interleaved rounds,
    in the rounds' orders and placements.
-   With `cross_check.idle_starts`, then each implementation's calls timed one by one on an idle
-   GPU (harness.measure.idle_start) in the same orders and placements: a planted slowdown's extra
-   time as the capture runs it, without Nsight Systems.
+   With `cross_check.idle_starts`, then the calls of each variant and its base (idle_start.sized:
+   what a size uses) timed one by one on an idle GPU (harness.measure.idle_start) in the same
+   orders and placements: a planted slowdown's extra time as the capture runs it, without Nsight
+   Systems.
 5. **Capture**, last. One profiler range (cudaProfilerStart, for nsys
    --capture-range=cudaProfilerApi) holding `capture.rounds` rounds. In each round every
    implementation makes one untimed call (its inputs back in the cache after the previous
@@ -391,10 +392,12 @@ def _prepare(torch: Any, plan: Mapping[str, Any], progress: Progress) -> _Prepar
             if cc.get("idle_starts"):
                 t = time.perf_counter()
                 progress.mark("idle starts", op=op, shape=shape)
-                idle = idle_start.measure_group(calls, int(cc["calls"]), int(cc["replays"]), float(cc["max_seconds"]),
-                                                sequence)
+                timed = {impl: calls[impl] for impl in idle_start.sized(list(calls))}
+                idle = idle_start.measure_group(timed, int(cc["calls"]), int(cc["replays"]), float(cc["max_seconds"]),
+                                                sequence) if timed else {}
                 for row in p.graphs:
-                    row.update(idle.get(row["impl"], {}))
+                    row.update(idle.get(row["impl"], {"idle_status": idle_start.NOT_SIZED, "idle_median_us": None,
+                                                       "idle_slots": 0}))
                 seconds["idle_starts"] = time.perf_counter() - t
     p.modules = [m for m in cuda_launch.loaded() if (m["source"], m["kernel"], m["options"]) not in before]
     return p

@@ -105,6 +105,21 @@ def unavailable(torch: Any) -> str | None:
     return None
 
 
+NOT_SIZED = "not timed: no variant's size uses it"
+"""The idle_status of an implementation `sized` leaves out."""
+
+
+def sized(impls: Sequence[str]) -> list[str]:
+    """The implementations whose idle starts a size uses (harness.report.resolution.sizes: a
+    variant's extra time per call over its base's): every variant ('<base>.<name>') and its base,
+    in the order given; none where no variant is measured. The control and the library call are
+    not timed: no table reads their idle starts, and each would add a quarter to a resolution
+    group's idle-start time."""
+    variants = [i for i in impls if "." in i]
+    bases = {i.partition(".")[0] for i in variants}
+    return [i for i in impls if i in variants or i in bases]
+
+
 def measure_group(calls: Mapping[str, Callable[[], Any]], calls_per_slot: int, rounds: int,
                   max_seconds: float = float("inf"), sequence: Sequence[int] | None = None) -> dict[str, dict[str, Any]]:
     """impl -> {idle_status, idle_median_us, idle_slots} (the graph table's IDLE_COLUMNS): `rounds` rounds (fewer where

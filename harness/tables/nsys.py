@@ -77,6 +77,7 @@ from __future__ import annotations
 import csv
 import decimal
 import io
+import math
 import re
 import sqlite3
 import time
@@ -246,8 +247,8 @@ def _nsys_round(value: float | None, digits: int) -> float | None:
     even), as nsys stats printed it for a smoke run's layer norm on the H200. Pipeline captures
     with averages at ties of the first kind are among tests/fixtures/nsys/; the second kind is a
     synthetic export in the reader's tests."""
-    if value is None:
-        return None
+    if value is None or not math.isfinite(float(value)):
+        return None if value is None else float(value)
     exact = decimal.Decimal(float(value)).quantize(decimal.Decimal(1).scaleb(-int(digits)), rounding=decimal.ROUND_HALF_UP)
     return float(exact)
 

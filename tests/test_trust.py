@@ -886,6 +886,16 @@ def test_a_census_read_once_answers_again_after_it_grew() -> None:
     assert trust.kernel_identity(pd.DataFrame([row]), "softmax", "cuda", "4096x1024") == first
 
 
+def test_a_census_whose_columns_were_replaced_is_read_again() -> None:
+    """The identity index is stamped by the frame's columns object: renaming a column (a new
+    Index, the same length) reads the frame again."""
+    census = pd.DataFrame([{"op": "softmax", "impl": "cuda", "shapes": "4096x1024", "kernel": "softmax_rows",
+                            "specialization": "", "source_sha256": "a", "compiler": "c", "options": ""}])
+    assert {r[2] for r in trust.kernel_identity(census, "softmax", "cuda", "4096x1024")} == {"a"}
+    census.columns = [("renamed" if c == "source_sha256" else c) for c in census.columns]
+    assert {r[2] for r in trust.kernel_identity(census, "softmax", "cuda", "4096x1024")} == {""}
+
+
 def test_every_sentence_on_the_retained_namespaces_ends_with_one_period(tmp_path: Path) -> None:
     """Every note, claim, summary and flag derived for the retained H200 namespaces (on a copy)."""
     art = tmp_path / "artifacts"

@@ -247,10 +247,12 @@ def _nsys_round(value: float | None, digits: int) -> float | None:
     even), as nsys stats printed it for a smoke run's layer norm on the H200. Pipeline captures
     with averages at ties of the first kind are among tests/fixtures/nsys/; the second kind is a
     synthetic export in the reader's tests."""
-    if value is None or not math.isfinite(float(value)):
-        return None if value is None else float(value)
-    exact = decimal.Decimal(float(value)).quantize(decimal.Decimal(1).scaleb(-int(digits)), rounding=decimal.ROUND_HALF_UP)
-    return float(exact)
+    if value is None:
+        return None
+    x = float(value)
+    if not math.isfinite(x):  # Decimal's quantize refuses an infinity
+        return x
+    return float(decimal.Decimal(x).quantize(decimal.Decimal(1).scaleb(-int(digits)), rounding=decimal.ROUND_HALF_UP))
 
 
 def _open(path: str | Path, time_limit_s: float | None,

@@ -167,9 +167,9 @@ one), since is read again."""
 
 
 def _identities(census: pd.DataFrame) -> dict[tuple[str, str], list[tuple[frozenset[str], tuple[str, ...]]]]:
-    key, stamp = id(census), (len(census), census.columns)
+    key, length, columns = id(census), len(census), census.columns
     got = _IDENTITY_INDEX.get(key)
-    if got is not None and got[0][0] == stamp[0] and got[0][1] is stamp[1]:
+    if got is not None and got[0][0] == length and got[0][1] is columns:
         return got[1]
     index: dict[tuple[str, str], list[tuple[frozenset[str], tuple[str, ...]]]] = {}
     for rec in census.to_dict("records"):
@@ -179,7 +179,7 @@ def _identities(census: pd.DataFrame) -> dict[tuple[str, str], list[tuple[frozen
         index.setdefault((str(rec["op"]), str(rec["impl"])), []).append((served, identity))
     if got is None:
         weakref.finalize(census, _IDENTITY_INDEX.pop, key, None)
-    _IDENTITY_INDEX[key] = (stamp, index)
+    _IDENTITY_INDEX[key] = ((length, columns), index)
     return index
 
 

@@ -72,3 +72,6 @@ def test_idle_starts_time_each_variant_and_its_base_and_nothing_else() -> None:
     assert idle_start.sized(["cuda", "triton", "cuda.twin", "cuda.planted"]) == ["cuda", "cuda.twin", "cuda.planted"]
     assert idle_start.sized(["cuda", "triton", "torch", "triton.wide"]) == ["triton", "triton.wide"]
     assert idle_start.sized(["cuda", "triton", "torch"]) == []
+    # a group without variants times nothing (and asks nothing of the GPU), each row saying why
+    untimed = {"idle_status": idle_start.NOT_SIZED, "idle_median_us": None, "idle_slots": 0}
+    assert idle_start.measure_group({"cuda": print, "torch": print}, 50, 120) == {"cuda": untimed, "torch": untimed}

@@ -91,8 +91,8 @@ def first_use(torch: Any, triton: bool = False) -> list[str]:
     torch's generator on the device, the first poisoned output, the check's own float64 comparison
     (`compare`, the kernels of each of its steps loaded), and with `triton` the first launch through
     Triton's JIT (its driver and launcher set up, a tiny kernel compiled or read from its cache).
-    Then each group's checks time its checks, not the process's start. The reference of each operation and each kernel's own first load stay in its group.
-    Returns what it warmed, in order."""
+    Then each group's checks time its checks, not the process's start. The reference of each
+    operation and each kernel's own first load stay in its group. Returns what it warmed, in order."""
     gen = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(FIRST_USE_ELEMENTS, device="cuda", dtype=torch.float32, generator=gen)
     out = torch.empty_like(x)
@@ -105,9 +105,8 @@ def first_use(torch: Any, triton: bool = False) -> list[str]:
         from kernels import first_use_triton as kernel
 
         y = torch.empty_like(x)
-        device = x.device.index if x.device.index is not None else torch.cuda.current_device()
         launch = triton_launch.bind(kernel.copy, (-(-x.numel() // kernel.BLOCK),), (x, y, x.numel()),
-                                    {"BLOCK": kernel.BLOCK}, {"num_warps": 4}, device, out=y)
+                                    {"BLOCK": kernel.BLOCK}, {"num_warps": 4}, torch.cuda.current_device(), out=y)
         y.fill_(float("nan"))
         if not torch.equal(launch(), x):
             raise EvidenceError("the stand-in Triton launch at the process's start did not copy its input.")

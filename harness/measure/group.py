@@ -392,12 +392,10 @@ def _prepare(torch: Any, plan: Mapping[str, Any], progress: Progress) -> _Prepar
             if cc.get("idle_starts"):
                 t = time.perf_counter()
                 progress.mark("idle starts", op=op, shape=shape)
-                timed = {impl: calls[impl] for impl in idle_start.sized(list(calls))}
-                idle = idle_start.measure_group(timed, int(cc["calls"]), int(cc["replays"]), float(cc["max_seconds"]),
-                                                sequence) if timed else {}
+                idle = idle_start.measure_group(calls, int(cc["calls"]), int(cc["replays"]), float(cc["max_seconds"]),
+                                                sequence)
                 for row in p.graphs:
-                    row.update(idle.get(row["impl"], {"idle_status": idle_start.NOT_SIZED, "idle_median_us": None,
-                                                       "idle_slots": 0}))
+                    row.update(idle.get(row["impl"], {}))
                 seconds["idle_starts"] = time.perf_counter() - t
     p.modules = [m for m in cuda_launch.loaded() if (m["source"], m["kernel"], m["options"]) not in before]
     return p

@@ -113,25 +113,35 @@ def sized(impls: Sequence[str]) -> list[str]:
     """The implementations whose idle starts a size uses (harness.report.resolution.sizes: a
     variant's extra time per call over its base's): every variant ('<base>.<name>') and its base,
     in the order given; none where no variant is measured. The control and the library call are
-    not timed: no table reads their idle starts, and each would add a quarter to a resolution
-    group's idle-start time."""
+    not timed: no table reads their idle starts."""
     variants = [i for i in impls if "." in i]
     bases = {i.partition(".")[0] for i in variants}
     return [i for i in impls if i in variants or i in bases]
 
 
+def _untimed(why: str) -> dict[str, Any]:
+    """The row of an implementation whose calls were not timed, and why."""
+    return {"idle_status": why, "idle_median_us": None, "idle_slots": 0}
+
+
 def measure_group(calls: Mapping[str, Callable[[], Any]], calls_per_slot: int, rounds: int,
                   max_seconds: float = float("inf"), sequence: Sequence[int] | None = None) -> dict[str, dict[str, Any]]:
-    """impl -> {idle_status, idle_median_us, idle_slots} (the graph table's IDLE_COLUMNS): `rounds` rounds (fewer where
-    they would take over `max_seconds` per implementation at the first round's pace, at least 3),
-    in round r every implementation's `calls_per_slot` calls on placement `sequence[r]`, in order r
-    of the Williams design; each slot after one untimed call, as in the capture."""
+    """impl -> {idle_status, idle_median_us, idle_slots} (the graph table's IDLE_COLUMNS) for every
+    implementation of `calls`; those `sized` leaves out are not timed (NOT_SIZED). The others run
+    `rounds` rounds (fewer where they would take over `max_seconds` per implementation at the first
+    round's pace, at least 3), in round r every one's `calls_per_slot` calls on placement
+    `sequence[r]`, in order r of the Williams design; each slot after one untimed call, as in the
+    capture."""
     import torch
 
-    impls = list(calls)
-    reason = unavailable(torch) if impls else None
+    impls = sized(list(calls))
+    out = {impl: _untimed(NOT_SIZED) for impl in calls if impl not in impls}
+    if not impls:
+        return out
+    reason = unavailable(torch)
     if reason is not None:
-        return {impl: {"idle_status": reason, "idle_median_us": None, "idle_slots": 0} for impl in impls}
+        return {**out, **{impl: _untimed(reason) for impl in impls}}
+    calls = {impl: calls[impl] for impl in impls}
     waiter = Waiter(torch)
     seq = list(sequence) if sequence else [0]
     slots: dict[str, list[float]] = {impl: [] for impl in impls}
@@ -148,5 +158,5 @@ def measure_group(calls: Mapping[str, Callable[[], Any]], calls_per_slot: int, r
             per_round = time.perf_counter() - started
             limit = max(min(rounds, 3), min(rounds, int(max_seconds * len(impls) / max(per_round, 1e-9))))
         r += 1
-    return {impl: {"idle_status": "ok", "idle_median_us": statistics.median(values), "idle_slots": len(values)}
-            for impl, values in slots.items()}
+    return {**out, **{impl: {"idle_status": "ok", "idle_median_us": statistics.median(values), "idle_slots": len(values)}
+                      for impl, values in slots.items()}}

@@ -38,7 +38,7 @@ import pandas as pd
 
 from harness import ROOT
 from harness.errors import EvidenceError, shown
-from harness.io import check_out, write_csv
+from harness.io import check_out, row_dicts, write_csv
 from harness.namespaces import namespace_dir
 from harness.report import summary as summary_json
 from harness.tables import derive, history, stats
@@ -158,9 +158,9 @@ def compare_frames(a: pd.DataFrame, b: pd.DataFrame, library_comparable: bool,
     """One row per (op, shape, impl) in both kernel-time tables, in A's order. `a_gpus`, `b_gpus`:
     each side's GPU models by UUID (Side.gpus), which decide whether a row of two GPUs keeps its ratio."""
     keys = ["op", "shape", "impl"]
-    b_rows = {tuple(str(r[k]) for k in keys): r for r in b.to_dict("records")}
+    b_rows = {tuple(str(r[k]) for k in keys): r for r in row_dicts(b)}
     out: list[dict[str, Any]] = []
-    for ra in a.to_dict("records"):
+    for ra in row_dicts(a):
         key = cast(tuple[str, str, str], tuple(str(ra[k]) for k in keys))  # keys has three names
         rb = b_rows.get(key)
         if rb is None:
@@ -252,7 +252,7 @@ def summary(frame: pd.DataFrame, a: str, b: str) -> str:
 def markdown(frame: pd.DataFrame) -> str:
     lines = ["| operation | shape | impl | A µs | B µs | change | B/A interval | verdict |",
              "|---|---|---|---:|---:|---:|---|---|"]
-    for r in frame.to_dict("records"):
+    for r in row_dicts(frame):
         interval = (f"{r['b_over_a_lo']:.3f}–{r['b_over_a_hi']:.3f}" if r["b_over_a_lo"] is not None
                     and not pd.isna(r["b_over_a_lo"]) else "")
         change = "" if r["change_pct"] is None or pd.isna(r["change_pct"]) else f"{r['change_pct']:+.1f}%"
@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     sa, sb = side(args.a, args.artifacts), side(args.b, args.artifacts)
     frame = compare_sides(sa, sb, args.margin)
     if out is not None:
-        write_csv(frame.to_dict("records"), COMPARE_COLUMNS, out)
+        write_csv(row_dicts(frame), COMPARE_COLUMNS, out)
     for line in context(sa, sb):
         print(line)
     print()

@@ -66,7 +66,7 @@ from harness.evidence.bundle import (
     sha256,
     show,
 )
-from harness.io import write_csv
+from harness.io import row_dicts, write_csv
 from harness.measure.capture import GROUP_REPORT, SESSION_REPORT
 from harness.report.render import output_paths, render_reports, table_inputs
 from harness.tables import derive, nsys
@@ -292,7 +292,7 @@ def _compare_table(name: str, bundled: Path, derived: Path, keys: list[str], sco
 
     def rows(frame: Any) -> dict[tuple[str, ...], dict[str, str]]:
         out: dict[tuple[str, ...], dict[str, str]] = {}
-        for rec in frame.to_dict("records"):
+        for rec in row_dicts(frame):
             key = tuple(str(rec[k]) for k in keys)
             if scope is not None and key[:width] not in scope:
                 continue
@@ -359,7 +359,7 @@ def _check_tables(dest: Path, cfg: Mapping[str, Any], ns: str, work: Path, drift
         bundled = folder / "launches.csv"
         if bundled.is_file():
             again = work / "launches" / op / shape / "launches.csv"
-            write_csv(launches.to_dict("records"), derive.LAUNCH_COLUMNS, again)
+            write_csv(row_dicts(launches), derive.LAUNCH_COLUMNS, again)
             problems += _compare_launches(f"measure/{op}/{shape}/launches.csv", bundled, again)
         groups.append(derive.read_group(folder, launches=launches))
         derivable.add((op, shape))
@@ -380,7 +380,7 @@ def _check_tables(dest: Path, cfg: Mapping[str, Any], ns: str, work: Path, drift
         if frame.empty and not (tdir / f"{name}.csv").is_file():
             continue  # a table the exports give no row of, which an older namespace never wrote
         again = work / f"{name}.csv"
-        write_csv(frame.to_dict("records"), list(frame.columns), again)
+        write_csv(row_dicts(frame), list(frame.columns), again)
         problems += _compare_table(f"{name}.csv", tdir / f"{name}.csv", again, TABLE_KEYS[name], derivable, drift)
     return problems
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+from harness.io import row_dicts
 from harness.report import resolution, safe, summary
 from harness.report.words import (IMPL_ORDER, OURS, arrows, disagrees, num, number, pct, pct_points, ratio_text, records, scaled,
                                   sentence, text, truth, unsampled, yes)
@@ -60,9 +61,9 @@ def counters_context(frame: Any, op: str, shape: str, impls: list[str], control:
     calls = int(counters_cfg.get("iterations", 1))
     summaries = []
     for impl in impls:
-        rows = here[here["impl"].astype(str) == impl].to_dict("records")
-        if rows:
-            summaries.append({"impl": impl, **ctr.summarise(rows, calls)})
+        found = row_dicts(here[here["impl"].astype(str) == impl])
+        if found:
+            summaries.append({"impl": impl, **ctr.summarise(found, calls)})
     by_impl = {r["impl"]: r for r in summaries}
     not_ok = [r for r in summaries if r["status"] != "ok"]
     if not_ok and len(not_ok) == len(summaries):

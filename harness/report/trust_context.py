@@ -10,8 +10,9 @@ from typing import Any
 
 import pandas as pd
 
+from harness.report.words import records
 from harness.tables import trust
-from harness.tables.phrases import _and, _count, _missing, _sentence, _truthy
+from harness.tables.phrases import _and, _count, _sentence, _truthy
 
 
 def report_context(controls: str | Path | pd.DataFrame | None, drifted: str | Path | pd.DataFrame | None, *,
@@ -28,10 +29,6 @@ def report_context(controls: str | Path | pd.DataFrame | None, drifted: str | Pa
     set_aside_summary (one sentence naming them, '' when none), any_band,
     drift (rows), bound (drift_bound: `summary`, `control`, `sentence`, ...), earlier, flags
     (flags(...) of the tables given), library_note, library_reason."""
-
-    def records(frame: pd.DataFrame | None) -> list[dict[str, Any]]:
-        return [] if frame is None else [{k: (None if _missing(v) else v) for k, v in r.items()}
-                                         for r in frame.to_dict("records")]
 
     ctl, dft = trust.table(controls), trust.table(drifted)
     rows = records(ctl)

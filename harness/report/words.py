@@ -10,6 +10,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from harness.io import row_dicts
 from harness.report import safe
 from harness.tables import trust
 from harness.tables.cells import integer, missing, number, text, truth  # noqa: F401 (words' own vocabulary)
@@ -28,7 +29,7 @@ def records(frame: Any) -> list[dict[str, Any]]:
     """A table's rows as dicts, a missing cell as None; [] for no table or an empty one."""
     if frame is None or len(frame) == 0:
         return []
-    return [{k: (None if missing(v) else v) for k, v in r.items()} for r in frame.to_dict("records")]
+    return [{k: (None if missing(v) else v) for k, v in r.items()} for r in row_dicts(frame)]
 
 
 def num(value: Any, digits: int = 2) -> str:

@@ -13,6 +13,7 @@ import yaml
 
 from harness import ROOT
 from harness.errors import EvidenceError
+from harness.io import row_dicts
 from harness.tables.retained import Retained, identity_change, kernel_identity, retained
 from harness.tables.phrases import _missing, _truthy, _sentence, _us, _span, _and, _count, _flag_text, _float
 
@@ -126,7 +127,7 @@ def control_bands(history_like: Any, control: str = "triton", margin: float = MA
         kt = ns.kernel_time
         if kt is None or kt.empty or "impl" not in kt:
             continue
-        for rec in kt[kt["impl"].astype(str) == control].to_dict("records"):
+        for rec in row_dicts(kt[kt["impl"].astype(str) == control]):
             value = _float(rec.get("kernel_time_us"))
             if value is None:
                 continue
@@ -250,8 +251,8 @@ def classify_controls(current_kernel_time: pd.DataFrame, bands: pd.DataFrame, co
     kt = current_kernel_time
     now = Retained("current", kt, gpu_state=gpu_state)
     out = []
-    band_by_key = {(str(r["op"]), str(r["shape"])): r for r in bands.to_dict("records")} if not bands.empty else {}
-    ours_by_key = ({(str(r["op"]), str(r["shape"])): r for r in ours_bands.to_dict("records")}
+    band_by_key = {(str(r["op"]), str(r["shape"])): r for r in row_dicts(bands)} if not bands.empty else {}
+    ours_by_key = ({(str(r["op"]), str(r["shape"])): r for r in row_dicts(ours_bands)}
                    if ours_bands is not None and not ours_bands.empty else {})
     for (op, shape), grp in kt.groupby(["op", "shape"], sort=False):
         op, shape = str(op), str(shape)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import EvidenceError
-from harness.io import read_csvs, write_csv
+from harness.io import read_csvs, row_dicts, write_csv
 
 COUNTER_COLUMNS_FIXED = ["namespace", "op", "shape", "impl", "status", "reason", "kernel_index", "kernel",
                          "grid", "block", "source"]
@@ -170,7 +170,7 @@ def write_table(parts: Sequence[str], metrics: Mapping[str, str], out: str | Pat
     """The counters_table rule's step: the groups' counters tables at `parts`, one after another,
     into `out` (the header alone for none)."""
     frame = read_csvs(parts)
-    write_csv(frame.to_dict("records") if parts else [], columns(metrics), out)
+    write_csv(row_dicts(frame) if parts else [], columns(metrics), out)
 
 
 # ----------------------------------------------------------------------------- report summaries

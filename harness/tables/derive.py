@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness import baseline, ops
+from harness.io import row_dicts
 from harness.ops import variants as config_variants
 from harness.tables import nsys, stats
 from harness.tables.cross_check import CROSS_CHECK_COLUMNS, IDLE_COLUMNS, compare
@@ -396,7 +397,7 @@ def gpu_state_rows(group: Group, namespace: str) -> list[dict[str, Any]]:
 
 def cross_check_rows(group: Group, kt_rows: list[dict[str, Any]], rtol: float, atol_us_per_kernel: float,
                      namespace: str, cache_mode: str) -> list[dict[str, Any]]:
-    by_impl = {str(r["impl"]): r for r in group.graph.to_dict("records")}
+    by_impl = {str(r["impl"]): r for r in row_dicts(group.graph)}
     return [compare(k, by_impl.get(str(k["impl"])), rtol, atol_us_per_kernel, namespace, cache_mode) for k in kt_rows]
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from harness.io import row_dicts
 from harness.tables.bands import ABOVE
 from harness.tables.retained import LIBRARY_IMPLS, Retained, identity_change, kernel_identity, load_namespace
 from harness.tables.phrases import _missing, _sentence, _pct, _and, _count, _flag_text, _float, _truthy
@@ -37,7 +38,7 @@ _BAND_WORDS = {"inside": "inside its band", "below": "below its band", "above": 
 def _controls_by_key(controls: pd.DataFrame | None) -> dict[tuple[str, str], dict[str, Any]]:
     if controls is None or controls.empty or not {"op", "shape"} <= set(controls.columns):
         return {}
-    return {(str(r["op"]), str(r["shape"])): r for r in controls.to_dict("records")}
+    return {(str(r["op"]), str(r["shape"])): r for r in row_dicts(controls)}
 
 
 def _group_suspect(row: Mapping[str, Any] | None) -> str | None:
@@ -96,7 +97,7 @@ def drift(current_ns_dir: str | Path | Retained, earlier_ns_dir: str | Path | Re
         before[[*key, "kernel_time_us", "cache_mode"]], on=key, how="inner", suffixes=("_after", "_before"))
     gpu_differs = cur.gpu is not None and old.gpu is not None and cur.gpu != old.gpu
     between = f"between {old.namespace} and {cur.namespace}"
-    for rec in merged.to_dict("records"):
+    for rec in row_dicts(merged):
         op, shape, impl = rec["op"], rec["shape"], rec["impl"]
         b, a = _float(rec["kernel_time_us_before"]), _float(rec["kernel_time_us_after"])
         pct = (a - b) / b * 100.0 if a is not None and b else None
@@ -239,7 +240,7 @@ def drift_bound(drift_df: pd.DataFrame | None, max_pairs: int = 8) -> dict[str, 
     excluded = df[~df.index.isin(bound_rows.index)] if len(df) else df
     reasons = excluded["reason"].fillna("").astype(str).value_counts().to_dict() if len(excluded) else {}
     between = f"between {earlier} and {current}" if earlier and current else "between the two namespaces"
-    pairs = [_pair(r) for r in bound_rows.to_dict("records")]
+    pairs = [_pair(r) for r in row_dicts(bound_rows)]
     result: dict[str, Any] = {"earlier": earlier, "current": current, "count": len(pairs), "pairs": pairs,
                               "excluded": len(excluded), "excluded_reasons": reasons,
                               "roles": roles.value_counts().to_dict() if len(df) else {},
@@ -263,9 +264,9 @@ def drift_bound(drift_df: pd.DataFrame | None, max_pairs: int = 8) -> dict[str, 
     control_name = str(ctl_rows["impl"].iloc[0]) if len(ctl_rows) else None
     same = ctl_rows[(ctl_rows["reason"].fillna("").astype(str) == "control") & ctl_rows["change_pct"].notna()] if len(ctl_rows) else ctl_rows
     others = [{"op": str(r["op"]), "shape": str(r["shape"]), "reason": str(r["reason"])}
-              for r in ctl_rows.to_dict("records") if str(r.get("reason")) != "control"] if len(ctl_rows) else []
+              for r in row_dicts(ctl_rows) if str(r.get("reason")) != "control"] if len(ctl_rows) else []
     if control_name is not None:
-        cpairs = [_pair(r) for r in same.to_dict("records")]
+        cpairs = [_pair(r) for r in row_dicts(same)]
         inside = [p for p in cpairs if p["band_status"] == "inside"]
         ctl_top = max(inside or cpairs, key=lambda p: abs(p["change_pct"])) if cpairs else None
         result["control"] = {
@@ -281,9 +282,9 @@ def drift_bound(drift_df: pd.DataFrame | None, max_pairs: int = 8) -> dict[str, 
     # ours left out, and why
     ours_out = df[roles.isin(["changed", "excluded"])] if len(df) else df
     result["changed"] = [{"op": str(r["op"]), "shape": str(r["shape"]), "impl": str(r["impl"]), "reason": str(r["reason"])}
-                         for r in ours_out.to_dict("records") if r["role"] == "changed"] if "role" in ours_out else []
+                         for r in row_dicts(ours_out) if r["role"] == "changed"] if "role" in ours_out else []
     result["left_out"] = [{"op": str(r["op"]), "shape": str(r["shape"]), "impl": str(r["impl"]), "reason": str(r["reason"])}
-                          for r in ours_out.to_dict("records") if r["role"] == "excluded"] if "role" in ours_out else []
+                          for r in row_dicts(ours_out) if r["role"] == "excluded"] if "role" in ours_out else []
 
     def listing(rows: list[dict[str, Any]]) -> str:
         shown = [f"{r['impl']} at {r['op']} {r['shape']} ({r['reason']})" for r in rows[:max_pairs]]

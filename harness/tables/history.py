@@ -35,7 +35,7 @@ from sqlite_utils.db import Table
 
 from harness import ROOT
 from harness.errors import EvidenceError, shown
-from harness.io import check_out, partial_path
+from harness.io import check_out, partial_path, row_dicts
 
 DEFAULT_ARTIFACTS = ROOT / "artifacts"
 DEFAULT_OUT = DEFAULT_ARTIFACTS / "history.sqlite"
@@ -198,7 +198,7 @@ def _column_type(series: pd.Series) -> type:
 
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     out = []
-    for rec in frame.astype(object).where(frame.notna(), None).to_dict("records"):
+    for rec in row_dicts(frame.astype(object).where(frame.notna(), None)):
         out.append({k: (int(v) if isinstance(v, bool) else v) for k, v in rec.items()})
     return out
 

@@ -13,6 +13,7 @@ import pandas as pd
 import sqlite_utils
 
 from harness.errors import EvidenceError
+from harness.io import row_dicts
 from harness.tables import history
 from harness.tables.phrases import _missing, _truthy, _float
 
@@ -42,7 +43,7 @@ class Retained:
         state = self.gpu_state
         if state is None or state.empty or not {"op", "shape", "impl"} <= set(state.columns):
             return
-        for rec in state.to_dict("records"):
+        for rec in row_dicts(state):
             key = (str(rec["op"]), str(rec["shape"]), str(rec["impl"]))
             flagged = _truthy(rec.get("disturbed"))
             samples = _float(rec.get("during_samples")) if "during_samples" in rec else 1.0
@@ -172,7 +173,7 @@ def _identities(census: pd.DataFrame) -> dict[tuple[str, str], list[tuple[frozen
     if got is not None and got[0][0] == length and got[0][1] is columns:
         return got[1]
     index: dict[tuple[str, str], list[tuple[frozenset[str], tuple[str, ...]]]] = {}
-    for rec in census.to_dict("records"):
+    for rec in row_dicts(census):
         shapes = rec.get("shapes")
         served = frozenset(s.strip() for s in str(shapes if shapes is not None else "").split(";"))
         identity = tuple("" if _missing(rec.get(c)) else str(rec.get(c)) for c in IDENTITY_COLUMNS)

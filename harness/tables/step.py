@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.io import write_csv
+from harness.io import row_dicts, write_csv
 from harness.tables import derive, nsys, trust
 
 
@@ -31,7 +31,7 @@ def _groups(group_files: Sequence[str]) -> list[derive.Group]:
 def _write(tables: Mapping[str, list[dict[str, Any]]], outputs: Mapping[str, str]) -> None:
     for name, frame in derive.frames(tables).items():
         if name in outputs:
-            write_csv(frame.to_dict("records"), list(frame.columns), outputs[name])
+            write_csv(row_dicts(frame), list(frame.columns), outputs[name])
 
 
 def namespace_tables(group_files: Sequence[str], ceilings_csv: str | None, outputs: Mapping[str, str], *,
@@ -59,7 +59,7 @@ def shape_table(group_files: Sequence[str], out: str, *, namespace: str, cache_m
     kt, sp = tables["kernel_time"], tables["span"]
     merged = kt.merge(sp[["op", "shape", "impl", "samples", "span_median_us", "span_mean_us", "span_std_us"]],
                       on=["op", "shape", "impl"], how="left")
-    write_csv(merged.to_dict("records"), list(merged.columns), out)
+    write_csv(row_dicts(merged), list(merged.columns), out)
 
 
 def sweep(group_files: Sequence[str], outputs: Mapping[str, str], *, namespace: str, cache_mode: str,

@@ -41,7 +41,7 @@ from typing import Any
 import pandas as pd
 
 from harness.errors import ConfigError, EvidenceError
-from harness.io import write_csv
+from harness.io import row_dicts, write_csv
 from harness.tables import history
 from harness.tables.bands import (ABOVE, BAND_COLUMNS, CONTROL_COLUMNS, MARGIN, OUTLIER_MADS, OURS, STATUSES,
                                   classify_controls, control_bands, rankable)
@@ -173,14 +173,14 @@ def trust_tables(artifacts: str | Path, current: str, controls_out: str | Path, 
     hist = _History(artifacts)
     cur = hist.get(current)
     controls = hist.controls(current, control, margin, ours)
-    write_csv(controls.to_dict("records"), CONTROL_COLUMNS, controls_out)
+    write_csv(row_dicts(controls), CONTROL_COLUMNS, controls_out)
     chosen = _choose(hist, current, earlier, control, margin)
     if chosen:
         drifted = drift(cur, hist.get(chosen), control=control, controls=controls,
                         earlier_controls=hist.controls(chosen, control, margin, ours))
     else:
         drifted = pd.DataFrame(columns=DRIFT_COLUMNS)
-    write_csv(drifted.to_dict("records"), DRIFT_COLUMNS, drift_out)
+    write_csv(row_dicts(drifted), DRIFT_COLUMNS, drift_out)
     return {"controls": controls, "drift": drifted, "bound": drift_bound(drifted), "earlier": chosen}
 
 
@@ -217,7 +217,7 @@ def flags(controls: str | Path | pd.DataFrame | None = None, drift: str | Path |
     ctl, dft, cnt, chk, kt, state = (table(t) for t in (controls, drift, counters, check, kernel_time, gpu_state))
 
     if ctl is not None and not ctl.empty and "status" in ctl:
-        for r in ctl.to_dict("records"):
+        for r in row_dicts(ctl):
             status = str(r.get("status") or "")
             legacy = status == "outside" and str(r.get("side") or "") == "above"
             if status not in ABOVE and not legacy:
@@ -239,7 +239,7 @@ def flags(controls: str | Path | pd.DataFrame | None = None, drift: str | Path |
     if cnt is not None and not cnt.empty and "status" in cnt:
         bad = cnt[cnt["status"].fillna("").astype(str) != "ok"]
         groups: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
-        for r in bad.to_dict("records"):
+        for r in row_dicts(bad):
             reason = _clause(r.get("reason")) or "no reason recorded"
             status = _clause(r.get("status")) or "missing"
             groups.setdefault((status, reason), []).append((str(r["op"]), str(r["shape"]), str(r["impl"])))
@@ -259,7 +259,7 @@ def flags(controls: str | Path | pd.DataFrame | None = None, drift: str | Path |
                                  f"between captures on different GPUs compares {_number_word(len(uuids))} devices"))
 
     if chk is not None and not chk.empty and "passed" in chk:
-        for r in chk[~chk["passed"].map(_truthy)].to_dict("records"):
+        for r in row_dicts(chk[~chk["passed"].map(_truthy)]):
             detail = _clause(r.get("error"))
             if not detail:
                 bits = [f"{label} {_float(r.get(col)):.3g}" for col, label in

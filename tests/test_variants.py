@@ -86,6 +86,29 @@ def test_variant_census_comes_from_the_compiler_with_its_defines() -> None:
     assert stream[0]["st_global_128"] == base[0]["st_global_128"]  # same stores, without the .cs hint
 
 
+def test_a_define_that_leaves_an_instance_as_it_was_gives_its_base_s_code() -> None:
+    """layernorm.block512 changes the block at widths 2048 and 4096 only: at 768 it compiles to the
+    base's code (the census's sass_sha256, which harness.tables.binaries reads), at 4096 to its
+    own."""
+    from harness.build.build import build_census
+    from harness.build.toolchain import load_nvrtc
+
+    if load_nvrtc() is None:
+        pytest.skip("NVRTC is not available here")
+    params = config.validate(RAW)["operations"]["layernorm"]
+    shapes = [(4096, 768), (4096, 4096)]
+    base = build_census("layernorm", "cuda", shapes)
+    wide = build_census("layernorm", "cuda", shapes,
+                        variant=("cuda.block512", variants.compiler_options(params, "cuda.block512")))
+    assert all(len(r["sass_sha256"]) == 64 for r in base + wide)
+    by_shape = {"base": {r["shapes"]: r["sass_sha256"] for r in base},
+                "wide": {r["shapes"]: r["sass_sha256"] for r in wide}}
+    assert by_shape["wide"]["4096x768"] == by_shape["base"]["4096x768"]
+    assert by_shape["wide"]["4096x4096"] != by_shape["base"]["4096x4096"]
+    assert [r["sass_instructions"] for r in wide if r["shapes"] == "4096x768"] == \
+        [r["sass_instructions"] for r in base if r["shapes"] == "4096x768"]
+
+
 def delayed(raw: dict, op: str, cycles: int) -> dict:
     """`raw` with a variant `op`.delayed that plants a delay of `cycles` and is measured."""
     raw = copy.deepcopy(raw)

@@ -45,24 +45,66 @@ def find_tool(name: str, title: str, configured: str | None, config_key: str, en
 
 def run_command(argv: list[str], log_path: str | Path | None, env: dict[str, str] | None = None, timeout: float = 900,
                 what: str = "command") -> tuple[int, str]:
-    """Run an argument list (never a shell string) from the repository root; return its exit
-    status and its output (stdout and stderr together), which is also appended to `log_path`.
-    EvidenceError if it runs past `timeout` seconds (the process is killed)."""
-    try:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=ROOT, text=True,
-                                errors="replace", start_new_session=True)
-    except OSError as exc:
-        raise EvidenceError(f"{what} could not start {argv[0]}: {exc.strerror}.") from None
-    try:
-        output, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        stop_session(proc)
-        raise EvidenceError(f"{what} did not finish within {timeout:g} s and was stopped; see the log.") from None
+    """Run an argument list (never a shell string) from the repository root, in a session this
+    process owns (`start_owned`); return its exit status and its output (stdout and stderr
+    together), which is also appended to `log_path`. EvidenceError if it runs past `timeout`
+    seconds (the session is killed)."""
+    proc = start_owned(argv, what, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True,
+                       errors="replace")
+    output = wait_owned(proc, timeout, what, read=True)
     if log_path:
         with open(log_path, "a") as log:
             print("$ " + " ".join(argv), file=log)
             log.write(output)
     return proc.returncode, output
+
+
+@functools.cache
+def pdeathsig_prefix() -> tuple[str, ...]:
+    """util-linux's setpriv, asked to have the kernel send SIGKILL to the command it runs when that
+    command's parent ends (Linux's parent-death signal, kept across exec), or () where there is none."""
+    exe = shutil.which("setpriv")
+    if exe is None:
+        return ()
+    try:
+        done = subprocess.run([exe, "--pdeathsig", "KILL", "/bin/true"], stdin=subprocess.DEVNULL,
+                              capture_output=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    return (exe, "--pdeathsig", "KILL") if done.returncode == 0 else ()
+
+
+def start_owned(argv: list[str], what: str, **popen: Any) -> subprocess.Popen[Any]:
+    """Start `argv` from the repository root in a session of its own that this process owns: wait
+    for it with `wait_owned`, which kills the whole session when the wait ends any other way than
+    by its exit (a time limit, Ctrl-C, SIGTERM). Where util-linux's setpriv runs, the session's
+    leader also gets SIGKILL from the kernel when this process ends however it ends (SIGKILL too),
+    and a process namespace (`clean_parent`) goes with its leader: a capture never outlives the
+    step that started it, to run on beside the next one. EvidenceError if it cannot start."""
+    if shutil.which(argv[0]) is None:  # setpriv would start and report it only as exit status 127
+        raise EvidenceError(f"{what} could not start {argv[0]}: No such file or directory.")
+    try:
+        return subprocess.Popen([*pdeathsig_prefix(), *argv], cwd=ROOT, start_new_session=True, **popen)
+    except OSError as exc:
+        raise EvidenceError(f"{what} could not start {argv[0]}: {exc.strerror}.") from None
+
+
+def wait_owned(proc: subprocess.Popen[Any], timeout: float, what: str, read: bool = False) -> Any:
+    """Wait for a process from `start_owned` to exit, reading its output when `read` (returned;
+    None otherwise). Past `timeout` seconds its session is killed and EvidenceError says so; on
+    anything raised meanwhile (KeyboardInterrupt, a SIGTERM handler's SystemExit) the session is
+    killed and that goes on."""
+    try:
+        if read:
+            return proc.communicate(timeout=timeout)[0]
+        proc.wait(timeout=timeout)
+        return None
+    except subprocess.TimeoutExpired:
+        stop_session(proc)
+        raise EvidenceError(f"{what} did not finish within {timeout:g} s and was stopped; see the log.") from None
+    except BaseException:
+        stop_session(proc)
+        raise
 
 
 def stop_session(proc: subprocess.Popen[Any]) -> None:

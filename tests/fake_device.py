@@ -11,6 +11,7 @@ product: the real group process (harness.measure.group) needs a GPU.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import random
@@ -128,8 +129,16 @@ def standin_nsys(argv: list[str]) -> int:
     The environment it was given is written to `seen-env.json` (names) and `seen-environ.json`
     (names and values) beside the stand-in, its parent's to `seen-parent-environ`, and the text of
     a file `leak` there, when there is one, into the report: a value that reached the capture by
-    another way than the environment (to test that the step finds it)."""
+    another way than the environment (to test that the step finds it).
+    While it runs it holds the lock `measuring` (see `measuring`); one started while another holds
+    it, two sessions on one device at once, says so and exits 4."""
     here = Path(sys.argv[0]).resolve().parent
+    lock = open(here / LOCK, "a")  # held until this process ends, however it ends
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print("stand-in nsys: another session is measuring on this device", file=sys.stderr)
+        return 4
     (here / "seen-env.json").write_text(json.dumps(sorted(os.environ)))
     # What a profiler could copy into its report: its own environment (the profiled process's), and
     # its parent's as /proc gives it (nsys runs as the child of a clean shell).
@@ -166,6 +175,31 @@ def standin_nsys(argv: list[str]) -> int:
         Path(plan["results"]).write_text(json.dumps(out))
     progress.write_text(json.dumps({"step": "done"}))
     return 0
+
+
+LOCK = "measuring.lock"
+
+
+def measuring(bin_dir: Path, settle_s: float = 2.0) -> bool:
+    """Whether a stand-in installed in bin_dir is still running `settle_s` seconds from now at the
+    latest (a killed one releases its lock when it is gone, which takes a moment)."""
+    return held(bin_dir / LOCK, settle_s)
+
+
+def held(lock_path: Path, settle_s: float = 2.0) -> bool:
+    """Whether some process still holds an exclusive flock on `lock_path` after `settle_s` seconds."""
+    deadline = time.monotonic() + settle_s
+    with open(lock_path, "a") as lock:
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    return True
+                time.sleep(0.05)
+                continue
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            return False
 
 
 def install(bin_dir: Path) -> Path:

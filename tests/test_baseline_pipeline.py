@@ -119,6 +119,18 @@ def test_every_report_opens_with_the_change_and_summary_json_holds_it(
     for r in summary["change"]:  # each row of the note's table is the summary's row, as printed
         assert f"| {r['op']} | {r['shape']} | {r['impl']} |" in section
         assert f"{r['ratio']:,.3f} [{r['lo']:,.3f}, {r['hi']:,.3f}] | **{r['verdict']}**" in section
+    # the change was a comment: every kernel runs the revision's code (the census; a Triton cubin's bytes
+    # differ, as they hold the source's path), so
+    # every row is an A/A pair, and the reports say so
+    census = pd.read_csv(copy / "artifacts" / NS / "tables" / "census.csv")
+    for impl in ("cuda", "triton"):
+        here, there = (set(census.loc[census["impl"] == i, "sass_sha256"]) for i in (impl, impl + "@HEAD"))
+        assert here == there and len(here) >= 1
+    assert f"At {len(summary['change'])} rows the census shows the kernels serving the shape run the revision's " \
+           "code, their SASS instruction for instruction (binary: unchanged)" in section
+    assert "| verdict | control | binary |" in section and section.count("| unchanged |") == len(summary["change"])
+    assert section.count("| unchanged |") == comment.count("| unchanged |")
+    assert page.count("<td>unchanged</td>") == len(summary["change"])
 
 
 def test_several_baselines_give_the_stage_table_oldest_first(tmp_path: Path) -> None:

@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sqlite3
 import stat
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import fake_device
 import pytest
 
 from harness import tools
-from harness.errors import ToolMissing
+from harness.errors import EvidenceError, ToolMissing
 from harness.measure import capture
 
 FIXTURE = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "h200-torch-layer-norm.sqlite"
@@ -153,6 +158,93 @@ def test_isolation_is_refused_cleanly_without_unshare(monkeypatch: pytest.Monkey
     finally:
         monkeypatch.undo()
         tools.isolation.cache_clear()
+
+
+HOLDER = """
+import fcntl, sys, time
+from pathlib import Path
+lock = open(sys.argv[1], "a")
+fcntl.flock(lock, fcntl.LOCK_EX)
+Path(sys.argv[2]).write_text("held")
+time.sleep(120)
+"""
+"""A capture's stand-in for the tests of owned sessions: holds a lock until it is killed."""
+
+
+def _start_holder(tmp_path: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    """A holder in an owned session, under the process namespace where the machine allows one, as a
+    capture runs; returns it with its lock once it holds it."""
+    lock, ready = tmp_path / "held.lock", tmp_path / "ready"
+    proc = tools.start_owned(tools.clean_parent([sys.executable, "-c", HOLDER, str(lock), str(ready)]), "the holder")
+    deadline = time.monotonic() + 30
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ready.exists(), "the holder never started"
+    return proc, lock
+
+
+def test_a_wait_ended_by_ctrl_c_kills_the_session_it_waited_on(tmp_path: Path) -> None:
+    """KeyboardInterrupt (or a SIGTERM handler's SystemExit) during `wait_owned` goes on, and the
+    session, every process in it, is gone: a capture does not run on after its step stopped."""
+    proc, lock = _start_holder(tmp_path)
+    assert fake_device.held(lock, settle_s=0)
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        with pytest.raises(KeyboardInterrupt):
+            tools.wait_owned(proc, 60, "the holder")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert proc.returncode is not None
+    assert not fake_device.held(lock)
+
+
+def test_a_wait_past_its_limit_kills_the_session_and_says_so(tmp_path: Path) -> None:
+    proc, lock = _start_holder(tmp_path)
+    with pytest.raises(EvidenceError, match=r"^the holder did not finish within 0.2 s and was stopped; see the log\.$"):
+        tools.wait_owned(proc, 0.2, "the holder")
+    assert not fake_device.held(lock)
+
+
+OWNER = """
+import sys, time
+from pathlib import Path
+from harness import tools
+proc = tools.start_owned(tools.clean_parent([sys.executable, "-c", sys.argv[1], sys.argv[2], sys.argv[3]]), "the holder")
+time.sleep(120)
+"""
+
+
+def test_a_session_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
+    """SIGKILL to the step (no handler runs): the kernel's parent-death signal kills the session's
+    leader, and with it the process namespace the capture runs in."""
+    if not tools.pdeathsig_prefix():
+        pytest.skip("this machine has no setpriv --pdeathsig (harness.tools.pdeathsig_prefix)")
+    if not tools.isolation():
+        pytest.skip("without a process namespace only the session's leader dies with its parent")
+    lock, ready = tmp_path / "held.lock", tmp_path / "ready"
+    owner = subprocess.Popen([sys.executable, "-c", OWNER, HOLDER, str(lock), str(ready)],
+                             cwd=Path(__file__).resolve().parents[1])
+    try:
+        deadline = time.monotonic() + 30
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ready.exists(), "the holder never started"
+        assert fake_device.held(lock, settle_s=0)
+    finally:
+        owner.kill()
+        owner.wait()
+    assert not fake_device.held(lock)
+
+
+def test_a_command_that_is_not_there_is_named(tmp_path: Path) -> None:
+    with pytest.raises(EvidenceError, match=r"^the tool could not start /opt/absent/ncu: No such file or directory\.$"):
+        tools.start_owned(["/opt/absent/ncu"], "the tool")
 
 
 NSYS_LIKE = """#!{python}

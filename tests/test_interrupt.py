@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+import fake_device
 import pytest
 import repo_copy
 
@@ -75,6 +76,7 @@ def test_sigint_leaves_nothing_to_trust_and_the_same_command_completes(copy, slo
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode != 0, out[-2000:]
+    assert not fake_device.measuring(copy[2]), "the interrupted run left its capture running"
     assert not list(art.rglob("*.partial*")) and not (art / "tables" / "kernel_time.csv").exists()
     # the same command measures the interrupted session again (its files are not trusted); the GPU
     # lock went with the job (a held lock would stop it in 5 s, in a sentence)

@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import fake_device
 import pandas as pd
 import pytest
 import repo_copy
@@ -137,6 +138,7 @@ def test_ctrl_c_to_the_process_group_then_the_same_command_finishes(run, slow) -
     os.killpg(proc.pid, signal.SIGINT)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode != 0
+    assert not fake_device.measuring(copy.parent / "bin"), "the interrupted run left its capture running"
     art = copy / "artifacts" / ns / "measure" / "layernorm"
     assert not list(art.glob("*/record.json")), out[-2000:]
     again = finish(copy, env, ns)
@@ -160,10 +162,12 @@ def test_job_times_say_where_the_time_went(run, capsys: pytest.CaptureFixture[st
 
 @pytest.fixture
 def slow(run):  # type: ignore[no-untyped-def]
-    """Each group of the stand-in device takes 3 s while the test runs."""
+    """The stand-in device's session takes 60 s (or what the test writes there) while the test
+    runs: far longer than a stopped run takes to stop, so a stand-in that outlives its run is still
+    there to be found (`fake_device.measuring`)."""
     sleep = run[0].parent / "bin" / "sleep-s"
-    sleep.write_text("3")
-    yield
+    sleep.write_text("60")
+    yield sleep
     sleep.unlink(missing_ok=True)
 
 
@@ -190,15 +194,18 @@ def wait_for_session(copy: Path, ns: str) -> None:
 
 
 def test_ctrl_c_to_snakemake_alone_then_the_same_command_finishes(run, slow) -> None:  # type: ignore[no-untyped-def]
-    """SIGINT to Snakemake's process only (kill -INT <pid>), not its process group: the default
-    profile's rerun-incomplete lets the same command finish the run."""
+    """SIGINT to Snakemake's process only (kill -INT <pid>), not its process group: Snakemake waits
+    for the running job (the session, 3 s here), and the default profile's rerun-incomplete lets the
+    same command finish the run."""
     copy, env, _ = run
+    slow.write_text("3")
     ns = "cpu-sigint-alone"
     proc = start(copy, env, ns)
     wait_for_session(copy, ns)
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode != 0, out[-2000:]
+    assert not fake_device.measuring(copy.parent / "bin"), "the interrupted run left its capture running"
     again = finish(copy, env, ns)
     assert again.returncode == 0, again.stderr[-2000:]
     assert repo_copy.job_counts(again.stdout + again.stderr)["measure"] == 1
@@ -213,6 +220,7 @@ def test_after_a_kill_the_lock_names_the_way_forward(run, slow) -> None:  # type
     wait_for_session(copy, ns)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=60)
+    assert not fake_device.measuring(copy.parent / "bin"), "the killed run left its capture running"
     locked = finish(copy, env, ns)
     assert locked.returncode != 0 and "--unlock" in locked.stdout + locked.stderr
     assert snakemake(copy, env, "--unlock", "--config", f"namespace={ns}").returncode == 0

@@ -6,6 +6,7 @@ harness.tables.trust) and from a committed namespace of the older format.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import re
@@ -111,7 +112,8 @@ def build_namespace(root: Path, cfg: Mapping[str, Any], *, seed: int = 7, kernel
                     disturbed: Collection[tuple[str, str]] = (), above: Collection[tuple[str, str]] = (),
                     split: Collection[tuple[str, str]] = (), exclusive: bool = True, counters: str = "unavailable",
                     flags_text: str = "another compute process ran beside the captured one",
-                    reason: str = REASON, specialization: str = "rows128 vec4") -> dict[str, str]:
+                    reason: str = REASON, specialization: str = "rows128 vec4",
+                    code_of: Mapping[str, str] | None = None) -> dict[str, str]:
     """A namespace folder `root/artifacts/NS` with every table a report reads, derived as the
     pipeline derives them, and its provenance; returns the render's inputs (render.table_inputs).
 
@@ -119,7 +121,8 @@ def build_namespace(root: Path, cfg: Mapping[str, Any], *, seed: int = 7, kernel
     flagged; `above` (op, shape): the control comes back above the band of the earlier namespace;
     `split` (op, shape): ours recorded on another GPU than the control; `exclusive`: what the
     measuring step recorded of the spans; `counters`: 'unavailable' (with `reason`) or 'ok' (the
-    ncu fixtures, layernorm at 4096x768 only)."""
+    ncu fixtures, layernorm at 4096x768 only); `code_of` impl -> the impl whose code (SASS) it
+    compiles to: with it, the census has sass_sha256 (else, as before the column, none)."""
     rnd = random.Random(seed)
     failed = dict(failed or {})
     ns_dir = root / "artifacts" / NS
@@ -157,6 +160,8 @@ def build_namespace(root: Path, cfg: Mapping[str, Any], *, seed: int = 7, kernel
                            "ld_global_32": 0, "ld_global_64": 0, "ld_global_128": 2, "st_global_32": 0, "st_global_64": 0,
                            "st_global_128": 2, "barriers": 1, "source_sha256": f"{abs(hash((op, impl))) % 10**12:064d}",
                            "compiler": "NVRTC 13.0", "options": "-std=c++17 -arch=sm_90"})
+            if code_of is not None:
+                census[-1]["sass_sha256"] = hashlib.sha256(f"{op}/{code_of.get(impl, impl)}".encode()).hexdigest()
     census_df = pd.DataFrame(census)
     # an earlier namespace with the same kernels: the control's band, ours' own range, and the drift bound
     earlier_kt = kt.copy()

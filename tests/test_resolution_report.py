@@ -35,8 +35,8 @@ def resolution_config() -> dict[str, Any]:
     return config.validate(cfg)
 
 
-def rendered(root: Path, cfg: dict[str, Any]) -> tuple[str, str, dict[str, Any], dict[str, pd.DataFrame]]:
-    inputs = build_namespace(root, cfg)
+def rendered(root: Path, cfg: dict[str, Any], **namespace: Any) -> tuple[str, str, dict[str, Any], dict[str, pd.DataFrame]]:
+    inputs = build_namespace(root, cfg, **namespace)
     out = root / "report" / NS
     report.render_reports(cfg, inputs, out / "field_note.md", out / "issue_comment.md", html=out / "index.html",
                           summary=out / "summary.json")
@@ -97,6 +97,39 @@ def test_the_known_answers_have_their_own_section_and_summary_rows(tmp_path: Pat
     assert "Resolution: A/A pairs and planted slowdowns" in page and "replay ratio" in page
     tried = note.split("## What was tried and not kept")[1].split("## Cross-check")[0].split("Every variant at every shape")[0]
     assert not any(v in tried for v in ("cuda.twin", "cuda.planted", "cuda.delayed"))  # not tried for their own sake
+
+
+def test_a_variant_that_runs_its_base_s_binary_is_an_aa_pair_there(tmp_path: Path) -> None:
+    """block512 compiles to cuda's code (the census says so): at every shape its ratio is an A/A
+    pair, "same" expected, in the resolution section and summary.json, and the variants section
+    counts none of it in block512's outcome; block128 (its own binary) is tried as before."""
+    cfg = resolution_config()
+    cfg["variants"] = ["layernorm.block512", "layernorm.block128", "layernorm.twin"]
+    note, page, summary, tables = rendered(tmp_path, cfg, code_of={"cuda.block512": "cuda", "cuda.twin": "cuda"})
+    variants = tables["variants"]
+    shapes = list(variants.loc[variants["variant"] == "cuda.block512", "shape"])
+    assert shapes
+    same = [r for r in summary["resolution"] if r["role"] == "same binary"]
+    assert [(r["shape"], r["variant"], r["expected"]) for r in same] == [(s, "cuda.block512", "same") for s in shapes]
+    for r in same:
+        v = variants[(variants["variant"] == "cuda.block512") & (variants["shape"] == r["shape"])].iloc[0]
+        assert (r["ratio"], r["verdict"], r["as_expected"]) == (v["ratio"], v["verdict"], v["verdict"] == "same")
+    # the twin keeps the role its config gives it
+    assert {r["role"] for r in summary["resolution"] if r["variant"] == "cuda.twin"} == {"A/A twin"}
+    section = note.split("## Resolution: A/A pairs and planted slowdowns")[1].split("## What was tried and not kept")[0]
+    assert f"variants of the same binary: {sum(r['as_expected'] for r in same)} of {len(same)} same" in section
+    assert "A variant of the same binary is a variant tried for its own sake" in section
+    tried = note.split("## What was tried and not kept")[1].split("## Cross-check")[0]
+    head, every = tried.split("Every variant at every shape")
+    assert f"At {len(shapes)} variant-shape pairs the variant ran its base's binary" in head
+    assert "The base's binary at every shape measured, so nothing of their own was measured: cuda.block512." in head
+    assert "| cuda.block512 |" not in head and ("| cuda.block128 |" in head or "cuda.block128 (" in head)
+    assert "| op | variant | shape | base µs | variant µs | variant/base | verdict | binary |" in every
+    for s in shapes:
+        assert f"| layernorm | cuda.block512 | {s} |" in every
+    assert every.count("| the base's (cuda) |") == len(shapes) + len(variants[variants["variant"] == "cuda.twin"])
+    assert "Variants of the same binary" not in note  # the count sits after the twins' in one sentence
+    assert "ran its base's binary" in page and '<th class="txt">binary</th>' in page
 
 
 def test_a_run_without_known_answers_has_no_such_section(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from typing import Any
 
 import fake_device
 import pandas as pd
@@ -63,27 +64,44 @@ def test_compiler_options_and_names() -> None:
         variants.compiler_options(params, "cuda.absent")
 
 
-def test_variant_census_comes_from_the_compiler_with_its_defines() -> None:
+def layernorm_census(variant: str | None = None, shapes: tuple[tuple[int, int], ...] = ((4096, 768), (4096, 4096))
+                     ) -> list[dict[str, Any]]:
+    """The census rows of our layer norm, or of its variant `variant` of the repository's config, at
+    `shapes`, compiled here (the test skips where NVRTC is missing)."""
     from harness.build.build import build_census
     from harness.build.toolchain import load_nvrtc
 
     if load_nvrtc() is None:
         pytest.skip("NVRTC is not available here")
     params = config.validate(RAW)["operations"]["layernorm"]
-    shapes = [(4096, 768), (4096, 4096)]
-    base = build_census("layernorm", "cuda", shapes)
-    full = build_census("layernorm", "cuda", shapes,
-                        variant=("cuda.full_occupancy", variants.compiler_options(params, "cuda.full_occupancy")))
+    chosen = (variant, variants.compiler_options(params, variant)) if variant else None
+    return build_census("layernorm", "cuda", list(shapes), variant=chosen)
+
+
+def test_variant_census_comes_from_the_compiler_with_its_defines() -> None:
+    base = layernorm_census()
+    full = layernorm_census("cuda.full_occupancy")
     assert [r["impl"] for r in full] == ["cuda.full_occupancy"] * len(base)
     assert all("-DLN_MIN_BLOCKS=-1" in r["options"] for r in full)
     assert not any("-DLN_" in r["options"] for r in base)
     # __launch_bounds__(BLOCK, 2048 / BLOCK) caps registers at 32; the base kernel uses more
     assert all(r["registers"] <= 32 for r in full)
     assert any(b["registers"] > 32 for b in base)
-    stream = build_census("layernorm", "cuda", shapes[:1],
-                          variant=("cuda.cached_stores", variants.compiler_options(params, "cuda.cached_stores")))
+    stream = layernorm_census("cuda.cached_stores", ((4096, 768),))
     assert stream[0]["options"] == base[0]["options"].replace("-std=c++17", "-std=c++17 -DLN_STORE_CS=0")
     assert stream[0]["st_global_128"] == base[0]["st_global_128"]  # same stores, without the .cs hint
+
+
+def test_a_define_that_leaves_an_instance_as_it_was_gives_its_base_s_code() -> None:
+    """layernorm.block512 changes the block at widths 2048 and 4096 only: at 768 it compiles to the
+    base's code (the census's sass_sha256, which harness.tables.binaries reads), at 4096 to its
+    own."""
+    base, wide = layernorm_census(), layernorm_census("cuda.block512")
+    assert all(len(r["sass_sha256"]) == 64 for r in base + wide)
+    code = {name: {r["shapes"]: (r["sass_sha256"], r["sass_instructions"]) for r in rows}
+            for name, rows in (("base", base), ("wide", wide))}
+    assert code["wide"]["4096x768"] == code["base"]["4096x768"]
+    assert code["wide"]["4096x4096"][0] != code["base"]["4096x4096"][0]
 
 
 def delayed(raw: dict, op: str, cycles: int) -> dict:

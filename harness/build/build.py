@@ -12,6 +12,7 @@ the log of the ptxas run that made the cubin; SASS by cuobjdump.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib
 import io
 import re
@@ -36,7 +37,7 @@ CENSUS_COLUMNS: tuple[str, ...] = (
     "st_global_128", "ld_global_nc", "barriers", "shuffles",
     "sass_ldg_128", "sass_ldg_32", "sass_stg_128", "sass_stg_32", "sass_bar", "sass_shfl",
     "sass_local", "sass_instructions",
-    "source_sha256", "compiler", "options",
+    "source_sha256", "sass_sha256", "compiler", "options",
 )
 """Keys of every census row, in order (the same for every op and implementation)."""
 
@@ -115,11 +116,16 @@ def _build_census(op: str, impl: str, shapes: Sequence[Sequence[int]], arch: str
 def census_row(*, op: str, impl: str, kernel: str, item: InstanceShapes, arch: str, symbol: str,
                block: int, ptxas: census.PtxasInfo, res: census.ResUsage | None,
                ptx: census.PtxCounts, sass: census.SassCounts, dynamic_smem: int,
-               source_sha256: str, compiler: str, options: str) -> dict[str, Any]:
-    """One census row from the parsed reports of one kernel function.
+               source_sha256: str, sass_text: str, compiler: str, options: str) -> dict[str, Any]:
+    """One census row from the parsed reports of one kernel function and the SASS of its cubin.
 
     Registers come from the cubin's own resource table when there is one (they equal ptxas's
-    report when both exist); spills and the stack frame from ptxas's report."""
+    report when both exist); spills and the stack frame from ptxas's report. `sass_sha256` names
+    the code the GPU runs, instruction for instruction with their encodings: two implementations
+    whose rows serving a shape name the same SASS run the same code there
+    (harness.tables.binaries). Not the cubin's bytes: those also hold the source's path in the line
+    table, so a Triton kernel built from another folder (a baseline revision's) differs byte for
+    byte while its code does not."""
     row: dict[str, Any] = {
         "op": op, "impl": impl, "kernel": kernel, "specialization": item.instance.specialization,
         "shapes": item.shapes_text, "arch": arch, "symbol": symbol, "block": block,
@@ -136,7 +142,8 @@ def census_row(*, op: str, impl: str, kernel: str, item: InstanceShapes, arch: s
         "sass_ldg_128": sass.ldg[128], "sass_ldg_32": sass.ldg[32], "sass_stg_128": sass.stg[128],
         "sass_stg_32": sass.stg[32], "sass_bar": sass.bar, "sass_shfl": sass.shfl,
         "sass_local": sass.local, "sass_instructions": sass.instructions,
-        "source_sha256": source_sha256, "compiler": compiler, "options": options,
+        "source_sha256": source_sha256, "sass_sha256": hashlib.sha256(sass_text.encode()).hexdigest(),
+        "compiler": compiler, "options": options,
     }
     assert tuple(row) == CENSUS_COLUMNS
     return row
@@ -208,7 +215,7 @@ def _cuda_rows(op: str, item: InstanceShapes, arch: str, outdir: Path | None,
     row = census_row(
         op=op, impl=impl, kernel=v.kernel, item=item, arch=arch, symbol=symbol, block=v.block,
         ptxas=ptxas, res=res, ptx=pick(census.parse_ptx(build.ptx), symbol, "PTX"), sass=sass,
-        dynamic_smem=v.dynamic_smem, source_sha256=cuda_module.source_sha256(v.source),
+        dynamic_smem=v.dynamic_smem, source_sha256=cuda_module.source_sha256(v.source), sass_text=sass_text,
         compiler=build.compiler, options=" ".join(build.options))
     return [row]
 
@@ -317,7 +324,7 @@ def _triton_rows(op: str, item: InstanceShapes, arch: str,
         ptx=pick(census.parse_ptx(ptx), symbol, "PTX"),
         sass=pick(census.parse_sass(sass_text), symbol, "SASS"),
         dynamic_smem=int(kernel.metadata.shared),
-        source_sha256=cuda_module.source_sha256(v.source),
+        source_sha256=cuda_module.source_sha256(v.source), sass_text=sass_text,
         compiler=f"triton {triton.__version__} / ptxas {ptxas_version}",
         options=f"num_warps={v.num_warps} num_stages={kernel.metadata.num_stages} "
                 f"target=cuda:{triton_target(arch)[1]}")

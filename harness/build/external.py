@@ -66,7 +66,7 @@ def census_rows(op: Any, ext_cfg: Mapping[str, Any], arch: str = "sm_90",
         op=op_name, impl="external", kernel=entry, item=item, arch=info["arch"], symbol=entry,
         block=math.prod(block), ptxas=info["ptxas"], res=info["res"], ptx=info["ptx"],
         sass=info["sass"], dynamic_smem=check_shared(ext_cfg.get("shared_bytes", 0)),
-        source_sha256=hashlib.sha256(full.read_bytes()).hexdigest(),
+        source_sha256=hashlib.sha256(full.read_bytes()).hexdigest(), sass_text=str(files["sass"]),
         compiler=info["compiler"], options=info["options"])
     return [row]
 

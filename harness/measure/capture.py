@@ -32,7 +32,7 @@ from typing import Any
 from harness import ROOT
 from harness.errors import EvidenceError
 from harness.launch import modules
-from harness.tools import PROVENANCE_INPUTS, clean_parent, find_nsys, isolation_note, stop_session
+from harness.tools import PROVENANCE_INPUTS, clean_parent, find_nsys, isolation_note, start_owned, wait_owned
 
 SESSION_REPORT = "session.nsys-rep"
 """A measurement session's one raw nsys report, in the session's folder (artifacts/<ns>/measure/)."""
@@ -232,16 +232,9 @@ def _window(conn: sqlite3.Connection, name: str) -> tuple[int, int] | None:
 
 def _run(argv: list[str], log: Any, what: str, env: dict[str, str], timeout: float) -> int:
     print("$ " + " ".join(argv), file=log, flush=True)
-    try:
-        proc = subprocess.Popen(clean_parent(argv), stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
-                                start_new_session=True)
-    except OSError as exc:
-        raise EvidenceError(f"{what} could not start {argv[0]}: {exc.strerror}.") from None
-    try:
-        return proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        stop_session(proc)
-        raise EvidenceError(f"{what} did not finish within {timeout:g} s and was stopped; see the log.") from None
+    proc = start_owned(clean_parent(argv), what, stdout=log, stderr=subprocess.STDOUT, env=env)
+    wait_owned(proc, timeout, what)
+    return proc.returncode
 
 
 def group_command(nsys: str, trace: Sequence[str], extra_args: Sequence[str], out_base: Path,

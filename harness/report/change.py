@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.report.words import number, ratio_text, records, text, us_text
-from harness.tables import stats
+from harness.tables import binaries, stats
 
 
 def verdict(value: Any) -> str | None:
@@ -76,30 +76,43 @@ def stages(change: Any, kernel_time: Any, span: Any, control: str, head: str | N
     return result
 
 
-def context(change: Any, controls: Any = None, order: Mapping[str, int] | None = None) -> dict[str, Any] | None:
+def context(change: Any, controls: Any = None, order: Mapping[str, int] | None = None,
+            census: Any = None) -> dict[str, Any] | None:
     """The templates' `change`: None without a baseline; else its revisions in the order the
     table first names them, each with its commit and rows (op, shape, impl, current and baseline
-    kernel time, ratio with its interval, verdict, the control's state at that shape), the
-    operations in `order` (name -> position) and the counts of each verdict."""
+    kernel time, ratio with its interval, verdict, the control's state at that shape, and `binary`:
+    'unchanged' where the census shows the kernels serving the shape run the revision's code (their
+    SASS, instruction for instruction: harness.tables.binaries), so that the row is an A/A pair and "same" the right verdict, 'changed', or None where
+    the census does not say), the operations in `order` (name -> position), the counts of each
+    verdict, and per revision `unchanged` (how many rows are A/A pairs), `unchanged_not_same` (how
+    many of those did not come out "same") and `binaries_known`."""
     found = records(change)
     if not found:
         return None
     states = _control_states(controls)
+    code = binaries.serving(census)
     revisions: dict[str, dict[str, Any]] = {}
     for r in found:
         label = str(r.get("revision"))
         rev = revisions.setdefault(label, {"label": label, "commit": text(r.get("commit")) or "unknown", "rows": [],
-                                           "counts": {v: 0 for v in stats.VERDICTS}})
+                                           "counts": {v: 0 for v in stats.VERDICTS}, "unchanged": 0,
+                                           "unchanged_not_same": 0, "binaries_known": False})
         said = verdict(r.get("verdict"))
         if said is not None:
             rev["counts"][said] += 1
         state = states.get((str(r.get("op")), str(r.get("shape"))))
+        same = binaries.same(code, str(r.get("op")), str(r.get("shape")), str(r.get("impl")),
+                             f"{r.get('impl')}@{label}")
+        rev["binaries_known"] = rev["binaries_known"] or same is not None
+        rev["unchanged"] += same is True
+        rev["unchanged_not_same"] += same is True and said != stats.SAME
         rev["rows"].append({
             "op": str(r.get("op")), "shape": str(r.get("shape")), "impl": str(r.get("impl")),
             "current": us_text(r.get("current_us")), "baseline": us_text(r.get("baseline_us")),
             "ratio": ratio_text(r.get("ratio"), r.get("ratio_lo"), r.get("ratio_hi")),
             "verdict": said or "no verdict",
             "control": state if state else "not judged",
+            "binary": None if same is None else "unchanged" if same else "changed",
         })
     rank = order or {}
     for rev in revisions.values():

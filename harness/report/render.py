@@ -36,7 +36,7 @@ from harness.report.words import (IMPL_LABEL, IMPL_ORDER, LIBRARY, OURS, arrows,
                                   not_ranked_reason, num, pct, pct_points, plural, ratio_text, records, scaled, sci, sentence,
                                   unsampled, us_text, yes)
 from harness.tables import counters as ctr
-from harness.tables import history, stats, trust, variants
+from harness.tables import binaries, history, stats, trust, variants
 from harness.tables.derive import SWEEP_PAIRS
 
 TEMPLATES = ROOT / "report" / "templates"
@@ -325,7 +325,8 @@ def build_context(cfg: Mapping[str, Any], tables: Mapping[str, Any], provenance:
     toc = [{"title": o["name"], "anchor": anchor(o["name"], taken)} for o in operations]
     for o, t in zip(operations, toc, strict=True):
         o["anchor"] = t["anchor"]
-    known = resolution_context(cfg, tables.get("variants"), tables.get("cross_check"))
+    known = resolution_context(cfg, tables.get("variants"), tables.get("cross_check"), tables.get("census"))
+    cubins = binaries.serving(tables.get("census"))
     sections = {}
     for key, title in (("trust", "Controls and drift"), ("resolution", "Resolution: A/A pairs and planted slowdowns"),
                        ("variants", "What was tried and not kept"),
@@ -363,9 +364,11 @@ def build_context(cfg: Mapping[str, Any], tables: Mapping[str, Any], provenance:
         "ceilings": records(tables.get("ceilings")), "gpu_quiet": gpu_quiet(tables.get("gpu_state")),
         "ceilings_measured": bool((cfg.get("ceilings") or {}).get("enabled", True)),
         "cross_check": cross, "resolution": known,
-        "variants": variants_context(tables.get("variants"), set(resolution.known(cfg))),
+        "variants": variants_context(tables.get("variants"), set(resolution.known(cfg)),
+                                     binaries.identical_variants(cubins, tables.get("variants")),
+                                     any(v is not None for v in cubins.values())),
         "change": change.context(tables.get("change"), tables.get("controls"),
-                                 {str(op): i for i, op in enumerate(cfg["operations"])}),
+                                 {str(op): i for i, op in enumerate(cfg["operations"])}, tables.get("census")),
         "stages": change.stages(tables.get("change"), tables.get("kernel_time"), tables.get("span"), control,
                                 git.get("commit"), {str(op): i for i, op in enumerate(cfg["operations"])}),
         "gpu_groups": gpu_groups(tables.get("kernel_time")),

@@ -1,6 +1,9 @@
 """What the reports say of the pipeline's own resolution: ours against variants whose answer is
 known before the run. An A/A twin is the base kernel under another name, no define changed
-("same" expected); a planted slowdown is the base kernel on a problem `grow` larger whose extra
+("same" expected); a variant of the same binary is one whose defines leave the kernels serving a
+shape as they were, so that it runs its base's code (its SASS, instruction for instruction) there (the census says so,
+harness.tables.binaries): an A/A pair at that shape that no one planted ("same" expected); a
+planted slowdown is the base kernel on a problem `grow` larger whose extra
 part leaves the output as it is, or with every block waiting `delay` clock cycles after its work
 ("slower" expected, by the size the replay measures). Where a run measures such
 variants (workflow/configs/resolution.yaml), the field note and the page give them a section of
@@ -15,7 +18,7 @@ replay (`idle_ratio`: the idle starts time each call as the capture runs it, on 
 harness.measure.idle_start); else the replay ratio, the variant's replay median over its base's,
 which at kernels of a few microseconds times them another way (back to back). Neither exists
 where the run's cross-check was off. The role of a variant is read from its definition in the
-run's config. `rows` is what summary.json holds (numbers as numbers); `context` what the templates
+run's config, else, shape by shape, from the census. `rows` is what summary.json holds (numbers as numbers); `context` what the templates
 print."""
 
 from __future__ import annotations
@@ -24,10 +27,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.report.words import number, pct, ratio_text, records, text
-from harness.tables import stats
+from harness.tables import binaries, stats
 
-EXPECTED = {"A/A twin": "same", "planted slowdown": "slower"}
+SAME_BINARY = "same binary"
+"""The role of a variant tried for its own sake at a shape where it runs its base's code."""
+
+EXPECTED = {"A/A twin": "same", SAME_BINARY: "same", "planted slowdown": "slower"}
 """Each known-answer role and the verdict a right measurement gives it."""
+
+PLURAL = {"A/A twin": "A/A twins", SAME_BINARY: "variants of the same binary", "planted slowdown": "planted slowdowns"}
 
 SIZED = (0.02, 0.03)
 """The size a planted slowdown is calibrated to (variant/base - 1, both ends included), measured
@@ -90,19 +98,24 @@ def sizes(mine: tuple[float, float | None] | None,
     return replayed, idle
 
 
-def rows(cfg: Mapping[str, Any], variants: Any, cross: Any) -> list[dict[str, Any]]:
+def rows(cfg: Mapping[str, Any], variants: Any, cross: Any, census: Any = None) -> list[dict[str, Any]]:
     """summary.json's `resolution`: one object per (op, shape, known-answer variant), in the
     variants table's order: {op, shape, variant, base, role, expected, ratio, lo, hi, verdict,
     as_expected, planted_growth, planted_delay_cycles, replay_ratio, idle_ratio, replay_sized}:
     `replay_sized` says (`sized`) whether the plant's size measured another way, `idle_ratio` where
-    the idle starts were timed, else `replay_ratio`, lies within SIZED."""
+    the idle starts were timed, else `replay_ratio`, lies within SIZED. A variant of no role in the
+    config is one (SAME_BINARY) at each shape where the census shows it runs its base's code (harness.tables.binaries)."""
     roles, timings = known(cfg), _timings(cross)
+    twins = binaries.identical_variants(binaries.serving(census), variants)
     out = []
     for r in records(variants):
         op, shape, variant, base = (str(r.get(k)) for k in ("op", "shape", "variant", "base"))
-        if (op, variant) not in roles:
+        if (op, variant) in roles:
+            said, growth, delay = roles[(op, variant)]
+        elif (op, shape, variant) in twins:
+            said, growth, delay = SAME_BINARY, None, None
+        else:
             continue
-        said, growth, delay = roles[(op, variant)]
         verdict = text(r.get("verdict"))
         verdict = verdict if verdict in stats.VERDICTS else None
         replayed, idle = sizes(timings.get((op, shape, variant)), timings.get((op, shape, base)))
@@ -115,10 +128,10 @@ def rows(cfg: Mapping[str, Any], variants: Any, cross: Any) -> list[dict[str, An
     return out
 
 
-def context(cfg: Mapping[str, Any], variants: Any, cross: Any) -> dict[str, Any] | None:
+def context(cfg: Mapping[str, Any], variants: Any, cross: Any, census: Any = None) -> dict[str, Any] | None:
     """The templates' `resolution`: None where the run measured no known-answer variant; else
     its rows as text, and per role how many came out as expected."""
-    found = rows(cfg, variants, cross)
+    found = rows(cfg, variants, cross, census)
     if not found:
         return None
     counts = {said: {"pairs": sum(r["role"] == said for r in found),
@@ -139,5 +152,6 @@ def context(cfg: Mapping[str, Any], variants: Any, cross: Any) -> dict[str, Any]
                       "as_expected_text": "yes" if r["as_expected"] else "NO"})
     return {"rows": shown, "counts": [{"role": said, **counts[said], "expected": EXPECTED[said]} for said in EXPECTED
                                       if counts[said]["pairs"]],
+            "same_binary": any(r["role"] == SAME_BINARY for r in found),
             "replayed": any(r["replay_ratio"] is not None for r in found),
             "idle": any(r["idle_ratio"] is not None for r in found)}

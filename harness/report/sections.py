@@ -112,20 +112,36 @@ def counters_context(frame: Any, op: str, shape: str, impls: list[str], control:
             "comparison_text": comparison_text, "table": table(cols, table_rows)}
 
 
-def variants_context(frame: Any, known: Collection[tuple[str, str]] = ()) -> dict[str, Any] | None:
+def variants_context(frame: Any, known: Collection[tuple[str, str]] = (),
+                     same_binary: Collection[tuple[str, str, str]] = (), binaries_known: bool = False) -> dict[str, Any] | None:
     """The variants measured in this run against their bases (tables/variants.csv), and which were
     not kept; None where the table is absent or empty. The variants `known` ((op, variant) whose
     answer is known in advance: harness.report.resolution) are in the table of every variant but
-    neither kept nor not kept: they were not tried for their own sake."""
+    neither kept nor not kept: they were not tried for their own sake. Nor is a variant at a shape
+    in `same_binary` ((op, shape, variant) where it runs its base's code, harness.tables.binaries):
+    its ratio there is an A/A pair's, not the variant's effect, so its outcome is of the other
+    shapes (`identical_everywhere` lists those with none). With `binaries_known` (the census has
+    the hashes of the kernels' SASS) the table of every variant says which rows ran the base's binary."""
     rows = records(frame)
     if not rows:
         return None
-    outcomes = variants.outcomes([r for r in rows if (str(r.get("op")), str(r.get("variant"))) not in known])
-    measured = table([("op", "l"), ("variant", "l"), ("shape", "l"), ("base µs", "r"), ("variant µs", "r"),
-                      ("variant/base", "r"), ("verdict", "l")],
+
+    def key(r: Mapping[str, Any]) -> tuple[str, str, str]:
+        return str(r.get("op")), str(r.get("shape")), str(r.get("variant"))
+
+    tried_rows = [r for r in rows if key(r)[::2] not in known]
+    outcomes = variants.outcomes([r for r in tried_rows if key(r) not in same_binary])
+    with_outcome = {(o["op"], o["variant"]) for o in outcomes}
+    identical_everywhere = list(dict.fromkeys(f"{r.get('variant')}" for r in tried_rows
+                                              if key(r)[::2] not in with_outcome))
+    columns = [("op", "l"), ("variant", "l"), ("shape", "l"), ("base µs", "r"), ("variant µs", "r"),
+               ("variant/base", "r"), ("verdict", "l")] + ([("binary", "l")] if binaries_known else [])
+    measured = table(columns,
                      [[r.get("op"), r.get("variant"), r.get("shape"), num(r.get("base_us")), num(r.get("variant_us")),
                        ratio_text(r.get("ratio"), r.get("ratio_lo"), r.get("ratio_hi")),
-                       summary.verdict(r.get("verdict")) or safe.plain(r.get("verdict")) or "n/a"] for r in rows])
+                       summary.verdict(r.get("verdict")) or safe.plain(r.get("verdict")) or "n/a"]
+                      + ([f"the base's ({r.get('base')})" if key(r) in same_binary else "its own"] if binaries_known else [])
+                      for r in rows])
 
     def span_of(o: Mapping[str, Any]) -> str:
         return f"{num(o['ratio_min'], 3)}–{num(o['ratio_max'], 3)}"
@@ -137,7 +153,9 @@ def variants_context(frame: Any, known: Collection[tuple[str, str]] = ()) -> dic
                     " / ".join(str(o["counts"][v]) for v in stats.VERDICTS), span_of(o)] for o in not_kept])
     candidates = [{"variant": o["variant"], "base": o["base"], "span": span_of(o)} for o in outcomes if o["outcome"] == "candidate"]
     return {"rows": rows, "outcomes": outcomes, "measured": measured, "not_kept": not_kept, "tried": tried,
-            "candidates": candidates}
+            "candidates": candidates, "binaries_known": binaries_known,
+            "same_binary": sum(1 for r in tried_rows if key(r) in same_binary),
+            "identical_everywhere": identical_everywhere}
 
 
 def size_range() -> str:
@@ -146,10 +164,11 @@ def size_range() -> str:
     return f"{lo * 100:g}–{hi * 100:g}%"
 
 
-def resolution_context(cfg: Mapping[str, Any], variants_frame: Any, cross_frame: Any) -> dict[str, Any] | None:
+def resolution_context(cfg: Mapping[str, Any], variants_frame: Any, cross_frame: Any,
+                       census_frame: Any = None) -> dict[str, Any] | None:
     """The resolution section (harness.report.resolution.context) with its table and the sentence
     of how many known answers came out as expected; None where the run measured none."""
-    known = resolution.context(cfg, variants_frame, cross_frame)
+    known = resolution.context(cfg, variants_frame, cross_frame, census_frame)
     if known is None:
         return None
     known["table"] = table([("op", "l"), ("shape", "l"), ("variant", "l"), ("role", "l"), ("expected", "l"),
@@ -160,10 +179,11 @@ def resolution_context(cfg: Mapping[str, Any], variants_frame: Any, cross_frame:
                              r["sized_text"]]
                             for r in known["rows"]])
     by = "by idle-start timing" if known["idle"] else "by the replay"
-    known["sentence"] = "; ".join(f"{c['role']}s: {c['as_expected']} of {c['pairs']} {c['expected']}"
+    said = "; ".join(f"{resolution.PLURAL[c['role']]}: {c['as_expected']} of {c['pairs']} {c['expected']}"
                                   + (f", {c['sized']} of {c['replayed']} sized {size_range()} {by}"
                                      if c["role"] == "planted slowdown" and c["replayed"] else "")
                                   for c in known["counts"]) + "."
+    known["sentence"] = said[:1].upper() + said[1:]
     return known
 
 

@@ -216,7 +216,7 @@ def build(tables: Mapping[str, Any], provenance: Mapping[str, Any], *, control: 
     changed = change.rows(tables.get("change"))
     if changed:  # with a baseline revision: each kernel of ours against itself there, first in every report
         out["change"] = changed
-    known = resolution.rows(cfg, variants, tables.get("cross_check"))
+    known = resolution.rows(cfg, variants, tables.get("cross_check"), tables.get("census"))
     if known:  # with A/A twins or planted slowdowns: how the verdicts came out where the answer is known
         out["resolution"] = known
     for part in HEADLINE_KEYS:

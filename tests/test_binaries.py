@@ -1,0 +1,61 @@
+"""harness.tables.binaries: which implementations run the same code at a shape, from census rows
+(each compiled kernel with the shapes it serves and the SHA-256 of its SASS)."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pandas as pd
+
+from harness.tables import binaries
+
+
+def digest(label: str) -> str:
+    return hashlib.sha256(label.encode()).hexdigest()
+
+
+def row(impl: str, kernel: str, shapes: str, sass: str | None, op: str = "neighbor_aggregation") -> dict[str, object]:
+    return {"op": op, "impl": impl, "kernel": kernel, "shapes": shapes,
+            "sass_sha256": digest(sass) if sass is not None else None}
+
+
+CENSUS = pd.DataFrame([
+    # two kernels serve each shape; the variant changes the second at the wide shape only
+    row("cuda", "zero", "1024x64;4096x256", "zero"),
+    row("cuda", "sum<64>", "1024x64", "sum64"),
+    row("cuda", "sum<256>", "4096x256", "sum256"),
+    row("cuda.wide", "zero", "1024x64;4096x256", "zero"),
+    row("cuda.wide", "sum<64>", "1024x64", "sum64"),
+    row("cuda.wide", "sum<256>", "4096x256", "sum256-wide"),
+    # a row without its hash (a census from before the column) makes the shape unknown
+    row("cuda.old", "zero", "1024x64", None),
+    row("cuda.old", "sum<64>", "1024x64", "sum64"),
+])
+
+
+def test_the_code_serving_each_shape() -> None:
+    code = binaries.serving(CENSUS)
+    assert code[("neighbor_aggregation", "cuda", "1024x64")] == {digest("zero"), digest("sum64")}
+    assert code[("neighbor_aggregation", "cuda", "4096x256")] == {digest("zero"), digest("sum256")}
+    assert code[("neighbor_aggregation", "cuda.old", "1024x64")] is None
+    assert binaries.serving(None) == {}
+
+
+def test_same_only_where_every_kernel_serving_the_shape_is_the_same_binary() -> None:
+    code = binaries.serving(CENSUS)
+    op = "neighbor_aggregation"
+    assert binaries.same(code, op, "1024x64", "cuda.wide", "cuda") is True
+    assert binaries.same(code, op, "4096x256", "cuda.wide", "cuda") is False  # one of its two kernels differs
+    assert binaries.same(code, op, "1024x64", "cuda.old", "cuda") is None  # unknown, never "same"
+    assert binaries.same(code, op, "4096x256", "cuda.old", "cuda") is None  # no row of it there
+    assert binaries.same(code, "layernorm", "1024x64", "cuda.wide", "cuda") is None
+
+
+def test_identical_variants_of_a_variants_table() -> None:
+    variants = pd.DataFrame([{"op": "neighbor_aggregation", "shape": s, "variant": v, "base": "cuda"}
+                             for s in ("1024x64", "4096x256") for v in ("cuda.wide", "cuda.old")])
+    assert binaries.identical_variants(binaries.serving(CENSUS), variants) == {
+        ("neighbor_aggregation", "1024x64", "cuda.wide")}
+    assert binaries.identical_variants(binaries.serving(CENSUS), None) == set()
+    old = CENSUS.drop(columns=["sass_sha256"])  # a census from before the column
+    assert binaries.identical_variants(binaries.serving(old), variants) == set()

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from harness.report.words import number, pct, ratio_text, records, text
+from harness.report.words import number, pct, ratio_text, records, sentence, text
 from harness.tables import binaries, stats
 
 SAME_BINARY = "same binary"
@@ -155,3 +155,25 @@ def context(cfg: Mapping[str, Any], variants: Any, cross: Any, census: Any = Non
             "same_binary": any(r["role"] == SAME_BINARY for r in found),
             "replayed": any(r["replay_ratio"] is not None for r in found),
             "idle": any(r["idle_ratio"] is not None for r in found)}
+
+
+def flags(found: list[dict[str, Any]]) -> list[str]:
+    """The flag lines of the known answers this session missed (`rows`): A/A pairs (twins and
+    variants of the same binary) whose verdict was not "same", which say its verdicts have a bias
+    as large as their ratio; planted slowdowns whose verdict was not "slower", which say it can
+    miss a change of their size. None where every one came out as expected."""
+    out = []
+    for roles, expected, meaning in (
+            (("A/A twin", SAME_BINARY), "same",
+             "so a verdict of this session no further from 1 than these ratios may be its own bias"),
+            (("planted slowdown",), "slower", "so this session can miss a change of that size")):
+        mine = [r for r in found if r["role"] in roles]
+        missed = [r for r in mine if not r["as_expected"]]
+        if not missed:
+            continue
+        what = "A/A pairs" if expected == "same" else "planted slowdowns"
+        where = "; ".join(f"{r['op']} {r['shape']} {r['variant']}: {r['verdict'] or 'no verdict'}, "
+                          f"{ratio_text(r['ratio'], r['lo'], r['hi'])}" for r in missed)
+        out.append(sentence(f"Known answers: {len(missed)} of {len(mine)} {what} did not come out {expected} "
+                            f"({where}), {meaning}"))
+    return out

@@ -130,6 +130,30 @@ def test_a_variant_that_runs_its_base_s_binary_is_an_aa_pair_there(tmp_path: Pat
     assert every.count("| the base's (cuda) |") == len(shapes) + len(variants[variants["variant"] == "cuda.twin"])
     assert "Variants of the same binary" not in note  # the count sits after the twins' in one sentence
     assert "ran its base's binary" in page and '<th class="txt">binary</th>' in page
+    # the A/A pairs that missed are a flag, first in every report
+    pairs = [r for r in summary["resolution"] if r["role"] in ("A/A twin", "same binary")]
+    missed = [r for r in pairs if r["verdict"] in ("faster", "slower")]
+    assert missed  # this synthetic session times block512 and the twin apart from cuda at some shapes
+    (flag,) = [f for f in summary["flags"] if f.startswith("Known answers:")]
+    assert flag.startswith(f"Known answers: {len(missed)} of {len(pairs)} A/A pairs came out faster or slower (")
+    assert all(f"{r['op']} {r['shape']} {r['variant']}: {r['verdict']}, {r['ratio']:.3f}" in flag for r in missed)
+
+
+def test_known_answers_flag_only_what_was_missed() -> None:
+    def row(role: str, verdict: str, expected: str) -> dict[str, Any]:
+        return {"op": "softmax", "shape": "4096x1024", "variant": "cuda.v", "role": role, "verdict": verdict,
+                "as_expected": verdict == expected, "ratio": 0.99, "lo": 0.985, "hi": 0.995}
+
+    assert resolution.flags([row("A/A twin", "same", "same"), row("planted slowdown", "slower", "slower"),
+                             row("A/A twin", "can't tell", "same"), row("planted slowdown", "can't tell", "slower")]
+                            ) == []  # an interval too wide is no wrong verdict
+    (aa, planted) = resolution.flags([row("same binary", "faster", "same"), row("A/A twin", "same", "same"),
+                                      row("planted slowdown", "same", "slower")])
+    assert aa == ("Known answers: 1 of 2 A/A pairs came out faster or slower (softmax 4096x1024 cuda.v: faster, "
+                  "0.990 [0.985, 0.995]), so a verdict of this session no further from 1 than these ratios may be "
+                  "its own bias.")
+    assert planted == ("Known answers: 1 of 1 planted slowdowns came out same or faster (softmax 4096x1024 cuda.v: "
+                       "same, 0.990 [0.985, 0.995]), so this session can miss a change of that size.")
 
 
 def test_a_run_without_known_answers_has_no_such_section(tmp_path: Path) -> None:

@@ -344,6 +344,7 @@ def build_context(cfg: Mapping[str, Any], tables: Mapping[str, Any], provenance:
     flag_lines = list(tctx["flags"])
     if cross and cross["disagree"]:
         flag_lines.append(cross_check_flag(cross))
+    flag_lines += resolution.flags(known["rows"] if known else [])
     if not judged:
         flag_lines.append("No controls table: no band judged these captures.")
     return {

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from harness.report.words import number, pct, ratio_text, records, text
+from harness.report.words import number, pct, ratio_text, records, sentence, text
 from harness.tables import binaries, stats
 
 SAME_BINARY = "same binary"
@@ -155,3 +155,25 @@ def context(cfg: Mapping[str, Any], variants: Any, cross: Any, census: Any = Non
             "same_binary": any(r["role"] == SAME_BINARY for r in found),
             "replayed": any(r["replay_ratio"] is not None for r in found),
             "idle": any(r["idle_ratio"] is not None for r in found)}
+
+
+def flags(found: list[dict[str, Any]]) -> list[str]:
+    """The flag lines of the known answers this session got wrong (`rows`): A/A pairs (twins and
+    variants of the same binary) that came out "faster" or "slower", which say its verdicts have a
+    bias as large as their ratios; planted slowdowns that came out "same" or "faster", which say it
+    can call a change of their size no change, or the wrong way. "Can't tell" is no flag either
+    way: the interval straddled the margin, and the verdict said so."""
+    pairs = [r for r in found if EXPECTED[r["role"]] == stats.SAME]
+    plants = [r for r in found if EXPECTED[r["role"]] == stats.SLOWER]
+    out = []
+    for mine, missed, what, meaning in (
+            (pairs, [r for r in pairs if r["verdict"] in (stats.FASTER, stats.SLOWER)], "A/A pairs came out faster or slower",
+             "so a verdict of this session no further from 1 than these ratios may be its own bias"),
+            (plants, [r for r in plants if r["verdict"] in (stats.SAME, stats.FASTER)],
+             "planted slowdowns came out same or faster", "so this session can miss a change of that size")):
+        if not missed:
+            continue
+        where = "; ".join(f"{r['op']} {r['shape']} {r['variant']}: {r['verdict'] or 'no verdict'}, "
+                          f"{ratio_text(r['ratio'], r['lo'], r['hi'])}" for r in missed)
+        out.append(sentence(f"Known answers: {len(missed)} of {len(mine)} {what} ({where}), {meaning}"))
+    return out

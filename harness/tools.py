@@ -81,7 +81,8 @@ def start_owned(argv: list[str], what: str, **popen: Any) -> subprocess.Popen[An
     leader also gets SIGKILL from the kernel when this process ends however it ends (SIGKILL too),
     and a process namespace (`clean_parent`) goes with its leader: a capture never outlives the
     step that started it, to run on beside the next one. EvidenceError if it cannot start."""
-    if shutil.which(argv[0]) is None:  # setpriv would start and report it only as exit status 127
+    path = (popen.get("env") or os.environ).get("PATH")  # where the child looks, as Popen does
+    if shutil.which(argv[0], path=path) is None:  # setpriv would start and report it only as exit status 127
         raise EvidenceError(f"{what} could not start {argv[0]}: No such file or directory.")
     try:
         return subprocess.Popen([*pdeathsig_prefix(), *argv], cwd=ROOT, start_new_session=True, **popen)

@@ -326,7 +326,7 @@ def build_context(cfg: Mapping[str, Any], tables: Mapping[str, Any], provenance:
     for o, t in zip(operations, toc, strict=True):
         o["anchor"] = t["anchor"]
     known = resolution_context(cfg, tables.get("variants"), tables.get("cross_check"), tables.get("census"))
-    cubins = binaries.serving(tables.get("census"))
+    code = binaries.serving(tables.get("census"))
     sections = {}
     for key, title in (("trust", "Controls and drift"), ("resolution", "Resolution: A/A pairs and planted slowdowns"),
                        ("variants", "What was tried and not kept"),
@@ -366,8 +366,8 @@ def build_context(cfg: Mapping[str, Any], tables: Mapping[str, Any], provenance:
         "ceilings_measured": bool((cfg.get("ceilings") or {}).get("enabled", True)),
         "cross_check": cross, "resolution": known,
         "variants": variants_context(tables.get("variants"), set(resolution.known(cfg)),
-                                     binaries.identical_variants(cubins, tables.get("variants")),
-                                     any(v is not None for v in cubins.values())),
+                                     binaries.identical_variants(code, tables.get("variants")),
+                                     any(v is not None for v in code.values())),
         "change": change.context(tables.get("change"), tables.get("controls"),
                                  {str(op): i for i, op in enumerate(cfg["operations"])}, tables.get("census")),
         "stages": change.stages(tables.get("change"), tables.get("kernel_time"), tables.get("span"), control,

@@ -132,7 +132,7 @@ def variants_context(frame: Any, known: Collection[tuple[str, str]] = (),
     tried_rows = [r for r in rows if key(r)[::2] not in known]
     outcomes = variants.outcomes([r for r in tried_rows if key(r) not in same_binary])
     with_outcome = {(o["op"], o["variant"]) for o in outcomes}
-    identical_everywhere = list(dict.fromkeys(f"{r.get('variant')}" for r in tried_rows
+    identical_everywhere = list(dict.fromkeys(str(r.get("variant")) for r in tried_rows
                                               if key(r)[::2] not in with_outcome))
     columns = [("op", "l"), ("variant", "l"), ("shape", "l"), ("base µs", "r"), ("variant µs", "r"),
                ("variant/base", "r"), ("verdict", "l")] + ([("binary", "l")] if binaries_known else [])

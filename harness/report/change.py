@@ -82,8 +82,8 @@ def context(change: Any, controls: Any = None, order: Mapping[str, int] | None =
     table first names them, each with its commit and rows (op, shape, impl, current and baseline
     kernel time, ratio with its interval, verdict, the control's state at that shape, and `binary`:
     'unchanged' where the census shows the kernels serving the shape run the revision's code (their
-    SASS, instruction for instruction: harness.tables.binaries), so that the row is an A/A pair and "same" the right verdict, 'changed', or None where
-    the census does not say), the operations in `order` (name -> position), the counts of each
+    SASS, instruction for instruction: harness.tables.binaries), so that the row is an A/A pair and
+    "same" the right verdict, 'changed', or None where the census does not say), the operations in `order` (name -> position), the counts of each
     verdict, and per revision `unchanged` (how many rows are A/A pairs), `unchanged_not_same` (how
     many of those did not come out "same") and `binaries_known`."""
     found = records(change)

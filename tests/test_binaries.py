@@ -59,3 +59,20 @@ def test_identical_variants_of_a_variants_table() -> None:
     assert binaries.identical_variants(binaries.serving(CENSUS), None) == set()
     old = CENSUS.drop(columns=["sass_sha256"])  # a census from before the column
     assert binaries.identical_variants(binaries.serving(old), variants) == set()
+
+
+def test_the_change_table_counts_unchanged_code_as_aa_pairs_and_only_a_direction_as_wrong() -> None:
+    from harness.report import change
+
+    rows = pd.DataFrame([{"revision": "main", "commit": "c", "op": "softmax", "shape": shape, "impl": "cuda",
+                          "current_us": 1.0, "baseline_us": 1.0, "ratio": 1.0, "ratio_lo": 0.98, "ratio_hi": 1.02,
+                          "verdict": verdict} for shape, verdict in (("a", "can't tell"), ("b", "faster"), ("c", "same"))])
+    census = pd.DataFrame([row(impl, "softmax_warp", "a;b;c", "warp", op="softmax") for impl in ("cuda", "cuda@main")])
+    ctx = change.context(rows, None, None, census)
+    assert ctx is not None
+    (rev,) = ctx["revisions"]
+    assert (rev["unchanged"], rev["unchanged_wrong"], rev["binaries_known"]) == (3, 1, True)
+    assert [r["binary"] for r in rev["rows"]] == ["unchanged"] * 3
+    ctx = change.context(rows, None, None, None)  # no census: nothing said of the code
+    assert ctx is not None and ctx["revisions"][0]["binaries_known"] is False
+    assert {r["binary"] for r in ctx["revisions"][0]["rows"]} == {None}

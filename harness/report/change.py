@@ -82,10 +82,11 @@ def context(change: Any, controls: Any = None, order: Mapping[str, int] | None =
     table first names them, each with its commit and rows (op, shape, impl, current and baseline
     kernel time, ratio with its interval, verdict, the control's state at that shape, and `binary`:
     'unchanged' where the census shows the kernels serving the shape run the revision's code (their
-    SASS, instruction for instruction: harness.tables.binaries), so that the row is an A/A pair and "same" the right verdict, 'changed', or None where
-    the census does not say), the operations in `order` (name -> position), the counts of each
-    verdict, and per revision `unchanged` (how many rows are A/A pairs), `unchanged_not_same` (how
-    many of those did not come out "same") and `binaries_known`."""
+    SASS, instruction for instruction: harness.tables.binaries), so that the row is an A/A pair and
+    "same" the right verdict, 'changed', or None where the census does not say), the operations in
+    `order` (name -> position), the counts of each verdict, and per revision `unchanged` (how many
+    rows are A/A pairs), `unchanged_wrong` (how many of those came out faster or slower: a bias of
+    the session, as in harness.report.resolution.flags) and `binaries_known`."""
     found = records(change)
     if not found:
         return None
@@ -96,7 +97,7 @@ def context(change: Any, controls: Any = None, order: Mapping[str, int] | None =
         label = str(r.get("revision"))
         rev = revisions.setdefault(label, {"label": label, "commit": text(r.get("commit")) or "unknown", "rows": [],
                                            "counts": {v: 0 for v in stats.VERDICTS}, "unchanged": 0,
-                                           "unchanged_not_same": 0, "binaries_known": False})
+                                           "unchanged_wrong": 0, "binaries_known": False})
         said = verdict(r.get("verdict"))
         if said is not None:
             rev["counts"][said] += 1
@@ -105,7 +106,7 @@ def context(change: Any, controls: Any = None, order: Mapping[str, int] | None =
                              f"{r.get('impl')}@{label}")
         rev["binaries_known"] = rev["binaries_known"] or same is not None
         rev["unchanged"] += same is True
-        rev["unchanged_not_same"] += same is True and said != stats.SAME
+        rev["unchanged_wrong"] += same is True and said in (stats.FASTER, stats.SLOWER)
         rev["rows"].append({
             "op": str(r.get("op")), "shape": str(r.get("shape")), "impl": str(r.get("impl")),
             "current": us_text(r.get("current_us")), "baseline": us_text(r.get("baseline_us")),

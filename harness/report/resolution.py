@@ -1,10 +1,9 @@
 """What the reports say of the pipeline's own resolution: ours against variants whose answer is
 known before the run. An A/A twin is the base kernel under another name, no define changed
 ("same" expected); a variant of the same binary is one whose defines leave the kernels serving a
-shape as they were, so that it runs its base's code (its SASS, instruction for instruction) there (the census says so,
-harness.tables.binaries): an A/A pair at that shape that no one planted ("same" expected); a
-planted slowdown is the base kernel on a problem `grow` larger whose extra
-part leaves the output as it is, or with every block waiting `delay` clock cycles after its work
+shape as they were, so that it runs its base's code there, its SASS instruction for instruction
+(the census says so, harness.tables.binaries): an A/A pair that no one planted ("same"
+expected); a planted slowdown is the base kernel on a problem `grow` larger whose extra part leaves the output as it is, or with every block waiting `delay` clock cycles after its work
 ("slower" expected, by the size the replay measures). Where a run measures such
 variants (workflow/configs/resolution.yaml), the field note and the page give them a section of
 their own and summary.json carries the same rows under `resolution`.
@@ -18,8 +17,8 @@ replay (`idle_ratio`: the idle starts time each call as the capture runs it, on 
 harness.measure.idle_start); else the replay ratio, the variant's replay median over its base's,
 which at kernels of a few microseconds times them another way (back to back). Neither exists
 where the run's cross-check was off. The role of a variant is read from its definition in the
-run's config, else, shape by shape, from the census. `rows` is what summary.json holds (numbers as numbers); `context` what the templates
-print."""
+run's config, else, shape by shape, from the census. `rows` is what summary.json holds (numbers
+as numbers); `context` what the templates print."""
 
 from __future__ import annotations
 
@@ -104,7 +103,8 @@ def rows(cfg: Mapping[str, Any], variants: Any, cross: Any, census: Any = None) 
     as_expected, planted_growth, planted_delay_cycles, replay_ratio, idle_ratio, replay_sized}:
     `replay_sized` says (`sized`) whether the plant's size measured another way, `idle_ratio` where
     the idle starts were timed, else `replay_ratio`, lies within SIZED. A variant of no role in the
-    config is one (SAME_BINARY) at each shape where the census shows it runs its base's code (harness.tables.binaries)."""
+    config is one (SAME_BINARY) at each shape where the census shows it runs its base's code
+    (harness.tables.binaries)."""
     roles, timings = known(cfg), _timings(cross)
     twins = binaries.identical_variants(binaries.serving(census), variants)
     out = []

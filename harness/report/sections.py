@@ -121,7 +121,8 @@ def variants_context(frame: Any, known: Collection[tuple[str, str]] = (),
     in `same_binary` ((op, shape, variant) where it runs its base's code, harness.tables.binaries):
     its ratio there is an A/A pair's, not the variant's effect, so its outcome is of the other
     shapes (`identical_everywhere` lists those with none). With `binaries_known` (the census has
-    the hashes of the kernels' SASS) the table of every variant says which rows ran the base's binary."""
+    the hashes of the kernels' SASS) the table of every variant says which rows ran the base's
+    code."""
     rows = records(frame)
     if not rows:
         return None

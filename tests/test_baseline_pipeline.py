@@ -131,6 +131,12 @@ def test_every_report_opens_with_the_change_and_summary_json_holds_it(
     assert "| verdict | control | binary |" in section and section.count("| unchanged |") == len(summary["change"])
     assert section.count("| unchanged |") == comment.count("| unchanged |")
     assert page.count("<td>unchanged</td>") == len(summary["change"])
+    # and those A/A pairs feed the session's flag: it names exactly the rows that came out faster or slower
+    wrong = [r for r in summary["change"] if r["verdict"] in ("faster", "slower")]
+    flags = [f for f in summary["flags"] if f.startswith("Known answers:") and "A/A pairs" in f]
+    assert len(flags) == (1 if wrong else 0)
+    for r in wrong:
+        assert f"{r['op']} {r['shape']} {r['impl']}@{r['revision']}: {r['verdict']}, {r['ratio']:.3f}" in flags[0]
 
 
 def test_several_baselines_give_the_stage_table_oldest_first(tmp_path: Path) -> None:

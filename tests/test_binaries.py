@@ -73,6 +73,14 @@ def test_the_change_table_counts_unchanged_code_as_aa_pairs_and_only_a_direction
     (rev,) = ctx["revisions"]
     assert (rev["unchanged"], rev["unchanged_wrong"], rev["binaries_known"]) == (3, 1, True)
     assert [r["binary"] for r in rev["rows"]] == ["unchanged"] * 3
+    # the unchanged rows are known answers: the one that came out faster is the session's flag
+    from harness.report import resolution
+
+    pairs = change.aa_pairs(rows, census)
+    assert [(p["shape"], p["variant"], p["role"]) for p in pairs] == [(s, "cuda@main", "same binary") for s in "abc"]
+    (flag,) = resolution.flags(pairs)
+    assert flag.startswith("Known answers: 1 of 3 A/A pairs came out faster or slower (softmax b cuda@main: faster, ")
+    assert change.aa_pairs(rows, None) == []  # without a census no row is known to be unchanged
     ctx = change.context(rows, None, None, None)  # no census: nothing said of the code
     assert ctx is not None and ctx["revisions"][0]["binaries_known"] is False
     assert {r["binary"] for r in ctx["revisions"][0]["rows"]} == {None}

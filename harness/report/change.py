@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from harness.report import resolution
 from harness.report.words import number, ratio_text, records, text, us_text
 from harness.tables import binaries, stats
 
@@ -37,6 +38,25 @@ def rows(change: Any) -> list[dict[str, Any]]:
                     "ratio": number(r.get("ratio")), "lo": number(r.get("ratio_lo")), "hi": number(r.get("ratio_hi")),
                     "verdict": verdict(r.get("verdict"))})
     return out
+
+
+def _unchanged(code: binaries.Serving, r: Mapping[str, Any]) -> bool | None:
+    """Whether the kernels serving row `r`'s shape run its revision's code (their SASS, instruction
+    for instruction), or None where the census does not say."""
+    return binaries.same(code, str(r.get("op")), str(r.get("shape")), str(r.get("impl")),
+                         f"{r.get('impl')}@{r.get('revision')}")
+
+
+def aa_pairs(change: Any, census: Any = None) -> list[dict[str, Any]]:
+    """The rows the change left as they were (`_unchanged`), as known answers in the form of
+    harness.report.resolution's rows (role 'same binary', "same" expected, the variant named
+    impl@revision), so that the session's flag (resolution.flags) names those that came out
+    faster or slower beside the run's own A/A pairs."""
+    code = binaries.serving(census)
+    return [{"op": str(r.get("op")), "shape": str(r.get("shape")), "variant": f"{r.get('impl')}@{r.get('revision')}",
+             "role": resolution.SAME_BINARY, "verdict": verdict(r.get("verdict")), "ratio": number(r.get("ratio")),
+             "lo": number(r.get("ratio_lo")), "hi": number(r.get("ratio_hi"))}
+            for r in records(change) if _unchanged(code, r) is True]
 
 
 def _by(frame: Any, keys: tuple[str, ...]) -> dict[tuple[str, ...], dict[str, Any]]:
@@ -86,7 +106,7 @@ def context(change: Any, controls: Any = None, order: Mapping[str, int] | None =
     "same" the right verdict, 'changed', or None where the census does not say), the operations in
     `order` (name -> position), the counts of each verdict, and per revision `unchanged` (how many
     rows are A/A pairs), `unchanged_wrong` (how many of those came out faster or slower: a bias of
-    the session, as in harness.report.resolution.flags) and `binaries_known`."""
+    the session, which the flag names too, through `aa_pairs`) and `binaries_known`."""
     found = records(change)
     if not found:
         return None
@@ -102,8 +122,7 @@ def context(change: Any, controls: Any = None, order: Mapping[str, int] | None =
         if said is not None:
             rev["counts"][said] += 1
         state = states.get((str(r.get("op")), str(r.get("shape"))))
-        same = binaries.same(code, str(r.get("op")), str(r.get("shape")), str(r.get("impl")),
-                             f"{r.get('impl')}@{label}")
+        same = _unchanged(code, r)
         rev["binaries_known"] = rev["binaries_known"] or same is not None
         rev["unchanged"] += same is True
         rev["unchanged_wrong"] += same is True and said in (stats.FASTER, stats.SLOWER)

@@ -344,7 +344,9 @@ def build_context(cfg: Mapping[str, Any], tables: Mapping[str, Any], provenance:
     flag_lines = list(tctx["flags"])
     if cross and cross["disagree"]:
         flag_lines.append(cross_check_flag(cross))
-    flag_lines += resolution.flags(known["rows"] if known else [])
+    # every A/A pair of the session, the change's unchanged rows too, feeds the one flag
+    flag_lines += resolution.flags((known["rows"] if known else []) + change.aa_pairs(tables.get("change"),
+                                                                                      tables.get("census")))
     if not judged:
         flag_lines.append("No controls table: no band judged these captures.")
     return {

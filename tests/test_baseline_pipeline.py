@@ -160,6 +160,8 @@ def test_several_baselines_give_the_stage_table_oldest_first(tmp_path: Path) -> 
     rows = [line for line in table.splitlines() if line.startswith("| layernorm | 4096x768 | cuda |")]
     assert [row.split(" | ")[3] for row in rows] == ["HEAD-1", "HEAD", "this checkout"]
     assert "(2026-01-01)" in rows[0] and "(2026-02-01)" in rows[1]
+    # both steps were comments: every revision's build runs this checkout's code, and the table says so
+    assert [row.split("|")[-2].strip() for row in rows] == ["this checkout's", "this checkout's", ""]
 
 
 def test_a_namespace_with_a_baseline_is_bundled_and_verified(run: tuple[Path, subprocess.CompletedProcess[str], str],

@@ -64,11 +64,14 @@ def _by(frame: Any, keys: tuple[str, ...]) -> dict[tuple[str, ...], dict[str, An
 
 
 def stages(change: Any, kernel_time: Any, span: Any, control: str, head: str | None,
-           order: Mapping[str, int] | None = None) -> list[dict[str, Any]]:
+           order: Mapping[str, int] | None = None, census: Any = None) -> list[dict[str, Any]]:
     """With two baselines or more, the stage table: per (op, shape, impl of ours), one row per
     build, oldest first and this checkout last: the revision (and its commit and date), its kernel
-    time with its interval, its event span, and the control's kernel time in the same session (one
-    session: the same for every build). Empty with fewer than two baselines."""
+    time with its interval, its event span, the control's kernel time in the same session (one
+    session: the same for every build), and `binary`: for a revision's build "this checkout's"
+    where the census shows the kernels serving the shape run this checkout's code (their SASS,
+    instruction for instruction), "its own" where they differ, "" where the census does not say
+    and for this checkout's own row. Empty with fewer than two baselines."""
     found = records(change)
     labels = list(dict.fromkeys(str(r.get("revision")) for r in found))
     if len(labels) < 2:
@@ -81,6 +84,7 @@ def stages(change: Any, kernel_time: Any, span: Any, control: str, head: str | N
         entry["builds"].append({"build": label, "commit": text(r.get("commit")) or "unknown",
                                 "date": text(r.get("commit_date")) or "", "impl": f"{impl}@{label}"})
     rank = order or {}
+    code = binaries.serving(census)
     result = []
     for (op, shape, impl), entry in out.items():
         builds = sorted(entry["builds"], key=lambda b: (b["date"] == "", b["date"]))  # undated ones after the dated
@@ -91,6 +95,8 @@ def stages(change: Any, kernel_time: Any, span: Any, control: str, head: str | N
             b["kernel"] = us_text(k.get("kernel_time_us"), k.get("kernel_time_lo_us"), k.get("kernel_time_hi_us"))
             b["span"] = us_text(s.get("span_median_us"))
             b["control"] = us_text(ctl.get("kernel_time_us"), ctl.get("kernel_time_lo_us"), ctl.get("kernel_time_hi_us"))
+            same = None if b["impl"] == impl else binaries.same(code, op, shape, impl, b["impl"])
+            b["binary"] = "" if same is None else "this checkout's" if same else "its own"
         result.append({**entry, "builds": builds})
     result.sort(key=lambda e: (rank.get(e["op"], len(rank)), e["op"]))
     return result

@@ -68,7 +68,8 @@ def test_the_change_table_counts_unchanged_code_as_aa_pairs_and_only_a_direction
                           "current_us": 1.0, "baseline_us": 1.0, "ratio": 1.0, "ratio_lo": 0.98, "ratio_hi": 1.02,
                           "verdict": verdict} for shape, verdict in (("a", "can't tell"), ("b", "faster"), ("c", "same"))])
     census = pd.DataFrame([row(impl, "softmax_warp", "a;b;c", "warp", op="softmax") for impl in ("cuda", "cuda@main")])
-    ctx = change.context(rows, None, None, census)
+    code = binaries.serving(census)
+    ctx = change.context(rows, None, None, code)
     assert ctx is not None
     (rev,) = ctx["revisions"]
     assert (rev["unchanged"], rev["unchanged_wrong"], rev["binaries_known"]) == (3, 1, True)
@@ -76,7 +77,7 @@ def test_the_change_table_counts_unchanged_code_as_aa_pairs_and_only_a_direction
     # the unchanged rows are known answers: the one that came out faster is the session's flag
     from harness.report import resolution
 
-    pairs = change.aa_pairs(rows, census)
+    pairs = change.aa_pairs(rows, code)
     assert [(p["shape"], p["variant"], p["role"]) for p in pairs] == [(s, "cuda@main", "same binary") for s in "abc"]
     (flag,) = resolution.flags(pairs)
     assert flag.startswith("Known answers: 1 of 3 A/A pairs came out faster or slower (softmax b cuda@main: faster, ")
@@ -84,3 +85,21 @@ def test_the_change_table_counts_unchanged_code_as_aa_pairs_and_only_a_direction
     ctx = change.context(rows, None, None, None)  # no census: nothing said of the code
     assert ctx is not None and ctx["revisions"][0]["binaries_known"] is False
     assert {r["binary"] for r in ctx["revisions"][0]["rows"]} == {None}
+
+
+def test_the_stage_table_says_which_builds_run_this_checkout_s_code() -> None:
+    """Two revisions of one kernel: the older compiled to other code ('its own'), the newer to this
+    checkout's ('this checkout's'); this checkout's own row says nothing, nor does any row without
+    a census."""
+    from harness.report import change
+
+    rows = pd.DataFrame([{"revision": rev, "commit": rev, "commit_date": date, "op": "softmax", "shape": "a",
+                          "impl": "cuda"} for rev, date in (("v1", "2026-01-01"), ("v2", "2026-02-01"))])
+    census = pd.DataFrame([row("cuda", "softmax_warp", "a", "new", op="softmax"),
+                           row("cuda@v2", "softmax_warp", "a", "new", op="softmax"),
+                           row("cuda@v1", "softmax_warp", "a", "old", op="softmax")])
+    (stage,) = change.stages(rows, None, None, "triton", "head", None, binaries.serving(census))
+    assert [(b["build"], b["binary"]) for b in stage["builds"]] == [
+        ("v1", "its own"), ("v2", "this checkout's"), ("this checkout", "")]
+    (stage,) = change.stages(rows, None, None, "triton", "head")
+    assert {b["binary"] for b in stage["builds"]} == {""}

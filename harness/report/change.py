@@ -47,16 +47,15 @@ def _unchanged(code: binaries.Serving, r: Mapping[str, Any]) -> bool | None:
                          f"{r.get('impl')}@{r.get('revision')}")
 
 
-def aa_pairs(change: Any, census: Any = None) -> list[dict[str, Any]]:
-    """The rows the change left as they were (`_unchanged`), as known answers in the form of
-    harness.report.resolution's rows (role 'same binary', "same" expected, the variant named
-    impl@revision), so that the session's flag (resolution.flags) names those that came out
-    faster or slower beside the run's own A/A pairs."""
-    code = binaries.serving(census)
+def aa_pairs(change: Any, code: binaries.Serving | None = None) -> list[dict[str, Any]]:
+    """The rows the change left as they were (`_unchanged`, by `code`: the census's code map,
+    binaries.serving), as known answers in the form of harness.report.resolution's rows (role
+    'same binary', "same" expected, the variant named impl@revision), so that the session's flag
+    (resolution.flags) names those that came out faster or slower beside the run's own A/A pairs."""
     return [{"op": str(r.get("op")), "shape": str(r.get("shape")), "variant": f"{r.get('impl')}@{r.get('revision')}",
              "role": resolution.SAME_BINARY, "verdict": verdict(r.get("verdict")), "ratio": number(r.get("ratio")),
              "lo": number(r.get("ratio_lo")), "hi": number(r.get("ratio_hi"))}
-            for r in records(change) if _unchanged(code, r) is True]
+            for r in records(change) if _unchanged(code or {}, r) is True]
 
 
 def _by(frame: Any, keys: tuple[str, ...]) -> dict[tuple[str, ...], dict[str, Any]]:
@@ -64,13 +63,13 @@ def _by(frame: Any, keys: tuple[str, ...]) -> dict[tuple[str, ...], dict[str, An
 
 
 def stages(change: Any, kernel_time: Any, span: Any, control: str, head: str | None,
-           order: Mapping[str, int] | None = None, census: Any = None) -> list[dict[str, Any]]:
+           order: Mapping[str, int] | None = None, code: binaries.Serving | None = None) -> list[dict[str, Any]]:
     """With two baselines or more, the stage table: per (op, shape, impl of ours), one row per
     build, oldest first and this checkout last: the revision (and its commit and date), its kernel
     time with its interval, its event span, the control's kernel time in the same session (one
     session: the same for every build), and `binary`: for a revision's build "this checkout's"
-    where the census shows the kernels serving the shape run this checkout's code (their SASS,
-    instruction for instruction), "its own" where they differ, "" where the census does not say
+    where `code` (the census's code map, binaries.serving) shows the kernels serving the shape run
+    this checkout's code (their SASS, instruction for instruction), "its own" where they differ, "" where the census does not say
     and for this checkout's own row. Empty with fewer than two baselines."""
     found = records(change)
     labels = list(dict.fromkeys(str(r.get("revision")) for r in found))
@@ -84,7 +83,6 @@ def stages(change: Any, kernel_time: Any, span: Any, control: str, head: str | N
         entry["builds"].append({"build": label, "commit": text(r.get("commit")) or "unknown",
                                 "date": text(r.get("commit_date")) or "", "impl": f"{impl}@{label}"})
     rank = order or {}
-    code = binaries.serving(census)
     result = []
     for (op, shape, impl), entry in out.items():
         builds = sorted(entry["builds"], key=lambda b: (b["date"] == "", b["date"]))  # undated ones after the dated
@@ -95,7 +93,7 @@ def stages(change: Any, kernel_time: Any, span: Any, control: str, head: str | N
             b["kernel"] = us_text(k.get("kernel_time_us"), k.get("kernel_time_lo_us"), k.get("kernel_time_hi_us"))
             b["span"] = us_text(s.get("span_median_us"))
             b["control"] = us_text(ctl.get("kernel_time_us"), ctl.get("kernel_time_lo_us"), ctl.get("kernel_time_hi_us"))
-            same = None if b["impl"] == impl else binaries.same(code, op, shape, impl, b["impl"])
+            same = None if b["impl"] == impl else binaries.same(code or {}, op, shape, impl, b["impl"])
             b["binary"] = "" if same is None else "this checkout's" if same else "its own"
         result.append({**entry, "builds": builds})
     result.sort(key=lambda e: (rank.get(e["op"], len(rank)), e["op"]))
@@ -103,21 +101,20 @@ def stages(change: Any, kernel_time: Any, span: Any, control: str, head: str | N
 
 
 def context(change: Any, controls: Any = None, order: Mapping[str, int] | None = None,
-            census: Any = None) -> dict[str, Any] | None:
+            code: binaries.Serving | None = None) -> dict[str, Any] | None:
     """The templates' `change`: None without a baseline; else its revisions in the order the
     table first names them, each with its commit and rows (op, shape, impl, current and baseline
     kernel time, ratio with its interval, verdict, the control's state at that shape, and `binary`:
-    'unchanged' where the census shows the kernels serving the shape run the revision's code (their
-    SASS, instruction for instruction: harness.tables.binaries), so that the row is an A/A pair and
-    "same" the right verdict, 'changed', or None where the census does not say), the operations in
-    `order` (name -> position), the counts of each verdict, and per revision `unchanged` (how many
+    'unchanged' where `code` (the census's code map, binaries.serving) shows the kernels serving
+    the shape run the revision's code (their SASS, instruction for instruction), so that the row is
+    an A/A pair and "same" the right verdict, 'changed', or None where the census does not say),
+    the operations in `order` (name -> position), the counts of each verdict, and per revision `unchanged` (how many
     rows are A/A pairs), `unchanged_wrong` (how many of those came out faster or slower: a bias of
     the session, which the flag names too, through `aa_pairs`) and `binaries_known`."""
     found = records(change)
     if not found:
         return None
     states = _control_states(controls)
-    code = binaries.serving(census)
     revisions: dict[str, dict[str, Any]] = {}
     for r in found:
         label = str(r.get("revision"))
@@ -128,7 +125,7 @@ def context(change: Any, controls: Any = None, order: Mapping[str, int] | None =
         if said is not None:
             rev["counts"][said] += 1
         state = states.get((str(r.get("op")), str(r.get("shape"))))
-        same = _unchanged(code, r)
+        same = _unchanged(code or {}, r)
         rev["binaries_known"] = rev["binaries_known"] or same is not None
         rev["unchanged"] += same is True
         rev["unchanged_wrong"] += same is True and said in (stats.FASTER, stats.SLOWER)

@@ -345,8 +345,7 @@ def build_context(cfg: Mapping[str, Any], tables: Mapping[str, Any], provenance:
     if cross and cross["disagree"]:
         flag_lines.append(cross_check_flag(cross))
     # every A/A pair of the session, the change's unchanged rows too, feeds the one flag
-    flag_lines += resolution.flags((known["rows"] if known else []) + change.aa_pairs(tables.get("change"),
-                                                                                      tables.get("census")))
+    flag_lines += resolution.flags((known["rows"] if known else []) + change.aa_pairs(tables.get("change"), code))
     if not judged:
         flag_lines.append("No controls table: no band judged these captures.")
     return {
@@ -371,10 +370,9 @@ def build_context(cfg: Mapping[str, Any], tables: Mapping[str, Any], provenance:
                                      binaries.identical_variants(code, tables.get("variants")),
                                      any(v is not None for v in code.values())),
         "change": change.context(tables.get("change"), tables.get("controls"),
-                                 {str(op): i for i, op in enumerate(cfg["operations"])}, tables.get("census")),
+                                 {str(op): i for i, op in enumerate(cfg["operations"])}, code),
         "stages": change.stages(tables.get("change"), tables.get("kernel_time"), tables.get("span"), control,
-                                git.get("commit"), {str(op): i for i, op in enumerate(cfg["operations"])},
-                                tables.get("census")),
+                                git.get("commit"), {str(op): i for i, op in enumerate(cfg["operations"])}, code),
         "gpu_groups": gpu_groups(tables.get("kernel_time")),
         "counters_read": "ok" in counters_states, "counters_states": sorted(counters_states),
         "not_ranked": [c for o in operations for c in o["claims"] if c["kind"] != "ratio"],

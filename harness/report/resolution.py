@@ -3,7 +3,8 @@ known before the run. An A/A twin is the base kernel under another name, no defi
 ("same" expected); a variant of the same binary is one whose defines leave the kernels serving a
 shape as they were, so that it runs its base's code there, its SASS instruction for instruction
 (the census says so, harness.tables.binaries): an A/A pair that no one planted ("same"
-expected); a planted slowdown is the base kernel on a problem `grow` larger whose extra part leaves the output as it is, or with every block waiting `delay` clock cycles after its work
+expected); a planted slowdown is the base kernel on a problem `grow` larger whose extra part
+leaves the output as it is, or with every block waiting `delay` clock cycles after its work
 ("slower" expected, by the size the replay measures). Where a run measures such
 variants (workflow/configs/resolution.yaml), the field note and the page give them a section of
 their own and summary.json carries the same rows under `resolution`.

@@ -344,3 +344,29 @@ def test_census_of_the_tiled_variants(variant: str, kernel: str, smem: int, tmp_
     assert sum(n for op, n in sass.items() if op.startswith("FFMA")) == 8 * rows_per_thread * bk
     assert sass["LDS.128"] == (rows_per_thread // 4 + 2) * bk  # A^T float4 per row block, two of B, per k
     assert not any(op.startswith(("HMMA", "HGMMA")) for op in sass)
+
+
+def test_the_split_k_variants_dispatch_a_cluster_kernel_of_split_times_the_blocks() -> None:
+    """MM_SPLIT_K (the variants splitk*) serves the tiled kernel's instance through
+    matmul_f32_splitk with `split` blocks a tile of C; an instance whose partial sums cannot pass
+    through its shared memory, and a split other than 2 or 4, are refused by the host first."""
+    from harness.ops.matmul.kernels import cuda_grid, cuda_instance, split_instance
+
+    with cuda_module.variant_options(("-DMM_SPLIT_K=2",)):
+        v = cuda_instance(1024, 1024, 1024)
+        assert v.kernel == "matmul_f32_splitk<64, 64, 32, 4, 2>" and v.block == 128 and v.split == 2
+        assert cuda_grid(1024, 1024, v.tile_mn) * v.split == 512
+        assert "split_k=2" in v.specialization
+        assert cuda_instance(1024, 1022, 1024).kernel == "matmul_f32<1>"  # N % 4 != 0: no split kernel
+    with cuda_module.variant_options(("-DMM_SPLIT_K=4", "-DMM_TILE=128")):
+        v = cuda_instance(1024, 1024, 1024)
+        assert v.kernel == "matmul_f32_splitk<128, 128, 16, 8, 4>" and v.block == 256
+        assert cuda_grid(1024, 1024, v.tile_mn) * v.split == 256
+    assert cuda_instance(1024, 1024, 1024).split == 1
+    # 128x128x8: 16 float4s a thread, 4 fit the stages -> refused, as the static_assert would.
+    assert split_instance(128, 128, 8, 8, 2) is not None
+    assert split_instance(64, 64, 32, 4, 2) is None and split_instance(128, 128, 16, 8, 4) is None
+    with cuda_module.variant_options(("-DMM_SPLIT_K=2", "-DMM_BK=8")), pytest.raises(EvidenceError, match="MM_SPLIT_K"):
+        cuda_instance(4096, 4096, 4096)
+    with cuda_module.variant_options(("-DMM_SPLIT_K=3",)), pytest.raises(EvidenceError, match="MM_SPLIT_K"):
+        cuda_instance(1024, 1024, 1024)

@@ -275,3 +275,16 @@ def test_build_census_triton(tmp_path: Path) -> None:
     for row in rows:
         assert row["arch"].startswith("sm_90") and row["compiler"].startswith("triton ")
         assert row["registers"] > 0 and row["spill_stores"] == 0 and row["sass_local"] == 0
+
+
+def test_warp_rows_switch() -> None:
+    """SM_WARP_ROWS sets the rows (warps) per block of the warp-per-row path; the block path is left
+    alone and other values are refused."""
+    from harness.launch import cuda as cuda_module
+
+    assert cuda_instance(1024) == CudaInstance("warp", 4, 128, 8)
+    with cuda_module.variant_options(("-DSM_WARP_ROWS=8",)):
+        assert cuda_instance(1024) == CudaInstance("warp", 4, 256, 8) and cuda_instance(1024).rows_per_block == 8
+        assert cuda_instance(4096) == CudaInstance("block", 4, 256, 4)
+    with cuda_module.variant_options(("-DSM_WARP_ROWS=3",)), pytest.raises(EvidenceError, match="SM_WARP_ROWS"):
+        cuda_instance(1024)

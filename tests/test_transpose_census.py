@@ -187,3 +187,16 @@ def test_build_census_triton(tmp_path: Path) -> None:
         assert row["registers"] > 0 and row["spill_stores"] == 0 and row["sass_local"] == 0
         assert row["dynamic_smem"] > 0  # tl.trans exchanges the tile through shared memory
     assert aligned["dynamic_smem"] >= 64 * 64 * 4  # the whole 64 x 64 tile of floats
+
+
+def test_block_switch() -> None:
+    """A variant's TP_BLOCK sets the vec4 path's threads per tile (128 or 256); the scalar path and
+    other values are left alone or refused."""
+    with cuda_module.variant_options(("-DTP_BLOCK=128",)):
+        v = cuda_instance(4096, 4096)
+        assert v.kernel == "transpose_vec4<64, 128>" and v.block == 128 and v.grid(4096, 4096) == VEC4.grid(4096, 4096)
+        assert cuda_instance(100, 37) == SCALAR
+    with cuda_module.variant_options(("-DTP_BLOCK=256",)):
+        assert cuda_instance(4096, 4096) == VEC4
+    with cuda_module.variant_options(("-DTP_BLOCK=512",)), pytest.raises(EvidenceError, match="TP_BLOCK"):
+        cuda_instance(4096, 4096)

@@ -83,17 +83,22 @@ __device__ __forceinline__ void mm_cp_async_wait() {
 // ----------------------------------------------------------------------------- the kernel
 
 // Grouped tile order (GROUP_M tile rows per group, column-major inside a group): the first row
-// m0 and column n0 of the BM x BN tile of C that block blockIdx.x computes.
+// m0 and column n0 of the BM x BN tile of C numbered pid.
 template <int BM, int BN>
-__device__ __forceinline__ void mm_tile_origin(const int M, const int N, int& m0, int& n0) {
+__device__ __forceinline__ void mm_tile_origin_of(const int pid, const int M, const int N, int& m0, int& n0) {
     const int tiles_m = (M + BM - 1) / BM;
     const int tiles_n = (N + BN - 1) / BN;
-    const int pid = blockIdx.x;
     const int per_group = MM_GROUP_M * tiles_n;
     const int first_m = (pid / per_group) * MM_GROUP_M;
     const int group_rows = min(tiles_m - first_m, MM_GROUP_M);
     m0 = (first_m + (pid % per_group) % group_rows) * BM;
     n0 = ((pid % per_group) / group_rows) * BN;
+}
+
+// The same for block blockIdx.x (tile pid = blockIdx.x).
+template <int BM, int BN>
+__device__ __forceinline__ void mm_tile_origin(const int M, const int N, int& m0, int& n0) {
+    mm_tile_origin_of<BM, BN>(blockIdx.x, M, N, m0, n0);
 }
 
 struct MmSmem {
@@ -524,5 +529,180 @@ matmul_f32_tiled(const float* __restrict__ A, const float* __restrict__ B, float
                     make_float4(acc[i][4 * h], acc[i][4 * h + 1], acc[i][4 * h + 2], acc[i][4 * h + 3]);
             }
         }
+    }
+}
+
+// This thread's place in the tile: thread (ty, tx) (the layout above, MM_THREAD_ROWS).
+template <int BN>
+__device__ __forceinline__ void mmt_thread(int& ty, int& tx) {
+#if MM_THREAD_ROWS
+    tx = threadIdx.x % (BN / 8);
+    ty = threadIdx.x / (BN / 8);
+#else
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    constexpr int WARPS_N = BN / 64;  // a warp: 4 thread rows x 8 thread columns
+    ty = 4 * (warp / WARPS_N) + (lane >> 3);
+    tx = 8 * (warp % WARPS_N) + (lane & 7);
+#endif
+}
+
+// acc += the product of K tiles kt0 .. kt1 - 1 (kt0 < kt1) of the tile at (m0, n0): two shared-memory
+// stages, one barrier per K tile; every thread has passed the last barrier when it returns (the
+// shared memory may be reused after it).
+template <int BM, int BN, int BK, int ROWS>
+__device__ __forceinline__ void mmt_accumulate(MmTSmem<BM, BN, BK, ROWS>& sm, const float* __restrict__ A,
+                                               const float* __restrict__ B, const int M, const int N,
+                                               const int K, const int m0, const int n0, const int ty,
+                                               const int tx, const int kt0, const int kt1,
+                                               float (&acc)[ROWS][8]) {
+    constexpr int RB = ROWS / 4;  // row blocks of 4 per thread, BM / RB rows apart
+    MmTFetch<BM, BN, BK, ROWS> f;
+    mmt_fetch<BM, BN, BK, ROWS>(sm, 0, A, B, M, N, K, m0, n0, kt0 * BK, f);
+    mmt_stash<BM, BN, BK, ROWS>(sm, 0, f);
+    __syncthreads();
+    for (int kt = kt0; kt < kt1; ++kt) {
+        const int s = (kt - kt0) & 1;
+        // Stage s ^ 1 was last read in iteration kt - 1, which every thread finished before the
+        // barrier that ended it, so tile kt + 1 may land there while tile kt is multiplied.
+        const bool more = kt + 1 < kt1;
+        if (more) mmt_fetch<BM, BN, BK, ROWS>(sm, s ^ 1, A, B, M, N, K, m0, n0, (kt + 1) * BK, f);
+#pragma unroll
+        for (int k = 0; k < BK; ++k) {
+            float av[ROWS];
+#pragma unroll
+            for (int r = 0; r < RB; ++r) {
+                const float4 a = *reinterpret_cast<const float4*>(&sm.a[s][k][(BM / RB) * r + 4 * ty]);
+                av[4 * r + 0] = a.x;
+                av[4 * r + 1] = a.y;
+                av[4 * r + 2] = a.z;
+                av[4 * r + 3] = a.w;
+            }
+            const float4 b0 = *reinterpret_cast<const float4*>(&sm.b[s][k][4 * tx]);
+            const float4 b1 = *reinterpret_cast<const float4*>(&sm.b[s][k][BN / 2 + 4 * tx]);
+            const float bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+            for (int i = 0; i < ROWS; ++i) {
+#pragma unroll
+                for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+            }
+        }
+        if (more) mmt_stash<BM, BN, BK, ROWS>(sm, s ^ 1, f);
+        __syncthreads();  // tile kt + 1 published; stage s free for tile kt + 2
+    }
+}
+
+// Row of C of this thread's output row i (ROWS x 8 outputs: row blocks of 4, BM / RB rows apart).
+template <int BM, int ROWS>
+__device__ __forceinline__ int mmt_row(const int m0, const int ty, const int i) {
+    return m0 + (BM / (ROWS / 4)) * (i / 4) + 4 * ty + (i % 4);
+}
+
+// ----------------------------------------------------------------------------- split K over a cluster
+
+// A variant's kernel (MM_SPLIT_K, harness/ops/matmul/kernels.py):
+//     matmul_f32_splitk<BM, BN, BK, ROWS, S>   the tiled kernel's tile and thread layout, with the K
+//                      tiles of each tile of C shared by a cluster of S blocks (sm_90 thread-block
+//                      clusters, S consecutive blocks): block rank r multiplies K tiles
+//                      [r T / S, (r + 1) T / S), T = ceil(K / BK), then every block leaves its partial
+//                      sums in its own shared memory and, after a cluster barrier, block r adds up
+//                      the S partials of every S-th float4 of each thread (its own slice, read
+//                      through distributed shared memory in rank order, so the sum is
+//                      deterministic) and stores them to C. No atomics, no zeroing of C. More,
+//                      shorter blocks fill the SMs where C has few tiles (1024^3: 256 tiles of
+//                      64 x 64 leave 2 blocks per SM; split in 2, 512 blocks of 4 warps at 4 per
+//                      SM). Launch with gridDim.x == S * ceil(M / BM) * ceil(N / BN).
+#ifndef MM_SPLIT_MIN_BLOCKS
+#define MM_SPLIT_MIN_BLOCKS 0  // 0: 512 / THREADS blocks per SM (128 registers a thread)
+#endif
+
+__device__ __forceinline__ unsigned mm_cluster_rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+
+// Every thread of every block of the cluster arrives, then waits for all (release / acquire:
+// shared-memory writes before it are visible to the cluster's reads after it).
+__device__ __forceinline__ void mm_cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+    asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
+// The float4 at shared address `p` (this block's layout) in the shared memory of cluster block `rank`.
+__device__ __forceinline__ float4 mm_ld_cluster(const void* p, const unsigned rank) {
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(mm_smem_addr(p)), "r"(rank));
+    float4 v;
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(remote) : "memory");
+    return v;
+}
+
+template <int BM, int BN, int BK, int ROWS, int S>
+__global__ void __cluster_dims__(S, 1, 1)
+__launch_bounds__(BM * BN / (8 * ROWS), MM_SPLIT_MIN_BLOCKS ? MM_SPLIT_MIN_BLOCKS : 512 / (BM * BN / (8 * ROWS)))
+matmul_f32_splitk(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+                  const int M, const int N, const int K) {
+    constexpr int THREADS = BM * BN / (8 * ROWS);
+    constexpr int J = 2 * ROWS;  // float4s of C per thread: J / 2 rows, two column blocks
+    constexpr int FIT = static_cast<int>(sizeof(MmTSmem<BM, BN, BK, ROWS>)) / (16 * THREADS);
+    constexpr int CH = J <= FIT ? J : J / 2;  // float4s per thread per round of the reduction
+    static_assert(S == 2 || S == 4, "S is 2 or 4");
+    static_assert(CH <= FIT && CH % S == 0 && J % CH == 0, "the partials fit the shared memory in one or two rounds");
+    static_assert(ROWS == 4 || ROWS == 8, "ROWS is 4 or 8");
+    static_assert((BM / ROWS) % 4 == 0 && BN % 64 == 0 && BK % 4 == 0, "tile: BM / ROWS % 4, BN % 64, BK % 4");
+    static_assert((BM * BK / 4) % THREADS == 0 && (BK * BN / 4) % THREADS == 0,
+                  "each thread carries whole float4s of A and B");
+    __shared__ __align__(16) MmTSmem<BM, BN, BK, ROWS> sm;
+
+    const unsigned rank = mm_cluster_rank();
+    int m0, n0;
+    mm_tile_origin_of<BM, BN>(static_cast<int>(blockIdx.x / S), M, N, m0, n0);
+    int ty, tx;
+    mmt_thread<BN>(ty, tx);
+
+    float acc[ROWS][8];
+#pragma unroll
+    for (int i = 0; i < ROWS; ++i) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
+    }
+    const int ktiles = (K + BK - 1) / BK;
+    const int kt0 = static_cast<int>((static_cast<long long>(ktiles) * rank) / S);
+    const int kt1 = static_cast<int>((static_cast<long long>(ktiles) * (rank + 1)) / S);
+    if (kt0 < kt1) mmt_accumulate<BM, BN, BK, ROWS>(sm, A, B, M, N, K, m0, n0, ty, tx, kt0, kt1, acc);
+    __syncthreads();  // (where this block had no K tile) the stages are free either way
+
+    float4* part = reinterpret_cast<float4*>(&sm);
+#pragma unroll
+    for (int c0 = 0; c0 < J; c0 += CH) {
+        // Float4 q of this thread: output row q / 2, column block q % 2.
+#pragma unroll
+        for (int q = 0; q < CH; ++q) {
+            const int i = (c0 + q) / 2, h = (c0 + q) % 2;
+            part[q * THREADS + threadIdx.x] =
+                make_float4(acc[i][4 * h], acc[i][4 * h + 1], acc[i][4 * h + 2], acc[i][4 * h + 3]);
+        }
+        mm_cluster_sync();  // every block's partials of this round are in place
+#pragma unroll
+        for (int t = 0; t < CH / S; ++t) {
+            const int q = t * S + static_cast<int>(rank);
+            const float* slot = reinterpret_cast<const float*>(&part[q * THREADS + threadIdx.x]);
+            float4 sum = mm_ld_cluster(slot, 0);
+#pragma unroll
+            for (int r = 1; r < S; ++r) {
+                const float4 v = mm_ld_cluster(slot, r);
+                sum.x += v.x;
+                sum.y += v.y;
+                sum.z += v.z;
+                sum.w += v.w;
+            }
+            const int i = (c0 + q) / 2, h = (c0 + q) % 2;
+            const int row = mmt_row<BM, ROWS>(m0, ty, i);
+            const int col = n0 + (BN / 2) * h + 4 * tx;  // N % 4 == 0: the float4 is wholly in or out
+            if (row < M && col < N) *reinterpret_cast<float4*>(C + static_cast<long long>(row) * N + col) = sum;
+        }
+        mm_cluster_sync();  // every read of this round done: the shared memory may be rewritten, or freed
     }
 }

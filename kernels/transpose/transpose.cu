@@ -27,14 +27,63 @@
 //                                    floats of one row both ways (the classic padded tile).
 // Both take (x, y, R, C, tiles_c) and are launched with blockDim.x == BLOCK and gridDim.x ==
 // ceil(R / TILE) * tiles_c.
+//
+// Switches (-D, the variants of config.yaml; kernels/transpose/notebook.md has each one's
+// prediction and result):
+//     TP_LANES_C  lanes of a warp along a tile row on the vec4 path: 8 (128 bytes, 4 rows per warp;
+//                 the default) or 16 (256 bytes, 2 rows per warp, as Triton's kernel). At 16 the
+//                 lanes of the upper half of a row take a float4's components in the order
+//                 z, w, x, y, so that the two rows a warp's scalar shared accesses touch still
+//                 fall in 32 different banks.
+//     TP_ORDER    the order of the tiles over the 1-D grid: 0 bands of x's rows (the default,
+//                 above), 1 bands of x's columns (consecutive blocks write neighbouring rows of
+//                 y), 2 groups of TP_GROUP tile rows, column-major inside a group.
+//     TP_ASYNC    1: the vec4 path copies x's float4s into shared memory by 16-byte cp.async (no
+//                 registers hold the data, so bytes in flight are bounded by shared memory, not
+//                 by registers), into an unpadded tile whose 16-byte chunks are swizzled (chunk v
+//                 of row r at v ^ ((r / 4) % 8)), which keeps both the copies and the column
+//                 reads conflict-free; needs TP_LANES_C == 8.
+// The host reads TP_BLOCK (128 or 256 threads for the vec4 path), which is a template argument.
 
-// Tile coordinates (first row and column of x) of this block.
+#ifndef TP_LANES_C
+#define TP_LANES_C 8
+#endif
+#ifndef TP_ORDER
+#define TP_ORDER 0
+#endif
+#ifndef TP_GROUP
+#define TP_GROUP 8
+#endif
+#ifndef TP_ASYNC
+#define TP_ASYNC 0
+#endif
+
+// Tile coordinates (first row and column of x) of this block (TP_ORDER, above).
 template <int TILE>
 __device__ __forceinline__ void tp_tile_origin(const int tiles_c, int& r0, int& c0) {
+#if TP_ORDER == 1
+    const int b = blockIdx.x;
+    const int tiles_r = gridDim.x / tiles_c;
+    const int tc = b / tiles_r;
+    const int tr = b - tc * tiles_r;
+#elif TP_ORDER == 2
+    const int b = blockIdx.x;
+    const int tiles_r = gridDim.x / tiles_c;
+    const int per_group = TP_GROUP * tiles_c;
+    const int first = (b / per_group) * TP_GROUP;
+    const int rows_in = min(tiles_r - first, TP_GROUP);
+    const int tr = first + (b % per_group) % rows_in;
+    const int tc = (b % per_group) / rows_in;
+#else
     const int tr = blockIdx.x / tiles_c;
     const int tc = blockIdx.x - tr * tiles_c;
+#endif
     r0 = tr * TILE;
     c0 = tc * TILE;
+}
+
+__device__ __forceinline__ unsigned tp_smem_addr(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
 template <int TILE, int BLOCK>
@@ -42,7 +91,7 @@ __global__ void __launch_bounds__(BLOCK)
 transpose_vec4(const float* __restrict__ x, float* __restrict__ y, const int R, const int C,
                const int tiles_c) {
     constexpr int VECS = TILE / 4;                   // float4 per tile row
-    constexpr int LANES_C = 8;                       // lanes of a warp along a row (128 bytes)
+    constexpr int LANES_C = TP_LANES_C;              // lanes of a warp along a row (8: 128 bytes)
     constexpr int LANES_R = 32 / LANES_C;            // rows a warp covers
     constexpr int WARPS = BLOCK / 32;
     constexpr int WARPS_C = VECS / LANES_C;          // warps side by side along a row
@@ -51,8 +100,7 @@ transpose_vec4(const float* __restrict__ x, float* __restrict__ y, const int R, 
     constexpr int PASSES = TILE / ROWS_PER_PASS;     // float4s each thread moves each way
     static_assert(TILE % 32 == 0 && BLOCK % 32 == 0, "TILE and BLOCK must be multiples of 32");
     static_assert(WARPS % WARPS_C == 0 && TILE % ROWS_PER_PASS == 0, "BLOCK must tile TILE x TILE");
-
-    __shared__ float tile[TILE][TILE + 1];
+    static_assert(LANES_C == 8 || LANES_C == 16, "TP_LANES_C is 8 or 16");
 
     int r0, c0;
     tp_tile_origin<TILE>(tiles_c, r0, c0);
@@ -60,6 +108,46 @@ transpose_vec4(const float* __restrict__ x, float* __restrict__ y, const int R, 
     const int warp = threadIdx.x >> 5;
     const int vec = (warp % WARPS_C) * LANES_C + (lane % LANES_C);  // float4 index in a tile row
     const int sub = (warp / WARPS_C) * LANES_R + (lane / LANES_C);  // first row of this thread
+
+#if TP_ASYNC
+    static_assert(LANES_C == 8 && TILE == 64, "the swizzled tile is 64 wide, 8 lanes along a row");
+    __shared__ __align__(16) float tile[TILE][TILE];
+    // 1. The copies, all in flight before the barrier; a float4 is whole inside or outside x.
+    {
+        const int gc = c0 + 4 * vec;
+#pragma unroll
+        for (int p = 0; p < PASSES; ++p) {
+            const int row = sub + p * ROWS_PER_PASS;
+            const int gr = r0 + row;
+            const bool ok = gr < R && gc < C;
+            const float* src = ok ? x + static_cast<long long>(gr) * C + gc : x;
+            const unsigned dst = tp_smem_addr(&tile[row][4 * (vec ^ ((row >> 2) & 7))]);
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                         "r"(ok ? 16 : 0) : "memory");
+        }
+        asm volatile("cp.async.commit_group;\n" ::: "memory");
+        asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    }
+    __syncthreads();
+    // 2. As below; element (r, c) of the tile sits at column 4 ((c / 4) ^ ((r / 4) % 8)) + c % 4.
+    {
+        const int gr = r0 + 4 * vec;
+#pragma unroll
+        for (int p = 0; p < PASSES; ++p) {
+            const int col = sub + p * ROWS_PER_PASS;
+            const int oc = c0 + col;
+            if (oc < C && gr < R) {
+                const int sc = 4 * ((col >> 2) ^ (vec & 7)) + (col & 3);
+                const float4 out = make_float4(tile[4 * vec + 0][sc], tile[4 * vec + 1][sc],
+                                               tile[4 * vec + 2][sc], tile[4 * vec + 3][sc]);
+                *reinterpret_cast<float4*>(y + static_cast<long long>(oc) * R + gr) = out;
+            }
+        }
+    }
+#else
+    __shared__ float tile[TILE][TILE + 1];
+    // At 16 lanes along a row, the upper half's lanes take the components in the order z, w, x, y.
+    const int rot = (LANES_C == 16 && (vec & 8)) ? 2 : 0;
 
     // 1. All PASSES loads in flight before any use; a float4 is whole inside or outside x
     //    (C % 4 == 0).
@@ -77,10 +165,17 @@ transpose_vec4(const float* __restrict__ x, float* __restrict__ y, const int R, 
 #pragma unroll
     for (int p = 0; p < PASSES; ++p) {
         const int row = sub + p * ROWS_PER_PASS;
-        tile[row][4 * vec + 0] = in[p].x;
-        tile[row][4 * vec + 1] = in[p].y;
-        tile[row][4 * vec + 2] = in[p].z;
-        tile[row][4 * vec + 3] = in[p].w;
+        if (LANES_C == 8) {
+            tile[row][4 * vec + 0] = in[p].x;
+            tile[row][4 * vec + 1] = in[p].y;
+            tile[row][4 * vec + 2] = in[p].z;
+            tile[row][4 * vec + 3] = in[p].w;
+        } else {
+            const float v[4] = {rot ? in[p].z : in[p].x, rot ? in[p].w : in[p].y,
+                                rot ? in[p].x : in[p].z, rot ? in[p].y : in[p].w};
+#pragma unroll
+            for (int j = 0; j < 4; ++j) tile[row][4 * vec + (j ^ rot)] = v[j];
+        }
     }
     __syncthreads();
 
@@ -92,11 +187,14 @@ transpose_vec4(const float* __restrict__ x, float* __restrict__ y, const int R, 
         const int col = sub + p * ROWS_PER_PASS;
         const int oc = c0 + col;
         if (oc < C && gr < R) {
-            const float4 out = make_float4(tile[4 * vec + 0][col], tile[4 * vec + 1][col],
-                                           tile[4 * vec + 2][col], tile[4 * vec + 3][col]);
+            float v[4];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) v[j] = tile[4 * vec + (j ^ rot)][col];
+            const float4 out = rot ? make_float4(v[2], v[3], v[0], v[1]) : make_float4(v[0], v[1], v[2], v[3]);
             *reinterpret_cast<float4*>(y + static_cast<long long>(oc) * R + gr) = out;
         }
     }
+#endif
 }
 
 template <int TILE, int BLOCK>

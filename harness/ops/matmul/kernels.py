@@ -20,7 +20,9 @@ CUDA (kernels/matmul/matmul.cu), dispatched by shape (`cuda_instance`):
     The variants' defines replace a choice: MM_TILE (64: matmul_f32 at every shape; 128: the tiled
     kernel at every shape it can serve), MM_BM / MM_BN / MM_BK / MM_ROWS (the tiled kernel's
     instance wherever it serves), MM_STAGED128=1 (matmul_f32_128, the 128 x 128 x 8 kernel before
-    it, A and B staged in registers, where the tiled kernel would serve).
+    it, A and B staged in registers, where the tiled kernel would serve), MM_SPLIT_K=2 or 4
+    (matmul_f32_splitk, the tiled kernel's instance with each tile's K tiles shared by a cluster
+    of that many blocks, grid = split * tiles; MM_SPLIT_MIN_BLOCKS sets its launch bounds).
 Triton (kernels/matmul/matmul_triton.py), M, N, K compile-time constants (one instance per
 shape), grid = ceil(M / 64) * ceil(N / 64) programs:
     any shape      BLOCK 64 x 64 x 32, GROUP_M = 8, 4 warps, 3 stages (`config_for`: measured
@@ -89,8 +91,8 @@ class CudaInstance:
 
     family: str = "cp"
     """Which kernel: 'cp' is matmul_f32<VEC_B> (64 x 64 x 32 tiles, cp.async, any shape); 'tiled'
-    is matmul_f32_tiled<bm, bn, bk, rows> and 'staged' matmul_f32_128 (both for N % 4 == 0 and
-    K % 4 == 0)."""
+    is matmul_f32_tiled<bm, bn, bk, rows>, 'split' matmul_f32_splitk<bm, bn, bk, rows, split> and
+    'staged' matmul_f32_128 (all three for N % 4 == 0 and K % 4 == 0)."""
 
     bm: int = DEFAULT_TILED[0]
     bn: int = DEFAULT_TILED[1]
@@ -98,6 +100,8 @@ class CudaInstance:
     rows: int = DEFAULT_TILED[3]
     """The tiled kernel's tile (bm x bn x bk) and output rows per thread (4 or 8); unused by the
     other kernels."""
+    split: int = 1
+    """Blocks (a cluster) sharing the K tiles of one tile of C: 2 or 4 for 'split', else 1."""
 
     source: str = CUDA_SOURCE
     dynamic_smem: int = 0
@@ -108,27 +112,29 @@ class CudaInstance:
         'matmul_f32_tiled<128, 128, 16, 8>'."""
         if self.family == "tiled":
             return f"matmul_f32_tiled<{self.bm}, {self.bn}, {self.bk}, {self.rows}>"
+        if self.family == "split":
+            return f"matmul_f32_splitk<{self.bm}, {self.bn}, {self.bk}, {self.rows}, {self.split}>"
         return "matmul_f32_128" if self.family == "staged" else f"matmul_f32<{self.vec_b}>"
 
     @property
     def block(self) -> int:
-        """Threads per block: 256, or one per rows x 8 outputs for the tiled kernel."""
-        if self.family == "tiled":
+        """Threads per block: 256, or one per rows x 8 outputs for the tiled and split kernels."""
+        if self.family in ("tiled", "split"):
             return self.bm * self.bn // (8 * self.rows)
         return CUDA_THREADS
 
     @property
     def tile_mn(self) -> tuple[int, int]:
-        """(rows, columns) of the tile of C one block computes."""
-        if self.family == "tiled":
+        """(rows, columns) of the tile of C one block (one cluster for 'split') computes."""
+        if self.family in ("tiled", "split"):
             return self.bm, self.bn
         return (128, 128) if self.family == "staged" else (CUDA_TILE[0], CUDA_TILE[1])
 
     @property
     def specialization(self) -> str:
         """Short description for tables, e.g. 'tile=64x64x32 vec_b=4 block=256'."""
-        if self.family == "tiled":
-            tile = f"{self.bm}x{self.bn}x{self.bk} rows={self.rows}"
+        if self.family in ("tiled", "split"):
+            tile = f"{self.bm}x{self.bn}x{self.bk} rows={self.rows}" + (f" split_k={self.split}" if self.split > 1 else "")
         else:
             tile = "128x128x8 staged" if self.family == "staged" else "x".join(map(str, CUDA_TILE))
         return f"tile={tile} vec_b={self.vec_b} block={self.block}"
@@ -142,6 +148,18 @@ def tiled_instance(bm: int, bn: int, bk: int, rows: int) -> str | None:
         return "BM / ROWS must be a multiple of 4, BN of 64, BK of 4, and ROWS 4 or 8"
     if not 32 <= threads <= 1024 or (bm * bk // 4) % threads or (bk * bn // 4) % threads:
         return f"its {threads} threads must be 32 to 1024 and each must carry whole float4s of A and B"
+    return None
+
+
+def split_instance(bm: int, bn: int, bk: int, rows: int, split: int) -> str | None:
+    """Why matmul_f32_splitk does not compile (bm, bn, bk, rows, split) (its static_asserts: each
+    thread's 2 rows float4s of partial sums pass through the stages' shared memory in one or two
+    rounds, each a multiple of `split`), or None where it does."""
+    threads = bm * bn // (8 * rows)
+    fit = 4 * (2 * bk * (bm + 4) + 2 * bk * bn) // (16 * threads)  # float4s a thread may park
+    per_round = 2 * rows if 2 * rows <= fit else rows
+    if per_round > fit or per_round % split:
+        return f"{2 * rows} float4s of partial sums a thread do not pass through {fit} in rounds of a multiple of {split}"
     return None
 
 
@@ -226,6 +244,7 @@ def cuda_instance(m: int, n: int, k: int) -> CudaInstance:
     tiled = [define(name, allowed) for name, allowed in (("MM_BM", ("64", "128")), ("MM_BN", ("64", "128")),
                                                           ("MM_BK", ("8", "16", "32")), ("MM_ROWS", ("4", "8")))]
     staged = define("MM_STAGED128", ("0", "1")) == "1"
+    split = int(define("MM_SPLIT_K", ("1", "2", "4")) or 1)
     if not (n % 4 == 0 and k % 4 == 0) or forced == "64":
         return CudaInstance(vec_b=4 if n % 4 == 0 else 1)
     large = cuda_grid(m, n, 128) >= TILE128_MIN_TILES or forced == "128"
@@ -237,6 +256,12 @@ def cuda_instance(m: int, n: int, k: int) -> CudaInstance:
     if why is not None:
         raise EvidenceError(f"Matrix-product switches MM_BM/MM_BN/MM_BK/MM_ROWS name the tile {bm}x{bn}x{bk} "
                             f"with {rows} rows per thread, which the tiled kernel does not take: {why}.")
+    if split > 1:
+        why = split_instance(bm, bn, bk, rows, split)
+        if why is not None:
+            raise EvidenceError(f"Matrix-product switch MM_SPLIT_K={split} does not take the tile {bm}x{bn}x{bk} "
+                                f"with {rows} rows per thread: {why}.")
+        return CudaInstance(vec_b=4, family="split", bm=bm, bn=bn, bk=bk, rows=rows, split=split)
     return CudaInstance(vec_b=4, family="tiled", bm=bm, bn=bn, bk=bk, rows=rows)
 
 
@@ -315,7 +340,8 @@ def bind_cuda(inputs: Mapping[str, Any], out: Tensor, params: Mapping[str, Any])
         return cuda_launch.nothing(out)
     v = cuda_instance(m, n, k)
     args = (*(cuda_launch.pointer(t) for t in (a, b, out)), numpy.int32(m), numpy.int32(n), numpy.int32(k))
-    return cuda_launch.bind(CUDA_SOURCE, v.kernel, (cuda_grid(m, n, v.tile_mn),), (v.block,), args, a.device, out=out)
+    blocks = cuda_grid(m, n, v.tile_mn) * v.split
+    return cuda_launch.bind(CUDA_SOURCE, v.kernel, (blocks,), (v.block,), args, a.device, out=out)
 
 
 def bind_triton(inputs: Mapping[str, Any], out: Tensor, params: Mapping[str, Any]) -> Launch:

@@ -78,7 +78,7 @@ REGISTER_MAX_SCALAR = 8192
 """Widest n % 4 != 0 row a block holds in registers (1024 threads x 8 floats)."""
 
 WARP_ROWS = 4
-"""Rows (warps) per block of the warp-per-row kernels."""
+"""Rows (warps) per block of the warp-per-row kernels (a variant's define SM_WARP_ROWS replaces it)."""
 
 ONLINE_BLOCK = 1024
 """Threads per block of the online kernels: at ~32 registers two blocks fit an SM, so about 264
@@ -153,11 +153,12 @@ def _warp_max() -> int:
 
 def cuda_instance(n: int) -> CudaInstance:
     """The CUDA instance that serves rows of width n (see the module docstring; the
-    variants' defines SM_WARP_MAX, SM_BLOCK and SM_REGISTER_MAX_VEC4 replace a choice)."""
+    variants' defines SM_WARP_MAX, SM_WARP_ROWS, SM_BLOCK and SM_REGISTER_MAX_VEC4 replace a choice)."""
     _check_width(n)
     vec = 4 if n % 4 == 0 else 1
     if n <= _warp_max():
-        return CudaInstance("warp", vec, 32 * WARP_ROWS, math.ceil(n / (32 * vec)))
+        rows = dispatch_define("SM_WARP_ROWS", lambda v: v in ("1", "2", "4", "8", "16"), "1, 2, 4, 8 or 16", "Softmax")
+        return CudaInstance("warp", vec, 32 * int(rows or WARP_ROWS), math.ceil(n / (32 * vec)))
     if vec == 4 and n <= _register_max_vec4():
         block = block_override("SM_BLOCK", n, 4, 256 if n <= 4096 else (512 if n <= 8192 else 1024), "Softmax")
         return CudaInstance("block", 4, block, math.ceil(n / (4 * block)))

@@ -27,7 +27,7 @@ from harness.launch import cuda as cuda_launch
 from harness.launch import sources
 from harness.launch import triton as triton_launch
 from harness.launch.checks import check_apart, check_tensors
-from harness.launch.cuda import Launch
+from harness.launch.cuda import Launch, dispatch_define
 from harness.launch.instances import (
     SimpleTritonSpec,
     InstanceShapes,
@@ -101,9 +101,13 @@ def _check_dims(r: int, c: int) -> None:
 
 
 def cuda_instance(r: int, c: int) -> CudaInstance:
-    """The CUDA instance that serves an [r, c] input (see the module docstring)."""
+    """The CUDA instance that serves an [r, c] input (see the module docstring); a variant's
+    TP_BLOCK (128 or 256) sets the vec4 path's threads per block."""
     _check_dims(r, c)
-    return VEC4 if r % 4 == 0 and c % 4 == 0 else SCALAR
+    if r % 4 or c % 4:
+        return SCALAR
+    block = dispatch_define("TP_BLOCK", lambda v: v in ("128", "256"), "128 or 256", "Transpose")
+    return VEC4 if block is None else CudaInstance(4, VEC4.tile, int(block))
 
 
 def triton_instance(r: int, c: int) -> SimpleTritonSpec:

@@ -118,6 +118,9 @@ CHOICES = {
     "tiled-64x64x32x8": ("-DMM_TILE=128", "-DMM_BM=64", "-DMM_BN=64", "-DMM_BK=32", "-DMM_ROWS=8"),
     "tiled-thread-rows": ("-DMM_TILE=128", "-DMM_THREAD_ROWS=1"),
     "staged128": ("-DMM_TILE=128", "-DMM_STAGED128=1"),
+    "split2-64x64x32x4": ("-DMM_SPLIT_K=2",),
+    "split4-128x128x16x8": ("-DMM_TILE=128", "-DMM_SPLIT_K=4"),
+    "split2-128x64x16x8": ("-DMM_TILE=128", "-DMM_BN=64", "-DMM_SPLIT_K=2", "-DMM_SPLIT_MIN_BLOCKS=2"),
 }
 TAIL_SHAPES = [(65, 68, 36), (100, 132, 260), (129, 192, 4096), (300, 260, 20), (1, 4, 4), (256, 384, 12)]
 

@@ -58,6 +58,32 @@ def test_bit_exact(impl: str, r: int, c: int) -> None:
     assert torch.equal(out, x.t()), f"{int((out != x.t()).sum())} elements differ"
 
 
+# Every switch of the vec4 path (the variants of config.yaml), at the vec4 shapes with full and cut tiles.
+SWITCHES = {
+    "wide_rows": ("-DTP_LANES_C=16",),
+    "block128": ("-DTP_BLOCK=128",),
+    "triton_layout": ("-DTP_LANES_C=16", "-DTP_BLOCK=128"),
+    "column_order": ("-DTP_ORDER=1",),
+    "grouped_order": ("-DTP_ORDER=2",),
+    "async_copy": ("-DTP_ASYNC=1",),
+    "async_copy128": ("-DTP_ASYNC=1", "-DTP_BLOCK=128"),
+}
+VEC4_SHAPES = [s for s in SHAPES if s[0] % 4 == 0 and s[1] % 4 == 0 and s[0] * s[1] <= 2**24] + [(520, 1096)]
+
+
+@pytest.mark.parametrize("switch", sorted(SWITCHES))
+@pytest.mark.parametrize(("r", "c"), VEC4_SHAPES)
+def test_every_switch_is_bit_exact(switch: str, r: int, c: int) -> None:
+    from harness.launch import cuda as cuda_module
+
+    x = _input(r, c, seed=r * 7919 + c + len(switch))
+    with cuda_module.variant_options(SWITCHES[switch]):
+        assert cuda_instance(r, c).vec == 4
+        out = _run("cuda", x)
+    assert not torch.isnan(out).any(), f"{int(torch.isnan(out).sum())} output elements not written"
+    assert torch.equal(out, x.t()), f"{int((out != x.t()).sum())} elements differ"
+
+
 @pytest.mark.parametrize("impl", ["cuda", "triton"])
 def test_every_element_lands_in_its_place(impl: str) -> None:
     """Each element holds its own flat index (exact in float32 below 2^24): a misplaced element

@@ -549,7 +549,10 @@ __device__ __forceinline__ void mmt_thread(int& ty, int& tx) {
 
 // acc += the product of K tiles kt0 .. kt1 - 1 (kt0 < kt1) of the tile at (m0, n0): two shared-memory
 // stages, one barrier per K tile; every thread has passed the last barrier when it returns (the
-// shared memory may be reused after it).
+// shared memory may be reused after it). The same loop as matmul_f32_tiled's, which keeps its own
+// copy for now: through this function its cubin comes out with other register numbers (nvcc 13.0),
+// and the default kernel changes only with a measurement. When a split instance becomes a default,
+// both take this one.
 template <int BM, int BN, int BK, int ROWS>
 __device__ __forceinline__ void mmt_accumulate(MmTSmem<BM, BN, BK, ROWS>& sm, const float* __restrict__ A,
                                                const float* __restrict__ B, const int M, const int N,

@@ -60,13 +60,14 @@ def test_bit_exact(impl: str, r: int, c: int) -> None:
 
 # Every switch of the vec4 path (the variants of config.yaml), at the vec4 shapes with full and cut tiles.
 SWITCHES = {
-    "wide_rows": ("-DTP_LANES_C=16",),
-    "block128": ("-DTP_BLOCK=128",),
-    "triton_layout": ("-DTP_LANES_C=16", "-DTP_BLOCK=128"),
-    "column_order": ("-DTP_ORDER=1",),
-    "grouped_order": ("-DTP_ORDER=2",),
-    "async_copy": ("-DTP_ASYNC=1",),
-    "async_copy128": ("-DTP_ASYNC=1", "-DTP_BLOCK=128"),
+    "narrow_rows": ("-DTP_LANES_C=8",),
+    "block128": ("-DTP_BLOCK=128", "-DTP_LANES_C=8"),
+    "triton_layout": ("-DTP_BLOCK=128",),
+    "column_order": ("-DTP_ORDER=1", "-DTP_LANES_C=8"),
+    "grouped_order": ("-DTP_ORDER=2", "-DTP_LANES_C=8"),
+    "column_order_wide": ("-DTP_ORDER=1",),
+    "async_copy": ("-DTP_ASYNC=1", "-DTP_LANES_C=8"),
+    "async_copy128": ("-DTP_ASYNC=1", "-DTP_LANES_C=8", "-DTP_BLOCK=128"),
 }
 VEC4_SHAPES = [s for s in SHAPES if s[0] % 4 == 0 and s[1] % 4 == 0 and s[0] * s[1] <= 2**24] + [(520, 1096)]
 

@@ -33,8 +33,7 @@
 // Switches (-D, the variants of config.yaml; kernels/transpose/notebook.md has each one's
 // prediction and result):
 //     TP_LANES_C  lanes of a warp along a tile row on the vec4 path: 16 (256 bytes, 2 rows per
-//                 warp, as Triton's kernel; the default since issue 32: 1.7-2.7% faster than 8 on
-//                 an H100, h200-ops-19) or 8 (128 bytes, 4 rows per warp; the default before).
+//                 warp, as Triton's kernel; the default) or 8 (128 bytes, 4 rows per warp).
 //     TP_ORDER    the order of the tiles over the 1-D grid: 0 bands of x's rows (the default,
 //                 above), 1 bands of x's columns (consecutive blocks write neighbouring rows of
 //                 y), 2 groups of TP_GROUP tile rows, column-major inside a group.

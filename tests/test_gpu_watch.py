@@ -80,6 +80,27 @@ def test_sampler_marks_a_throttled_or_shared_capture() -> None:
     assert any("another compute process" in f for f in flags)
 
 
+def test_a_slowing_reason_read_while_the_gpu_idles_disturbs_nothing() -> None:
+    """NVML may report the software power cap beside 'idle' while nothing runs (seen on lent H100s:
+    mask 5 over whole sessions): such a sample slows no kernel and flags nothing, while the same
+    reason in a sample taken while the GPU works flags the capture; the summary keeps both masks."""
+    idle_cap = iter([reading(procs=1, throttle=0x1 | 0x4)] * 1000)
+    quiet = Sampler(lambda: next(idle_cap), 0.001)
+    with quiet:
+        while quiet.samples < 3:
+            pass
+    assert quiet.flags() == []
+    assert quiet.summary()["throttle_reasons"] == 0x5 and quiet.summary()["busy_throttle_reasons"] == 0
+    busy_cap = iter([reading(procs=1, throttle=0x1 | 0x4), reading(procs=1, util=90, throttle=0x4)]
+                    + [reading(procs=1, throttle=0x1)] * 1000)
+    noisy = Sampler(lambda: next(busy_cap), 0.001)
+    with noisy:
+        while noisy.samples < 3:
+            pass
+    assert noisy.flags() == ["the GPU throttled during the capture (software power cap)"]
+    assert noisy.summary()["busy_throttle_reasons"] == 0x4
+
+
 def group(shape: str, gpu: dict, impls: list[str], failed: list[str]) -> tables.Group:
     """A measured group as read back (only its record matters to the gpu_state table)."""
     checks = {i: {"op": "layernorm", "shape": shape, "impl": i, "passed": i not in failed} for i in impls}

@@ -29,6 +29,7 @@ Reader = Callable[[], State]
 
 # NVML clocks-event (throttle) reasons that slow the GPU down. Idle (0x1), application clocks
 # (0x2) and display/sync boosts are not disturbances.
+IDLE_REASON = 0x1
 SLOWING_REASONS = {
     0x4: "software power cap",
     0x8: "hardware slowdown",
@@ -155,6 +156,11 @@ class Sampler:
     read: Reader
     interval_s: float = 0.1
     throttle_bits: int = 0
+    """Every reason any sample reported (the table's `during_throttle_reasons`)."""
+    busy_throttle_bits: int = 0
+    """The reasons of the samples taken while the GPU was not idle (NVML's idle reason unset): the
+    ones that can slow a kernel. A slowing reason read together with idle was read while nothing
+    ran (the clocks dropping between kernels), and slows nothing that is measured."""
     max_processes: int = 0
     pids: set[int] = field(default_factory=set)
     max_others: int | None = None
@@ -175,7 +181,10 @@ class Sampler:
         if "utilization_pct" not in state:
             return
         self.samples += 1
-        self.throttle_bits |= int(state.get("throttle_reasons", 0))
+        reasons = int(state.get("throttle_reasons", 0))
+        self.throttle_bits |= reasons
+        if not reasons & IDLE_REASON:
+            self.busy_throttle_bits |= reasons
         self.max_processes = max(self.max_processes, int(state.get("compute_processes", 0)))
         self.pids.update(state.get("pids", []))
         if "other_processes" in state:
@@ -195,10 +204,10 @@ class Sampler:
 
     def flags(self) -> list[str]:
         """Sentences naming what disturbed the capture (empty for an undisturbed one): a slowing
-        throttle, or a compute process of another job. Where the reader tells the measurement's
+        throttle in a sample taken while the GPU was not idle, or a compute process of another job. Where the reader tells the measurement's
         own processes apart, any other one is another job; where it does not, the captured process
         itself is one compute process, and more than one at a time is another job."""
-        out = [f"the GPU throttled during the capture ({name})" for name in slowing(self.throttle_bits)]
+        out = [f"the GPU throttled during the capture ({name})" for name in slowing(self.busy_throttle_bits)]
         if self.max_others is not None:
             count, pids, limit = self.max_others, self.other_pids, 0
         else:
@@ -208,6 +217,6 @@ class Sampler:
         return out
 
     def summary(self) -> dict[str, Any]:
-        return {"samples": self.samples, "throttle_reasons": self.throttle_bits,
+        return {"samples": self.samples, "throttle_reasons": self.throttle_bits, "busy_throttle_reasons": self.busy_throttle_bits,
                 "max_compute_processes": self.max_processes, "pids": sorted(self.pids),
                 "max_other_processes": self.max_others, "other_pids": sorted(self.other_pids), "flags": self.flags()}

@@ -346,6 +346,57 @@ def test_census_of_the_tiled_variants(variant: str, kernel: str, smem: int, tmp_
     assert not any(op.startswith(("HMMA", "HGMMA")) for op in sass)
 
 
+@pytest.mark.parametrize(("variant", "shape", "kernel", "smem"), [
+    ("ring2", (1024, 1024, 1024), "matmul_f32_ring<64, 64, 32, 4, 2>", 4 * 2 * (64 * 32 + 32 * 64)),
+    ("ring3", (1024, 1024, 1024), "matmul_f32_ring<64, 64, 32, 4, 3>", 4 * 3 * (64 * 32 + 32 * 64)),
+    ("ring3", (4096, 4096, 4096), "matmul_f32_ring<128, 128, 16, 8, 3>", 4 * 3 * (128 * 16 + 16 * 128)),
+    ("ring3_bk16", (1024, 1024, 1024), "matmul_f32_ring<64, 64, 16, 4, 3>", 4 * 3 * (64 * 16 + 16 * 64)),
+])
+def test_census_of_the_ring_variants(variant: str, shape: tuple[int, int, int], kernel: str, smem: int,
+                                     tmp_path: Path) -> None:
+    """Each ring variant builds the instance its defines name: its stages of unpadded A and B tiles,
+    no global load outside cp.async (A no longer passes through registers), rows x 8 FFMA per k, and
+    per 4 k one float4 of A per output row and two of B per k."""
+    from harness import config
+    from harness.build.build import build_census
+    from harness.ops import variants
+
+    if toolchain.load_nvrtc() is None:
+        pytest.skip("NVRTC is not available here")
+    cfg = config.load(config.ROOT / "config.yaml")
+    options = variants.compiler_options(cfg["operations"]["matmul"], f"cuda.{variant}")
+    (row,) = build_census("matmul", "cuda", [shape], arch="sm_90", outdir=tmp_path, variant=(f"cuda.{variant}", options))
+    assert row["kernel"] == kernel and row["static_smem"] == smem and row["ld_global_128"] == 0
+    _, _, bk, rows_per_thread, _ = (int(x) for x in kernel[kernel.index("<") + 1:-1].split(","))
+    (sass_path,) = [p for p in tmp_path.glob("*.sass") if row["symbol"] in census.sass_opcodes(p.read_text())]
+    sass = _sass_ops(sass_path, row["symbol"])
+    assert sum(n for op, n in sass.items() if op.startswith("FFMA")) == 8 * rows_per_thread * bk
+    assert sass["LDS.128"] == rows_per_thread * bk // 4 + 2 * bk
+    assert not any(op.startswith(("HMMA", "HGMMA", "LDG.")) for op in sass)  # LDGSTS: cp.async
+
+
+def test_the_ring_switch_serves_the_tiled_instance_within_the_shared_memory() -> None:
+    """MM_STAGES (the variants ring*) serves the tiled kernel's instance through matmul_f32_ring with
+    that many stages; a ring past 48 KB of shared memory, and MM_STAGES beside MM_SPLIT_K, are
+    refused by the host first."""
+    from harness.ops.matmul.kernels import SMEM_LIMIT, cuda_instance, ring_instance
+
+    with cuda_module.variant_options(("-DMM_STAGES=3",)):
+        v = cuda_instance(1024, 1024, 1024)
+        assert (v.family, v.kernel, v.block, v.stages) == ("ring", "matmul_f32_ring<64, 64, 32, 4, 3>", 128, 3)
+        assert "stages=3" in v.specialization and v.tile_mn == (64, 64)
+        assert cuda_instance(4096, 4096, 4096).kernel == "matmul_f32_ring<128, 128, 16, 8, 3>"
+        assert cuda_instance(1024, 1022, 1024).kernel == "matmul_f32<1>"  # N % 4 != 0: the cp.async kernel
+    assert cuda_instance(1024, 1024, 1024).family == "tiled"
+    assert ring_instance(128, 128, 16, 3) is None and ring_instance(64, 64, 32, 3) is None
+    assert 4 * 3 * (128 * 16 + 16 * 128) == SMEM_LIMIT
+    assert ring_instance(128, 128, 16, 4) is not None and ring_instance(64, 64, 12, 2) is not None
+    with cuda_module.variant_options(("-DMM_STAGES=4",)), pytest.raises(EvidenceError, match="MM_STAGES=4"):
+        cuda_instance(4096, 4096, 4096)
+    with cuda_module.variant_options(("-DMM_STAGES=3", "-DMM_SPLIT_K=2")), pytest.raises(EvidenceError, match="MM_STAGES"):
+        cuda_instance(1024, 1024, 1024)
+
+
 def test_the_split_k_variants_dispatch_a_cluster_kernel_of_split_times_the_blocks() -> None:
     """MM_SPLIT_K (the variants splitk*) serves the tiled kernel's instance through
     matmul_f32_splitk with `split` blocks a tile of C; an instance whose partial sums cannot pass

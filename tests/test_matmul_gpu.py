@@ -121,6 +121,11 @@ CHOICES = {
     "split2-64x64x32x4": ("-DMM_SPLIT_K=2",),
     "split4-128x128x16x8": ("-DMM_TILE=128", "-DMM_SPLIT_K=4"),
     "split2-128x64x16x8": ("-DMM_TILE=128", "-DMM_BN=64", "-DMM_SPLIT_K=2", "-DMM_SPLIT_MIN_BLOCKS=2"),
+    "ring2-64x64x32x4": ("-DMM_STAGES=2",),
+    "ring3-64x64x32x4": ("-DMM_STAGES=3",),
+    "ring3-128x128x16x8": ("-DMM_TILE=128", "-DMM_STAGES=3"),
+    "ring4-64x64x16x4": ("-DMM_STAGES=4", "-DMM_BK=16"),
+    "ring3-128x128x8x8": ("-DMM_TILE=128", "-DMM_STAGES=3", "-DMM_BK=8"),
 }
 TAIL_SHAPES = [(65, 68, 36), (100, 132, 260), (129, 192, 4096), (300, 260, 20), (1, 4, 4), (256, 384, 12)]
 

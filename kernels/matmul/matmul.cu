@@ -709,3 +709,149 @@ matmul_f32_splitk(const float* __restrict__ A, const float* __restrict__ B, floa
         mm_cluster_sync();  // every read of this round done: the shared memory may be rewritten, or freed
     }
 }
+
+// ----------------------------------------------------------------------------- a ring of stages, both operands by cp.async
+
+// A variant's kernel (MM_STAGES, harness/ops/matmul/kernels.py):
+//     matmul_f32_ring<BM, BN, BK, ROWS, STAGES>   the tiled kernel's tile, threads and outputs, with
+//                      both operands copied by 16-byte cp.async.cg into a ring of STAGES shared-memory
+//                      stages: K tiles t + 1 .. t + STAGES - 1 are in flight while tile t is
+//                      multiplied (the tiled kernel has one, and carries A through registers). One
+//                      barrier per K tile: it publishes tile t and frees the stage tile t - 1 was read
+//                      from, which the copies issued right after it refill.
+// Takes (A, B, C, M, N, K) like matmul_f32_tiled, with its requirements (N % 4 == 0, K % 4 == 0,
+// 16-byte aligned A, B, C) and launch (blockDim.x == BM * BN / (8 ROWS), gridDim.x == ceil(M / BM) *
+// ceil(N / BN)); the stages are static shared memory, at most 48 KB.
+//
+// A lands as in memory, [m][k], so a thread reads its rows' 4 consecutive k as one float4 (one
+// 16-byte read a row per 4 k, as many as the transposed layout's one a k for 4 rows). The rows a
+// warp reads at once are 4 apart (4 ty + i), BK floats long: at BK = 32 every one starts in bank 0,
+// so the float4 slots of a row are swizzled, slot q of row m stored at q XOR ((m / 4) mod (BK / 4)):
+// the warp's (up to 4) thread rows then read distinct slots, one wavefront.
+template <int BM, int BN, int BK, int STAGES>
+struct MmRSmem {
+    float a[STAGES][BM][BK];  // A tiles: [stage][m][k], float4 slots swizzled (mmr_slot)
+    float b[STAGES][BK][BN];  // B tiles: [stage][k][n]
+};
+
+// The float4 slot that holds k = 4 q .. 4 q + 3 of row m of an A stage.
+template <int BK>
+__device__ __forceinline__ int mmr_slot(const int m, const int q) {
+    return q ^ ((m >> 2) & (BK / 4 - 1));
+}
+
+// Issue this thread's copies of the K tile starting at k0 into stage s and commit them as one group:
+// B's float4 f = tid + THREADS c at row f / (BN / 4), columns 4 (f % (BN / 4)); A's at row
+// f / (BK / 4), k 4 (f % (BK / 4)). Zeros outside the matrices (src-size 0).
+template <int BM, int BN, int BK, int STAGES, int THREADS>
+__device__ __forceinline__ void mmr_copy(MmRSmem<BM, BN, BK, STAGES>& sm, const int s,
+                                         const float* __restrict__ A, const float* __restrict__ B,
+                                         const int M, const int N, const int K, const int m0,
+                                         const int n0, const int k0) {
+#pragma unroll
+    for (int c = 0; c < BK * BN / 4 / THREADS; ++c) {
+        const int idx = threadIdx.x + THREADS * c;
+        const int k = idx / (BN / 4);
+        const int n = 4 * (idx % (BN / 4));
+        const bool ok = k0 + k < K && n0 + n < N;  // N % 4 == 0: the float4 is wholly in or out
+        const float* src = ok ? B + (static_cast<long long>(k0 + k) * N + n0 + n) : B;
+        mm_cp_async16(mm_smem_addr(&sm.b[s][k][n]), src, ok ? 16 : 0);
+    }
+#pragma unroll
+    for (int c = 0; c < BM * BK / 4 / THREADS; ++c) {
+        const int idx = threadIdx.x + THREADS * c;
+        const int m = idx / (BK / 4);
+        const int q = idx % (BK / 4);
+        const bool ok = m0 + m < M && k0 + 4 * q < K;  // K % 4 == 0: the float4 is wholly in or out
+        const float* src = ok ? A + (static_cast<long long>(m0 + m) * K + k0 + 4 * q) : A;
+        mm_cp_async16(mm_smem_addr(&sm.a[s][m][4 * mmr_slot<BK>(m, q)]), src, ok ? 16 : 0);
+    }
+    mm_cp_async_commit();
+}
+
+template <int BM, int BN, int BK, int ROWS, int STAGES>
+__global__ void __launch_bounds__(BM * BN / (8 * ROWS), 2)  // 128 registers at 256 threads, 255 at 128
+matmul_f32_ring(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+                const int M, const int N, const int K) {
+    constexpr int RB = ROWS / 4;  // row blocks of 4 per thread, BM / RB rows apart
+    constexpr int THREADS = BM * BN / (8 * ROWS);
+    static_assert(ROWS == 4 || ROWS == 8, "ROWS is 4 or 8");
+    static_assert(STAGES >= 2 && STAGES <= 4, "2 to 4 stages");
+    static_assert(BK == 8 || BK == 16 || BK == 32, "BK is 8, 16 or 32 (the swizzle's 2, 4 or 8 slots)");
+    static_assert((BM / ROWS) % 4 == 0 && BN % 64 == 0, "tile: BM / ROWS % 4, BN % 64");
+    static_assert((BM * BK / 4) % THREADS == 0 && (BK * BN / 4) % THREADS == 0,
+                  "each thread copies whole float4s of A and B");
+    static_assert(sizeof(MmRSmem<BM, BN, BK, STAGES>) <= 48 * 1024, "the stages fit 48 KB of static shared memory");
+    __shared__ __align__(16) MmRSmem<BM, BN, BK, STAGES> sm;
+
+    int m0, n0;
+    mm_tile_origin<BM, BN>(M, N, m0, n0);
+    int ty, tx;
+    mmt_thread<BN>(ty, tx);
+
+    float acc[ROWS][8];
+#pragma unroll
+    for (int i = 0; i < ROWS; ++i) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
+    }
+
+    const int ktiles = (K + BK - 1) / BK;
+    // Tiles 0 .. STAGES - 2 on their way; a group is committed for each, empty past the last tile,
+    // so that "all but STAGES - 2 groups done" always means "tile kt landed".
+#pragma unroll
+    for (int t = 0; t < STAGES - 1; ++t) {
+        if (t < ktiles) mmr_copy<BM, BN, BK, STAGES, THREADS>(sm, t, A, B, M, N, K, m0, n0, t * BK);
+        else mm_cp_async_commit();
+    }
+    int s = 0;           // stage of tile kt
+    int w = STAGES - 1;  // stage of tile kt + STAGES - 1
+    for (int kt = 0; kt < ktiles; ++kt) {
+        mm_cp_async_wait<STAGES - 2>();  // this thread's copies of tile kt have landed
+        __syncthreads();  // everyone's have, and everyone is done with tile kt - 1 (stage w)
+        if (kt + STAGES - 1 < ktiles) {
+            mmr_copy<BM, BN, BK, STAGES, THREADS>(sm, w, A, B, M, N, K, m0, n0, (kt + STAGES - 1) * BK);
+        } else {
+            mm_cp_async_commit();
+        }
+#pragma unroll
+        for (int q = 0; q < BK / 4; ++q) {
+            float4 a4[ROWS];
+#pragma unroll
+            for (int i = 0; i < ROWS; ++i) {
+                const int m = (BM / RB) * (i / 4) + 4 * ty + (i % 4);
+                a4[i] = *reinterpret_cast<const float4*>(&sm.a[s][m][4 * mmr_slot<BK>(m, q)]);
+            }
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) {
+                const int k = 4 * q + kk;
+                const float4 b0 = *reinterpret_cast<const float4*>(&sm.b[s][k][4 * tx]);
+                const float4 b1 = *reinterpret_cast<const float4*>(&sm.b[s][k][BN / 2 + 4 * tx]);
+                const float bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+                for (int i = 0; i < ROWS; ++i) {
+                    const float av = kk == 0 ? a4[i].x : kk == 1 ? a4[i].y : kk == 2 ? a4[i].z : a4[i].w;
+#pragma unroll
+                    for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(av, bv[j], acc[i][j]);
+                }
+            }
+        }
+        s = s + 1 == STAGES ? 0 : s + 1;
+        w = w + 1 == STAGES ? 0 : w + 1;
+    }
+    mm_cp_async_wait<0>();  // (only empty groups remain) nothing in flight when the block exits
+
+#pragma unroll
+    for (int i = 0; i < ROWS; ++i) {
+        const int row = mmt_row<BM, ROWS>(m0, ty, i);
+        if (row >= M) continue;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int col = n0 + (BN / 2) * h + 4 * tx;  // N % 4 == 0: the float4 is wholly in or out
+            if (col < N) {
+                *reinterpret_cast<float4*>(C + static_cast<long long>(row) * N + col) =
+                    make_float4(acc[i][4 * h], acc[i][4 * h + 1], acc[i][4 * h + 2], acc[i][4 * h + 3]);
+            }
+        }
+    }
+}

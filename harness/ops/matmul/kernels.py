@@ -22,7 +22,9 @@ CUDA (kernels/matmul/matmul.cu), dispatched by shape (`cuda_instance`):
     instance wherever it serves), MM_STAGED128=1 (matmul_f32_128, the 128 x 128 x 8 kernel before
     it, A and B staged in registers, where the tiled kernel would serve), MM_SPLIT_K=2 or 4
     (matmul_f32_splitk, the tiled kernel's instance with each tile's K tiles shared by a cluster
-    of that many blocks, grid = split * tiles; MM_SPLIT_MIN_BLOCKS sets its launch bounds).
+    of that many blocks, grid = split * tiles; MM_SPLIT_MIN_BLOCKS sets its launch bounds),
+    MM_STAGES=2, 3 or 4 (matmul_f32_ring, the tiled kernel's instance with both operands copied by
+    cp.async into a ring of that many shared-memory stages, at most 48 KB).
 Triton (kernels/matmul/matmul_triton.py), M, N, K compile-time constants (one instance per
 shape), grid = ceil(M / 64) * ceil(N / 64) programs:
     any shape      BLOCK 64 x 64 x 32, GROUP_M = 8, 4 warps, 3 stages (`config_for`: measured
@@ -82,6 +84,13 @@ MAX_DIM = 2**31 - 1
 # ----------------------------------------------------------------------------- dispatch
 
 
+TILED_FAMILIES = ("tiled", "split", "ring")
+"""The kernel families with the tiled kernel's tile and thread layout (bm, bn, bk, rows)."""
+
+SMEM_LIMIT = 48 * 1024
+"""Bytes of static shared memory a block may have (matmul_f32_ring's stages must fit)."""
+
+
 @dataclass(frozen=True)
 class CudaInstance:
     """One compiled instance of kernels/matmul/matmul.cu."""
@@ -91,8 +100,9 @@ class CudaInstance:
 
     family: str = "cp"
     """Which kernel: 'cp' is matmul_f32<VEC_B> (64 x 64 x 32 tiles, cp.async, any shape); 'tiled'
-    is matmul_f32_tiled<bm, bn, bk, rows>, 'split' matmul_f32_splitk<bm, bn, bk, rows, split> and
-    'staged' matmul_f32_128 (all three for N % 4 == 0 and K % 4 == 0)."""
+    is matmul_f32_tiled<bm, bn, bk, rows>, 'split' matmul_f32_splitk<bm, bn, bk, rows, split>, 'ring'
+    matmul_f32_ring<bm, bn, bk, rows, stages> and 'staged' matmul_f32_128 (all four for N % 4 == 0
+    and K % 4 == 0)."""
 
     bm: int = DEFAULT_TILED[0]
     bn: int = DEFAULT_TILED[1]
@@ -102,6 +112,8 @@ class CudaInstance:
     other kernels."""
     split: int = 1
     """Blocks (a cluster) sharing the K tiles of one tile of C: 2 or 4 for 'split', else 1."""
+    stages: int = 2
+    """Shared-memory stages: 2 to 4 for 'ring' (K tiles in flight: stages - 1), 2 for the others."""
 
     source: str = CUDA_SOURCE
     dynamic_smem: int = 0
@@ -114,27 +126,30 @@ class CudaInstance:
             return f"matmul_f32_tiled<{self.bm}, {self.bn}, {self.bk}, {self.rows}>"
         if self.family == "split":
             return f"matmul_f32_splitk<{self.bm}, {self.bn}, {self.bk}, {self.rows}, {self.split}>"
+        if self.family == "ring":
+            return f"matmul_f32_ring<{self.bm}, {self.bn}, {self.bk}, {self.rows}, {self.stages}>"
         return "matmul_f32_128" if self.family == "staged" else f"matmul_f32<{self.vec_b}>"
 
     @property
     def block(self) -> int:
-        """Threads per block: 256, or one per rows x 8 outputs for the tiled and split kernels."""
-        if self.family in ("tiled", "split"):
+        """Threads per block: 256, or one per rows x 8 outputs for the tiled, split and ring kernels."""
+        if self.family in TILED_FAMILIES:
             return self.bm * self.bn // (8 * self.rows)
         return CUDA_THREADS
 
     @property
     def tile_mn(self) -> tuple[int, int]:
         """(rows, columns) of the tile of C one block (one cluster for 'split') computes."""
-        if self.family in ("tiled", "split"):
+        if self.family in TILED_FAMILIES:
             return self.bm, self.bn
         return (128, 128) if self.family == "staged" else (CUDA_TILE[0], CUDA_TILE[1])
 
     @property
     def specialization(self) -> str:
         """Short description for tables, e.g. 'tile=64x64x32 vec_b=4 block=256'."""
-        if self.family in ("tiled", "split"):
-            tile = f"{self.bm}x{self.bn}x{self.bk} rows={self.rows}" + (f" split_k={self.split}" if self.split > 1 else "")
+        if self.family in TILED_FAMILIES:
+            tile = (f"{self.bm}x{self.bn}x{self.bk} rows={self.rows}" + (f" split_k={self.split}" if self.split > 1 else "")
+                    + (f" stages={self.stages}" if self.family == "ring" else ""))
         else:
             tile = "128x128x8 staged" if self.family == "staged" else "x".join(map(str, CUDA_TILE))
         return f"tile={tile} vec_b={self.vec_b} block={self.block}"
@@ -160,6 +175,18 @@ def split_instance(bm: int, bn: int, bk: int, rows: int, split: int) -> str | No
     per_round = 2 * rows if 2 * rows <= fit else rows
     if per_round > fit or per_round % split:
         return f"{2 * rows} float4s of partial sums a thread do not pass through {fit} in rounds of a multiple of {split}"
+    return None
+
+
+def ring_instance(bm: int, bn: int, bk: int, stages: int) -> str | None:
+    """Why matmul_f32_ring does not compile the tiled instance (bm, bn, bk, ...) with `stages` stages
+    (its static_asserts beyond the tiled kernel's: BK 8, 16 or 32, the stages within SMEM_LIMIT), or
+    None where it does."""
+    smem = 4 * stages * (bm * bk + bk * bn)
+    if bk not in (8, 16, 32):
+        return f"its K tile must be 8, 16 or 32 floats, not {bk}"
+    if smem > SMEM_LIMIT:
+        return f"its {stages} stages of {bm}x{bk} and {bk}x{bn} floats take {smem} bytes of shared memory, more than {SMEM_LIMIT}"
     return None
 
 
@@ -245,6 +272,7 @@ def cuda_instance(m: int, n: int, k: int) -> CudaInstance:
                                                           ("MM_BK", ("8", "16", "32")), ("MM_ROWS", ("4", "8")))]
     staged = define("MM_STAGED128", ("0", "1")) == "1"
     split = int(define("MM_SPLIT_K", ("1", "2", "4")) or 1)
+    stages = define("MM_STAGES", ("2", "3", "4"))
     if not (n % 4 == 0 and k % 4 == 0) or forced == "64":
         return CudaInstance(vec_b=4 if n % 4 == 0 else 1)
     large = cuda_grid(m, n, 128) >= TILE128_MIN_TILES or forced == "128"
@@ -261,7 +289,14 @@ def cuda_instance(m: int, n: int, k: int) -> CudaInstance:
         if why is not None:
             raise EvidenceError(f"Matrix-product switch MM_SPLIT_K={split} does not take the tile {bm}x{bn}x{bk} "
                                 f"with {rows} rows per thread: {why}.")
+        if stages is not None:
+            raise EvidenceError("Matrix-product switches MM_SPLIT_K and MM_STAGES name two kernels; a variant takes one.")
         return CudaInstance(vec_b=4, family="split", bm=bm, bn=bn, bk=bk, rows=rows, split=split)
+    if stages is not None:
+        why = ring_instance(bm, bn, bk, int(stages))
+        if why is not None:
+            raise EvidenceError(f"Matrix-product switch MM_STAGES={stages} does not take the tile {bm}x{bn}x{bk}: {why}.")
+        return CudaInstance(vec_b=4, family="ring", bm=bm, bn=bn, bk=bk, rows=rows, stages=int(stages))
     return CudaInstance(vec_b=4, family="tiled", bm=bm, bn=bn, bk=bk, rows=rows)
 
 

@@ -36,7 +36,7 @@ SWEEP = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (4096, 4096
 # ----------------------------------------------------------------------------- dispatch
 
 
-SMALL = "matmul_f32_tiled<64, 64, 32, 4>"
+SMALL = "matmul_f32_ring<64, 64, 32, 4, 3>"
 BIG = "matmul_f32_tiled<128, 128, 16, 8>"
 
 
@@ -275,7 +275,7 @@ def test_dispatch_by_shape_and_the_tile_variants() -> None:
         assert v.specialization == "tile=128x64x16 rows=8 vec_b=4 block=128"
     with cuda_module.variant_options(("-DMM_BK=8",)):
         assert cuda_instance(4096, 4096, 4096).kernel == "matmul_f32_tiled<128, 128, 8, 8>"
-        assert cuda_instance(1024, 1024, 1024).kernel == "matmul_f32_tiled<64, 64, 8, 4>"  # the small one too
+        assert cuda_instance(1024, 1024, 1024).kernel == "matmul_f32_ring<64, 64, 8, 4, 3>"  # the small one too
     with cuda_module.variant_options(("-DMM_STAGED128=1",)):
         v = cuda_instance(4096, 4096, 4096)
         assert v.kernel == "matmul_f32_128" and v.block == 256 and "staged" in v.specialization
@@ -315,7 +315,7 @@ def test_dispatch_by_shape_and_the_tile_variants() -> None:
     ("warp_tiles", BIG, 4 * (2 * 16 * 132 + 2 * 16 * 128)),
     ("tile128x64", "matmul_f32_tiled<128, 64, 16, 8>", 4 * (2 * 16 * 132 + 2 * 16 * 64)),
     ("tile64x128", "matmul_f32_tiled<64, 128, 16, 4>", 4 * (2 * 16 * 68 + 2 * 16 * 128)),
-    ("small64", SMALL, 4 * (2 * 32 * 68 + 2 * 32 * 64)),
+    ("small64", "matmul_f32_tiled<64, 64, 32, 4>", 4 * (2 * 32 * 68 + 2 * 32 * 64)),
     ("small64_bk16", "matmul_f32_tiled<64, 64, 16, 4>", 4 * (2 * 16 * 68 + 2 * 16 * 64)),
     ("small64_rows8", "matmul_f32_tiled<64, 64, 32, 8>", 4 * (2 * 32 * 68 + 2 * 32 * 64)),
 ])
@@ -387,7 +387,11 @@ def test_the_ring_switch_serves_the_tiled_instance_within_the_shared_memory() ->
         assert "stages=3" in v.specialization and v.tile_mn == (64, 64)
         assert cuda_instance(4096, 4096, 4096).kernel == "matmul_f32_ring<128, 128, 16, 8, 3>"
         assert cuda_instance(1024, 1022, 1024).kernel == "matmul_f32<1>"  # N % 4 != 0: the cp.async kernel
-    assert cuda_instance(1024, 1024, 1024).family == "tiled"
+    assert cuda_instance(1024, 1024, 1024).kernel == "matmul_f32_ring<64, 64, 32, 4, 3>"  # the small default
+    assert cuda_instance(4096, 4096, 4096).family == "tiled"  # the large default
+    with cuda_module.variant_options(("-DMM_STAGES=0",)):  # small_tiled: the tiled kernel at every shape
+        assert cuda_instance(1024, 1024, 1024).kernel == "matmul_f32_tiled<64, 64, 32, 4>"
+        assert cuda_instance(4096, 4096, 4096).kernel == "matmul_f32_tiled<128, 128, 16, 8>"
     assert ring_instance(128, 128, 16, 3) is None and ring_instance(64, 64, 32, 3) is None
     assert 4 * 3 * (128 * 16 + 16 * 128) == SMEM_LIMIT
     assert ring_instance(128, 128, 16, 4) is not None and ring_instance(64, 64, 12, 2) is not None

@@ -4,7 +4,6 @@ bound, and the flag lines (harness.tables.trust.flags)."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +11,7 @@ import pandas as pd
 
 from harness.report.words import records
 from harness.tables import trust
-from harness.tables.phrases import _and, _count, _sentence, _truthy
+from harness.tables.phrases import _and, _count, _sentence, _truthy, set_aside_items, set_aside_text
 
 
 def report_context(controls: str | Path | pd.DataFrame | None, drifted: str | Path | pd.DataFrame | None, *,
@@ -37,18 +36,14 @@ def report_context(controls: str | Path | pd.DataFrame | None, drifted: str | Pa
         r["rankable"] = trust.rankable(ctl, str(r["op"]), str(r["shape"]))
     bound = trust.drift_bound(dft) if dft is not None and len(dft) else None
     margins = [r["margin"] for r in rows if r.get("margin") is not None]
-    set_aside = []
-    for r in rows:
-        for item in str(r.get("set_aside") or "").split("; "):
-            m = re.match(r"^(\S+) \((.*)\)$", item.strip())
-            if m:
-                set_aside.append({"op": r["op"], "shape": r["shape"], "namespace": m.group(1), "reason": m.group(2)})
+    set_aside = [{"op": r["op"], "shape": r["shape"], "namespace": name, "reason": why}
+                 for r in rows for name, why in set_aside_items(r.get("set_aside"))]
     above = [r for r in rows if r.get("status") in trust.ABOVE or (r.get("status") == "outside" and r.get("side") == "above")]
     left: dict[tuple[str, str], list[str]] = {}
     for aside in set_aside:
         left.setdefault((aside["namespace"], aside["reason"]), []).append(f"{aside['op']} {aside['shape']}")
-    set_aside_summary = _sentence("Left out of the control bands: " + "; ".join(
-        f"{name} at {_and(where) if len(where) <= 3 else _count(len(where), 'shape')} ({reason})"
+    set_aside_summary = _sentence("Left out of the control bands: " + set_aside_text(
+        (name, reason, f"at {_and(where) if len(where) <= 3 else _count(len(where), 'shape')}")
         for (name, reason), where in left.items())) if left else ""
     return {
         "controls": rows,

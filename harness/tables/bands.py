@@ -15,7 +15,8 @@ from harness import ROOT
 from harness.errors import EvidenceError
 from harness.io import row_dicts
 from harness.tables.retained import Retained, identity_change, kernel_identity, retained
-from harness.tables.phrases import _missing, _truthy, _sentence, _us, _span, _and, _count, _flag_text, _float
+from harness.tables.phrases import (_and, _count, _flag_text, _float, _missing, _sentence, _span, _truthy, _us, set_aside_items,
+                                    set_aside_text)
 
 
 def _schema_margin() -> float:
@@ -323,7 +324,7 @@ def classify_controls(current_kernel_time: pd.DataFrame, bands: pd.DataFrame, co
                 parts.append(f"{flag_clause}.")
         elif status == "establishing":
             assert value is not None  # only status "missing" has no value
-            sa = f" (set aside: {row['set_aside']})" if row["set_aside"] else ""
+            sa = f" (set aside: {set_aside_text((n, why, '') for n, why in set_aside_items(row['set_aside']))})" if row["set_aside"] else ""
             nvml_said = {"quiet": "which saw no other process and no throttling during the captures at this shape",
                          "unknown": "which recorded nothing for its capture",
                          "disturbed": f"which flagged {flagged_captures} ({row['nvml_flags']})"}[nvml]

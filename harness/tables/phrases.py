@@ -76,6 +76,37 @@ def _flag_text(flags: Iterable[Any]) -> str:
     return "; ".join(seen) or "flagged disturbed"
 
 
+def set_aside_items(cell: Any) -> list[tuple[str, str]]:
+    """(namespace, why) of each namespace a `set_aside` cell names ('name (why); name2 (why)'; a why
+    may hold parentheses and '; ' of its own)."""
+    if _missing(cell) or not str(cell).strip():
+        return []
+    out = []
+    for item in re.split(r"(?<=\)); (?=\S+ \()", str(cell).strip()):
+        m = re.match(r"^(\S+) \((.*)\)$", item.strip())
+        if m:
+            out.append((m.group(1), m.group(2)))
+    return out
+
+
+def set_aside_text(items: Iterable[tuple[str, str, str]], listed: int = 3) -> str:
+    """Namespaces left out of a control band, grouped by why, in their order: each reason once, after
+    its namespaces named ('a at 4 shapes and b (why)', with the where-text given) where there are at
+    most `listed` of them, else counted, first and last named ('78 namespaces, a to z (why)'; the
+    table's set_aside column keeps every name). items: (namespace, why, where-text or '')."""
+    by_reason: dict[str, list[tuple[str, str]]] = {}
+    for name, why, where in items:
+        by_reason.setdefault(why, []).append((name, where))
+    parts = []
+    for why, names in by_reason.items():
+        if len(names) <= listed:
+            said = _and(f"{n} {w}".strip() for n, w in names)
+        else:
+            said = f"{len(names)} namespaces, {names[0][0]} to {names[-1][0]}"
+        parts.append(f"{said} ({why})")
+    return "; ".join(parts)
+
+
 def and_(items: Iterable[str]) -> str:
     """'a', 'a and b', 'a, b and c' (empty items dropped)."""
     return _and(items)

@@ -712,7 +712,9 @@ matmul_f32_splitk(const float* __restrict__ A, const float* __restrict__ B, floa
 
 // ----------------------------------------------------------------------------- a ring of stages, both operands by cp.async
 
-// A variant's kernel (MM_STAGES, harness/ops/matmul/kernels.py):
+// The default below 132 tiles of 128 x 128 (matmul_f32_ring<64, 64, 32, 4, 3>, in place of the tiled
+// kernel's 64 x 64 x 32 instance), and a variant's kernel at any shape (MM_STAGES,
+// harness/ops/matmul/kernels.py):
 //     matmul_f32_ring<BM, BN, BK, ROWS, STAGES>   the tiled kernel's tile, threads and outputs, with
 //                      both operands copied by 16-byte cp.async.cg into a ring of STAGES shared-memory
 //                      stages: K tiles t + 1 .. t + STAGES - 1 are in flight while tile t is

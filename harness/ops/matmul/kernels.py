@@ -11,7 +11,8 @@ CUDA (kernels/matmul/matmul.cu), dispatched by shape (`cuda_instance`):
                    matmul_f32_tiled<128, 128, 16, 8>   128 x 128 x 16 tiles, 256 threads, 8 x 8
                    outputs per thread, warp-tiled; B by cp.async, A staged in registers
     N % 4 == K % 4 == 0, fewer tiles
-                   matmul_f32_tiled<64, 64, 32, 4>   64 x 64 x 32 tiles, 128 threads, 4 x 8 outputs
+                   matmul_f32_ring<64, 64, 32, 4, 3>   64 x 64 x 32 tiles, 128 threads, 4 x 8 outputs
+                   per thread; A and B by cp.async into a ring of three shared-memory stages
     otherwise      matmul_f32<VEC_B>   64 x 64 x 32 tiles, 256 threads, 4 x 4 outputs per thread,
                    cp.async double buffering, grid = ceil(M / 64) * ceil(N / 64) blocks:
         N % 4 == 0     matmul_f32<4>   B copied in 16-byte cp.async.cg, C stored as float4
@@ -24,7 +25,8 @@ CUDA (kernels/matmul/matmul.cu), dispatched by shape (`cuda_instance`):
     (matmul_f32_splitk, the tiled kernel's instance with each tile's K tiles shared by a cluster
     of that many blocks, grid = split * tiles; MM_SPLIT_MIN_BLOCKS sets its launch bounds),
     MM_STAGES=2, 3 or 4 (matmul_f32_ring, the tiled kernel's instance with both operands copied by
-    cp.async into a ring of that many shared-memory stages, at most 48 KB).
+    cp.async into a ring of that many shared-memory stages, at most 48 KB, at every shape it serves)
+    or 0 (matmul_f32_tiled at every shape it serves, A through registers: the small default before).
 Triton (kernels/matmul/matmul_triton.py), M, N, K compile-time constants (one instance per
 shape), grid = ceil(M / 64) * ceil(N / 64) programs:
     any shape      BLOCK 64 x 64 x 32, GROUP_M = 8, 4 warps, 3 stages (`config_for`: measured
@@ -76,6 +78,10 @@ and no variant names them (MM_BM, MM_BN, MM_BK, MM_ROWS)."""
 DEFAULT_SMALL = (64, 64, 32, 4)
 """(BM, BN, BK, ROWS) of the tiled kernel for products with fewer tiles of 128 x 128 (as Triton's
 64 x 64 x 32 programs of 4 warps: 4 x 8 outputs per thread, 128 threads)."""
+
+DEFAULT_SMALL_STAGES = 3
+"""Shared-memory stages of matmul_f32_ring, the default kernel below TILE128_MIN_TILES tiles of 128 x 128
+(0 would be matmul_f32_tiled; MM_STAGES replaces it, and the large default's 0, at every shape)."""
 
 MAX_DIM = 2**31 - 1
 """Largest M, N or K (the kernels take them as 32-bit integers)."""
@@ -272,13 +278,14 @@ def cuda_instance(m: int, n: int, k: int) -> CudaInstance:
                                                           ("MM_BK", ("8", "16", "32")), ("MM_ROWS", ("4", "8")))]
     staged = define("MM_STAGED128", ("0", "1")) == "1"
     split = int(define("MM_SPLIT_K", ("1", "2", "4")) or 1)
-    stages = define("MM_STAGES", ("2", "3", "4"))
+    stages_define = define("MM_STAGES", ("0", "2", "3", "4"))
     if not (n % 4 == 0 and k % 4 == 0) or forced == "64":
         return CudaInstance(vec_b=4 if n % 4 == 0 else 1)
     large = cuda_grid(m, n, 128) >= TILE128_MIN_TILES or forced == "128"
     if staged and large:
         return CudaInstance(vec_b=4, family="staged")
     default = DEFAULT_TILED if large else DEFAULT_SMALL
+    stages = int(stages_define) if stages_define is not None else (0 if large else DEFAULT_SMALL_STAGES)
     bm, bn, bk, rows = (int(v) if v is not None else d for v, d in zip(tiled, default, strict=True))
     why = tiled_instance(bm, bn, bk, rows)
     if why is not None:
@@ -289,14 +296,14 @@ def cuda_instance(m: int, n: int, k: int) -> CudaInstance:
         if why is not None:
             raise EvidenceError(f"Matrix-product switch MM_SPLIT_K={split} does not take the tile {bm}x{bn}x{bk} "
                                 f"with {rows} rows per thread: {why}.")
-        if stages is not None:
+        if stages_define is not None:
             raise EvidenceError("Matrix-product switches MM_SPLIT_K and MM_STAGES name two kernels; a variant takes one.")
         return CudaInstance(vec_b=4, family="split", bm=bm, bn=bn, bk=bk, rows=rows, split=split)
-    if stages is not None:
-        why = ring_instance(bm, bn, bk, int(stages))
+    if stages:
+        why = ring_instance(bm, bn, bk, stages)
         if why is not None:
             raise EvidenceError(f"Matrix-product switch MM_STAGES={stages} does not take the tile {bm}x{bn}x{bk}: {why}.")
-        return CudaInstance(vec_b=4, family="ring", bm=bm, bn=bn, bk=bk, rows=rows, stages=int(stages))
+        return CudaInstance(vec_b=4, family="ring", bm=bm, bn=bn, bk=bk, rows=rows, stages=stages)
     return CudaInstance(vec_b=4, family="tiled", bm=bm, bn=bn, bk=bk, rows=rows)
 
 

@@ -354,7 +354,6 @@ matmul_f32_128(const float* __restrict__ A, const float* __restrict__ B, float* 
     }
 }
 
-
 // ----------------------------------------------------------------------------- warp-tiled, ROWS x 8 outputs per thread
 
 // Third kernel, matmul_f32_128's successor (the host dispatches by shape, harness/ops/matmul/kernels.py):
@@ -449,6 +448,42 @@ __device__ __forceinline__ void mmt_stash(MmTSmem<BM, BN, BK, ROWS>& sm, const i
     mm_cp_async_wait<0>();
 }
 
+// Row of C of this thread's output row i (ROWS x 8 outputs: row blocks of 4, BM / RB rows apart).
+template <int BM, int ROWS>
+__device__ __forceinline__ int mmt_row(const int m0, const int ty, const int i) {
+    return m0 + (BM / (ROWS / 4)) * (i / 4) + 4 * ty + (i % 4);
+}
+
+// Zero this thread's ROWS x 8 accumulators.
+template <int ROWS>
+__device__ __forceinline__ void mmt_zero(float (&acc)[ROWS][8]) {
+#pragma unroll
+    for (int i = 0; i < ROWS; ++i) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
+    }
+}
+
+// Store this thread's ROWS x 8 outputs (rows mmt_row, columns 4 tx .. +3 and BN / 2 + 4 tx .. +3 of
+// the tile at (m0, n0)) as float4s, the ones inside C only (N % 4 == 0: a float4 is wholly in or out).
+template <int BM, int BN, int ROWS>
+__device__ __forceinline__ void mmt_store(float* __restrict__ C, const int M, const int N, const int m0, const int n0,
+                                          const int ty, const int tx, const float (&acc)[ROWS][8]) {
+#pragma unroll
+    for (int i = 0; i < ROWS; ++i) {
+        const int row = mmt_row<BM, ROWS>(m0, ty, i);
+        if (row >= M) continue;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int col = n0 + (BN / 2) * h + 4 * tx;
+            if (col < N) {
+                *reinterpret_cast<float4*>(C + static_cast<long long>(row) * N + col) =
+                    make_float4(acc[i][4 * h], acc[i][4 * h + 1], acc[i][4 * h + 2], acc[i][4 * h + 3]);
+            }
+        }
+    }
+}
+
 template <int BM, int BN, int BK, int ROWS>
 __global__ void __launch_bounds__(BM * BN / (8 * ROWS), 2)  // 128 registers at 256 threads, 255 at 128
 matmul_f32_tiled(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
@@ -476,11 +511,7 @@ matmul_f32_tiled(const float* __restrict__ A, const float* __restrict__ B, float
 #endif
 
     float acc[ROWS][8];
-#pragma unroll
-    for (int i = 0; i < ROWS; ++i) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
-    }
+    mmt_zero<ROWS>(acc);
 
     const int ktiles = (K + BK - 1) / BK;
     MmTFetch<BM, BN, BK, ROWS> f;
@@ -517,19 +548,7 @@ matmul_f32_tiled(const float* __restrict__ A, const float* __restrict__ B, float
         __syncthreads();  // tile kt + 1 published; stage s free for tile kt + 2
     }
 
-#pragma unroll
-    for (int i = 0; i < ROWS; ++i) {
-        const int row = m0 + (BM / RB) * (i / 4) + 4 * ty + (i % 4);
-        if (row >= M) continue;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int col = n0 + (BN / 2) * h + 4 * tx;  // N % 4 == 0: the float4 is wholly in or out
-            if (col < N) {
-                *reinterpret_cast<float4*>(C + static_cast<long long>(row) * N + col) =
-                    make_float4(acc[i][4 * h], acc[i][4 * h + 1], acc[i][4 * h + 2], acc[i][4 * h + 3]);
-            }
-        }
-    }
+    mmt_store<BM, BN, ROWS>(C, M, N, m0, n0, ty, tx, acc);
 }
 
 // This thread's place in the tile: thread (ty, tx) (the layout above, MM_THREAD_ROWS).
@@ -593,12 +612,6 @@ __device__ __forceinline__ void mmt_accumulate(MmTSmem<BM, BN, BK, ROWS>& sm, co
         if (more) mmt_stash<BM, BN, BK, ROWS>(sm, s ^ 1, f);
         __syncthreads();  // tile kt + 1 published; stage s free for tile kt + 2
     }
-}
-
-// Row of C of this thread's output row i (ROWS x 8 outputs: row blocks of 4, BM / RB rows apart).
-template <int BM, int ROWS>
-__device__ __forceinline__ int mmt_row(const int m0, const int ty, const int i) {
-    return m0 + (BM / (ROWS / 4)) * (i / 4) + 4 * ty + (i % 4);
 }
 
 // ----------------------------------------------------------------------------- split K over a cluster
@@ -666,11 +679,7 @@ matmul_f32_splitk(const float* __restrict__ A, const float* __restrict__ B, floa
     mmt_thread<BN>(ty, tx);
 
     float acc[ROWS][8];
-#pragma unroll
-    for (int i = 0; i < ROWS; ++i) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
-    }
+    mmt_zero<ROWS>(acc);
     const int ktiles = (K + BK - 1) / BK;
     const int kt0 = static_cast<int>((static_cast<long long>(ktiles) * rank) / S);
     const int kt1 = static_cast<int>((static_cast<long long>(ktiles) * (rank + 1)) / S);
@@ -843,11 +852,7 @@ matmul_f32_ring(const float* __restrict__ A, const float* __restrict__ B, float*
     mmr_plan<BM, BN, BK, THREADS>(cp, A, B, M, N, K, m0, n0);
 
     float acc[ROWS][8];
-#pragma unroll
-    for (int i = 0; i < ROWS; ++i) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
-    }
+    mmt_zero<ROWS>(acc);
 
     const int ktiles = (K + BK - 1) / BK;
     const int full = K / BK;  // tiles wholly inside K
@@ -893,17 +898,5 @@ matmul_f32_ring(const float* __restrict__ A, const float* __restrict__ B, float*
     }
     mm_cp_async_wait<0>();  // (only empty groups remain) nothing in flight when the block exits
 
-#pragma unroll
-    for (int i = 0; i < ROWS; ++i) {
-        const int row = mmt_row<BM, ROWS>(m0, ty, i);
-        if (row >= M) continue;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int col = n0 + (BN / 2) * h + 4 * tx;  // N % 4 == 0: the float4 is wholly in or out
-            if (col < N) {
-                *reinterpret_cast<float4*>(C + static_cast<long long>(row) * N + col) =
-                    make_float4(acc[i][4 * h], acc[i][4 * h + 1], acc[i][4 * h + 2], acc[i][4 * h + 3]);
-            }
-        }
-    }
+    mmt_store<BM, BN, ROWS>(C, M, N, m0, n0, ty, tx, acc);
 }

@@ -351,6 +351,10 @@ def test_census_of_the_tiled_variants(variant: str, kernel: str, smem: int, tmp_
     ("ring3", (1024, 1024, 1024), "matmul_f32_ring<64, 64, 32, 4, 3>", 4 * 3 * (64 * 32 + 32 * 64)),
     ("ring3", (4096, 4096, 4096), "matmul_f32_ring<128, 128, 16, 8, 3>", 4 * 3 * (128 * 16 + 16 * 128)),
     ("ring3_bk16", (1024, 1024, 1024), "matmul_f32_ring<64, 64, 16, 4, 3>", 4 * 3 * (64 * 16 + 16 * 64)),
+    ("ring3_128x64", (4096, 4096, 4096), "matmul_f32_ring<128, 64, 16, 8, 3>", 4 * 3 * (128 * 16 + 16 * 64)),
+    ("ring3_128x64", (1024, 1024, 1024), "matmul_f32_ring<64, 64, 32, 4, 3>", 4 * 3 * (64 * 32 + 32 * 64)),
+    ("ring3_64x128", (4096, 4096, 4096), "matmul_f32_ring<64, 128, 16, 4, 3>", 4 * 3 * (64 * 16 + 16 * 128)),
+    ("ring4_bk8", (4096, 4096, 4096), "matmul_f32_ring<128, 128, 8, 8, 4>", 4 * 4 * (128 * 8 + 8 * 128)),
 ])
 def test_census_of_the_ring_variants(variant: str, shape: tuple[int, int, int], kernel: str, smem: int,
                                      tmp_path: Path) -> None:

@@ -126,6 +126,9 @@ CHOICES = {
     "ring3-128x128x16x8": ("-DMM_TILE=128", "-DMM_STAGES=3"),
     "ring4-64x64x16x4": ("-DMM_STAGES=4", "-DMM_BK=16"),
     "ring3-128x128x8x8": ("-DMM_TILE=128", "-DMM_STAGES=3", "-DMM_BK=8"),
+    "ring3-128x64x16x8": ("-DMM_TILE=128", "-DMM_STAGES=3", "-DMM_BN=64"),
+    "ring3-64x128x16x4": ("-DMM_TILE=128", "-DMM_STAGES=3", "-DMM_BM=64", "-DMM_ROWS=4"),
+    "ring4-128x128x8x8": ("-DMM_TILE=128", "-DMM_STAGES=4", "-DMM_BK=8"),
 }
 TAIL_SHAPES = [(65, 68, 36), (100, 132, 260), (129, 192, 4096), (300, 260, 20), (1, 4, 4), (256, 384, 12)]
 

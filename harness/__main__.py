@@ -8,6 +8,7 @@ Commands:
   bundle NAMESPACE [--out FILE] [--force] [--include-reports]     one archive of a namespace for a pull request
   compare A B [--margin M] [--out FILE.csv] [--force]             two namespaces kernel by kernel: same, faster, slower or can't tell
   retrust NAMESPACE                                               re-derive a namespace's controls, drift and reports (CPU)
+  rerender NAMESPACE ... | --all                                  render reports again from their own tables (CPU)
   regroup NAMESPACE [--dry-run]                                   clear the groups measured on more than one GPU, to re-measure them
   job-times NAMESPACE                                              where a run's time went (writes tables/job_times.csv)
   between-runs NAMESPACE ...                                       the between-run component of the ratios' intervals, for the config
@@ -25,7 +26,7 @@ import sys
 
 from harness.errors import EvidenceError, shown
 
-USAGE = "usage: python -m harness {nsys,group,config,history,compare,retrust,regroup,bundle,verify,job-times,between-runs} ..."
+USAGE = "usage: python -m harness {nsys,group,config,history,compare,retrust,rerender,regroup,bundle,verify,job-times,between-runs} ..."
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,6 +54,10 @@ def main(argv: list[str] | None = None) -> int:
             from harness.evidence import retrust
 
             return retrust.main(rest)
+        if command == "rerender":
+            from harness.evidence import rerender
+
+            return rerender.main(rest)
         if command == "regroup":
             from harness.evidence import regroup
 

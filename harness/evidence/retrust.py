@@ -19,6 +19,7 @@ import json
 import socket
 import sys
 from pathlib import Path
+from typing import Any
 
 from harness import ROOT
 from harness.errors import EvidenceError
@@ -48,38 +49,53 @@ def _holding(tdir: Path) -> str:
     return ", ".join(names[:4]) + (", ..." if len(names) > 4 else "") if names else "no tables"
 
 
-def retrust(namespace: str, artifacts: str | Path = ROOT / "artifacts", reports: str | Path = ROOT / "report",
-            rewrite_retained: bool = False) -> None:
-    """Rerun the trust step and the render of `namespace`, and note the command in its provenance.
-    A retained namespace (harness.namespaces) is rewritten only with `rewrite_retained`."""
+def reported_namespace(namespace: str, artifacts: str | Path, rewrite_retained: bool, command: str) -> tuple[Path, dict[str, Any]]:
+    """The folder and provenance of a namespace that has a report to re-render, or EvidenceError
+    (one sentence, `command` naming who refuses) before anything is written. A retained namespace
+    (harness.namespaces) is accepted only with `rewrite_retained`."""
     ns_dir = namespace_dir(namespace, artifacts)
     refuse_retained(namespace, Path(artifacts).parent, overwrite=namespace if rewrite_retained else None,
                     how="--rewrite-retained")
     prov_path = ns_dir / "provenance.json"
     if not prov_path.is_file():
-        raise EvidenceError(f"retrust: {namespace} has no provenance.json under {artifacts}, so its configuration is unknown.")
+        raise EvidenceError(f"{command}: {namespace} has no provenance.json under {artifacts}, so its configuration is unknown.")
     provenance = json.loads(prov_path.read_text())
     cfg = provenance.get("config")
     if not isinstance(cfg, dict) or cfg.get("namespace") != namespace:
-        raise EvidenceError(f"retrust: the provenance of {namespace} does not hold that namespace's configuration.")
+        raise EvidenceError(f"{command}: the provenance of {namespace} does not hold that namespace's configuration.")
     tdir = ns_dir / "tables"
     if not (tdir / "sweep.csv").is_file():  # a namespace of one sweep (tables/sweep_<op>*.csv) has no report
-        raise EvidenceError(f"retrust: {namespace} has no tables/sweep.csv (it holds {_holding(tdir)}), so it has no "
+        raise EvidenceError(f"{command}: {namespace} has no tables/sweep.csv (it holds {_holding(tdir)}), so it has no "
                             "report to re-render; nothing was rewritten.")
+    return ns_dir, provenance
+
+
+def render_again(namespace: str, ns_dir: Path, provenance: dict[str, Any], reports: str | Path, command: str,
+                 note: str) -> None:
+    """Note `command` in the namespace's provenance, then render its reports, page, figures and
+    summary from its tables (the report's history lists the command)."""
+    cfg = provenance["config"]
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    provenance.setdefault("commands", []).append(
+        {"command": command, "start": now, "host": socket.gethostname(), "note": note})
+    write_text(json.dumps(provenance, indent=1) + "\n", ns_dir / "provenance.json")
+    report_step.render(cfg, table_inputs(ns_dir), output_paths(namespace, list(cfg["operations"]), ns_dir.parent, reports))
+
+
+def retrust(namespace: str, artifacts: str | Path = ROOT / "artifacts", reports: str | Path = ROOT / "report",
+            rewrite_retained: bool = False) -> None:
+    """Rerun the trust step and the render of `namespace`, and note the command in its provenance.
+    A retained namespace (harness.namespaces) is rewritten only with `rewrite_retained`."""
+    ns_dir, provenance = reported_namespace(namespace, artifacts, rewrite_retained, "retrust")
     check_kernel_tables(artifacts)
-    t = cfg.get("trust") or {}
+    t = provenance["config"].get("trust") or {}
+    tdir = ns_dir / "tables"
     tables_step.controls_and_drift(namespace=namespace, control=t.get("control", "triton"), margin=float(t.get("margin", trust.MARGIN)),
                                    earlier=t.get("earlier"), controls_out=str(tdir / "controls.csv"),
                                    drift_out=str(tdir / "drift.csv"))
-    inputs = table_inputs(ns_dir)
-    outputs = output_paths(namespace, list(cfg["operations"]), artifacts, reports)
-    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    provenance.setdefault("commands", []).append(
-        {"command": f"python -m harness retrust {namespace} --rewrite-retained", "start": now, "host": socket.gethostname(),
-         "note": "controls and drift re-derived from the namespaces retained before it, reports re-rendered; "
-                 "no measurement changed"})
-    write_text(json.dumps(provenance, indent=1) + "\n", prov_path)
-    report_step.render(cfg, inputs, outputs)
+    render_again(namespace, ns_dir, provenance, reports, f"python -m harness retrust {namespace} --rewrite-retained",
+                 "controls and drift re-derived from the namespaces retained before it, reports re-rendered; "
+                 "no measurement changed")
 
 
 def main(argv: list[str] | None = None) -> int:

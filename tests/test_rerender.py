@@ -1,0 +1,80 @@
+"""`python -m harness rerender`: committed namespaces' reports rendered again from their own tables,
+every table left byte for byte, the command added to provenance and to the report's history.
+Real retained namespaces stand in (copied to a temporary folder)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness import ROOT
+from harness.__main__ import main as cli
+
+REPORTED, OTHER, ONE_SWEEP = "h200-ops-solo-1", "h200-ops-1", "h200-matmul-tile128-1"
+
+
+def copy(tmp: Path, *names: str) -> tuple[Path, Path]:
+    art, rep = tmp / "artifacts", tmp / "report"
+    for name in names:
+        shutil.copytree(ROOT / "artifacts" / name, art / name)
+        if (ROOT / "report" / name).is_dir():
+            shutil.copytree(ROOT / "report" / name, rep / name)
+    return art, rep
+
+
+def files(*roots: Path) -> dict[Path, bytes]:
+    return {p: p.read_bytes() for root in roots for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_reports_are_rendered_from_the_tables_and_the_tables_stay(tmp_path: Path) -> None:
+    art, rep = copy(tmp_path, REPORTED)
+    tables = files(art / REPORTED / "tables")
+    before = json.loads((art / REPORTED / "provenance.json").read_text())["commands"]
+    (rep / REPORTED / "field_note.md").write_text("stale\n")
+    (rep / REPORTED / "issue_comment.md").unlink()
+    assert cli(["rerender", REPORTED, "--artifacts", str(art), "--reports", str(rep), "--rewrite-retained"]) == 0
+    assert files(art / REPORTED / "tables") == tables
+    commands = json.loads((art / REPORTED / "provenance.json").read_text())["commands"]
+    assert commands[:-1] == before
+    added = commands[-1]
+    assert added["command"] == f"python -m harness rerender {REPORTED} --rewrite-retained"
+    assert "no table changed" in added["note"]
+    note = (rep / REPORTED / "field_note.md").read_text()
+    assert note != "stale\n" and f"- {added['command']} (started {added['start']})" in note
+    committed = (ROOT / "report" / REPORTED / "field_note.md").read_text()
+    assert note.split("\n## ")[1] == committed.split("\n## ")[1]  # the first section, from the same tables
+    assert (rep / REPORTED / "issue_comment.md").is_file()
+
+
+def test_all_renders_every_reported_namespace_and_names_those_passed_over(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    art, rep = copy(tmp_path, REPORTED, OTHER, ONE_SWEEP)
+    for name in (REPORTED, OTHER):
+        (rep / name / "field_note.md").write_text("stale\n")
+    one_sweep = files(art / ONE_SWEEP)
+    assert cli(["rerender", "--all", "--artifacts", str(art), "--reports", str(rep), "--rewrite-retained"]) == 0
+    out = capsys.readouterr().out
+    assert f"passed over 1 without a report (one sweep each): {ONE_SWEEP}." in out
+    for name in (REPORTED, OTHER):
+        assert f"rerender: {name}: rendered from its tables." in out
+        assert (rep / name / "field_note.md").read_text() != "stale\n"
+    assert files(art / ONE_SWEEP) == one_sweep and not (rep / ONE_SWEEP).exists()
+
+
+@pytest.mark.parametrize("args, says", [
+    ([REPORTED], f"namespace {REPORTED} is retained evidence"),  # no --rewrite-retained
+    ([REPORTED, ONE_SWEEP, "--rewrite-retained"], f"{ONE_SWEEP} has no tables/sweep.csv"),
+    (["--rewrite-retained"], "name the namespaces to render, or pass --all"),
+    ([REPORTED, "--all", "--rewrite-retained"], "name the namespaces to render, or pass --all"),
+])
+def test_a_refusal_is_one_sentence_before_anything_is_written(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], says: str) -> None:
+    art, rep = copy(tmp_path, REPORTED, ONE_SWEEP)
+    before = files(art, rep)
+    assert cli(["rerender", *args, "--artifacts", str(art), "--reports", str(rep)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.endswith(".") and says in err, err
+    assert files(art, rep) == before

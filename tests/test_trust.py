@@ -917,7 +917,7 @@ def test_every_sentence_on_the_retained_namespaces_ends_with_one_period(tmp_path
 
 def test_namespaces_left_out_of_a_band_are_said_by_reason_and_counted_past_three() -> None:
     """A band's set-aside namespaces are grouped by why: up to three named, more counted with the
-    first and last named (a run on a new GPU model sets aside every earlier one, 80 of them on the
+    earliest and latest named (a run on a new GPU model sets aside every earlier one, 80 of them on the
     lent H100s, which the sentence named one by one); a why with parentheses and '; ' of its own
     is read whole, and the summary of the report context says the same."""
     from harness.tables.phrases import set_aside_items, set_aside_text
@@ -927,14 +927,15 @@ def test_namespaces_left_out_of_a_band_are_said_by_reason_and_counted_past_three
     items = set_aside_items(cell)
     assert len(items) == 6 and items[-1] == ("h100-a-1", flag) and items[0] == ("h200-ops-1", "another GPU model: NVIDIA H200")
     assert set_aside_text((n, why, "") for n, why in items) == (
-        f"5 namespaces, h200-ops-1 to h200-ops-5 (another GPU model: NVIDIA H200); h100-a-1 ({flag})")
+        f"5 namespaces, the earliest h200-ops-1 and the latest h200-ops-5 (another GPU model: NVIDIA H200); "
+        f"h100-a-1 ({flag})")
     assert set_aside_text([("a", "why", "at 2 shapes"), ("b", "why", "")]) == "a at 2 shapes and b (why)"
     assert set_aside_items("") == [] and set_aside_items(float("nan")) == []
     rows = pd.DataFrame([{"op": "softmax", "shape": s, "set_aside": cell, "status": "establishing", "control": "triton"}
                          for s in ("4096x1024", "8192x4096")])
     summary = trust_context.report_context(rows, None)["set_aside_summary"]
-    assert summary == (f"Left out of the control bands: 5 namespaces, h200-ops-1 to h200-ops-5 (another GPU model: "
-                       f"NVIDIA H200); h100-a-1 at softmax 4096x1024 and softmax 8192x4096 ({flag}).")
+    assert summary == (f"Left out of the control bands: 5 namespaces, the earliest h200-ops-1 and the latest h200-ops-5 "
+                       f"(another GPU model: NVIDIA H200); h100-a-1 at softmax 4096x1024 and softmax 8192x4096 ({flag}).")
 
 
 def test_the_margin_default_is_written_once() -> None:

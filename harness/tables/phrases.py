@@ -92,8 +92,10 @@ def set_aside_items(cell: Any) -> list[tuple[str, str]]:
 def set_aside_text(items: Iterable[tuple[str, str, str]], listed: int = 3) -> str:
     """Namespaces left out of a control band, grouped by why, in their order: each reason once, after
     its namespaces named ('a at 4 shapes and b (why)', with the where-text given) where there are at
-    most `listed` of them, else counted, first and last named ('78 namespaces, a to z (why)'; the
-    table's set_aside column keeps every name). items: (namespace, why, where-text or '')."""
+    most `listed` of them, else counted, the first and last in their order named ('78 namespaces,
+    the earliest a and the latest z (why)': items come in retention order, and 'a to z' read as a
+    range of names; the table's set_aside column keeps every name). items: (namespace, why,
+    where-text or '')."""
     by_reason: dict[str, list[tuple[str, str]]] = {}
     for name, why, where in items:
         by_reason.setdefault(why, []).append((name, where))
@@ -102,7 +104,7 @@ def set_aside_text(items: Iterable[tuple[str, str, str]], listed: int = 3) -> st
         if len(names) <= listed:
             said = _and(f"{n} {w}".strip() for n, w in names)
         else:
-            said = f"{len(names)} namespaces, {names[0][0]} to {names[-1][0]}"
+            said = f"{len(names)} namespaces, the earliest {names[0][0]} and the latest {names[-1][0]}"
         parts.append(f"{said} ({why})")
     return "; ".join(parts)
 

@@ -44,9 +44,22 @@ def test_reports_are_rendered_from_the_tables_and_the_tables_stay(tmp_path: Path
     assert "no table changed" in added["note"]
     note = (rep / REPORTED / "field_note.md").read_text()
     assert note != "stale\n" and f"- {added['command']} (started {added['start']})" in note
-    committed = (ROOT / "report" / REPORTED / "field_note.md").read_text()
-    assert note.split("\n## ")[1] == committed.split("\n## ")[1]  # the first section, from the same tables
     assert (rep / REPORTED / "issue_comment.md").is_file()
+
+
+def test_a_namespace_whose_reports_are_current_is_left_alone(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Rendered once, a namespace renders the same again: the second rerender writes nothing, not
+    even a line of provenance."""
+    art, rep = copy(tmp_path, REPORTED)
+    (rep / REPORTED / "field_note.md").write_text("stale\n")
+    args = ["rerender", REPORTED, "--artifacts", str(art), "--reports", str(rep), "--rewrite-retained"]
+    assert cli(args) == 0
+    assert capsys.readouterr().out.strip() == f"rerender: {REPORTED}: rendered from its tables."
+    before = files(art, rep)
+    assert cli(args) == 0
+    assert capsys.readouterr().out.strip() == f"rerender: {REPORTED}: unchanged."
+    assert files(art, rep) == before
 
 
 def test_all_renders_every_reported_namespace_and_names_those_passed_over(

@@ -4,8 +4,10 @@ templates or the prose that formats them, so that committed reports read as the 
 `python -m harness rerender NAMESPACE ... | --all [--artifacts DIR] [--reports DIR] [--rewrite-retained]`
 
 Every table stays as it is, byte for byte (retrust is the command that re-derives the trust tables
-from other namespaces); only the field note, issue comment, page, figures and summary are written
-again, and the command is added to each namespace's provenance, which the report's history lists.
+from other namespaces). Each namespace is rendered into a temporary folder first: where its field
+note, issue comment, figures and summary come out as they are, it is left alone ("unchanged");
+otherwise they, and its page, are written again, and the command is added to its provenance, which
+the report's history lists.
 `--all` takes every namespace under the artifacts folder that has a report (a namespace of one
 sweep has none and is passed over, named). Every named namespace is checked before the first is
 rewritten.
@@ -15,11 +17,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
 from harness import ROOT
 from harness.errors import EvidenceError
 from harness.evidence.retrust import render_again, reported_namespace
+from harness.report import step as report_step
+from harness.report.render import output_paths, table_inputs
 
 NOTE = "reports re-rendered from the namespace's own tables; no table changed"
 
@@ -31,15 +37,36 @@ def with_reports(artifacts: str | Path) -> tuple[list[str], list[str]]:
     return has, [n for n in found if n not in has]
 
 
+def renders_as_it_is(namespace: str, ns_dir: Path, provenance: dict[str, Any], reports: str | Path) -> bool:
+    """Whether the namespace's tables render, now, into the reports and summary it has (the page,
+    not committed, aside)."""
+    cfg = provenance["config"]
+    ops = list(cfg["operations"])
+    with tempfile.TemporaryDirectory() as tmp:
+        fresh = output_paths(namespace, ops, Path(tmp) / "artifacts", Path(tmp) / "report")
+        report_step.render(cfg, table_inputs(ns_dir), fresh)
+        there = output_paths(namespace, ops, ns_dir.parent, reports)
+        pairs = [(fresh[k], there[k]) for k in ("field_note", "issue_comment", "overview", "summary")]
+        pairs += list(zip(fresh["figures"], there["figures"], strict=True))
+        return all(Path(b).is_file() and Path(a).read_bytes() == Path(b).read_bytes() for a, b in pairs)
+
+
 def rerender(namespaces: list[str], artifacts: str | Path = ROOT / "artifacts", reports: str | Path = ROOT / "report",
-             rewrite_retained: bool = False) -> None:
-    """Render each namespace's reports again from its tables and note the command in its
-    provenance; EvidenceError (one sentence) before anything is written where any is refused."""
+             rewrite_retained: bool = False) -> list[str]:
+    """Render again, from its tables, each namespace whose reports the code now writes otherwise,
+    noting the command in its provenance; return those rendered. EvidenceError (one sentence)
+    before anything is written where any namespace is refused."""
     flag = " --rewrite-retained" if rewrite_retained else ""
     checked = [(ns, *reported_namespace(ns, artifacts, rewrite_retained, "rerender")) for ns in namespaces]
+    done = []
     for ns, ns_dir, provenance in checked:
+        if renders_as_it_is(ns, ns_dir, provenance, reports):
+            print(f"rerender: {ns}: unchanged.")
+            continue
         render_again(ns, ns_dir, provenance, reports, f"python -m harness rerender {ns}{flag}", NOTE)
         print(f"rerender: {ns}: rendered from its tables.")
+        done.append(ns)
+    return done
 
 
 def main(argv: list[str] | None = None) -> int:

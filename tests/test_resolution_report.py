@@ -156,6 +156,22 @@ def test_known_answers_flag_only_what_was_missed() -> None:
                        "same, 0.990 [0.985, 0.995]), so this session can miss a change of that size.")
 
 
+def test_a_report_without_flags_counts_the_known_answers_it_checked(tmp_path: Path) -> None:
+    """The "No flags" line says what was checked: the known answers by kind (one clause, counted),
+    none where the run had none; the other checks by what the run measured."""
+    def row(role: str) -> dict[str, Any]:
+        return {"op": "softmax", "shape": "4096x1024", "variant": "cuda.v", "role": role, "verdict": "same"}
+
+    assert resolution.checked([]) is None
+    assert resolution.checked([row("A/A twin"), row("same binary"), row("planted slowdown")]) == (
+        "no known answer wrong (2 A/A pairs, 1 planted slowdown)")
+    assert resolution.checked([row("same binary")]) == "no known answer wrong (1 A/A pair)"
+    _, _, summary, _ = rendered(tmp_path, small_config())
+    assert summary["checked"][:4] == ["no control above its band", "no disturbed capture", "no failed check",
+                                      "no group measured on two GPUs"]
+    assert not any(c.startswith("no known answer") for c in summary["checked"])
+
+
 def test_a_run_without_known_answers_has_no_such_section(tmp_path: Path) -> None:
     note, page, summary, _ = rendered(tmp_path, small_config())
     assert "resolution" not in summary

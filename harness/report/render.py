@@ -345,9 +345,19 @@ def build_context(cfg: Mapping[str, Any], tables: Mapping[str, Any], provenance:
     if cross and cross["disagree"]:
         flag_lines.append(cross_check_flag(cross))
     # every A/A pair of the session, the change's unchanged rows too, feeds the one flag
-    flag_lines += resolution.flags((known["rows"] if known else []) + change.aa_pairs(tables.get("change"), code))
+    answers = (known["rows"] if known else []) + change.aa_pairs(tables.get("change"), code)
+    flag_lines += resolution.flags(answers)
     if not judged:
         flag_lines.append("No controls table: no band judged these captures.")
+    # what "no flags" means for this run: each check whose flag could have been raised and was not
+    clean = ["no control above its band", "no disturbed capture", "no failed check", "no group measured on two GPUs"]
+    if (cfg.get("counters") or {}).get("enabled"):
+        clean.append("no counters missing")
+    if tables.get("drift") is not None and len(tables["drift"]) > 0:
+        clean.append("drift bounded by our unchanged kernels")
+    if cross:
+        clean.append("graph replay agreeing with the captures")
+    clean += [c for c in (resolution.checked(answers),) if c]
     return {
         "namespace": cfg["namespace"], "cache_mode": cfg.get("cache_mode", "hot"), "capture": cfg.get("capture") or {},
         "span_cfg": cfg.get("span") or {}, "arch": cfg.get("arch") or (provenance.get("config") or {}).get("arch"),
@@ -362,7 +372,7 @@ def build_context(cfg: Mapping[str, Any], tables: Mapping[str, Any], provenance:
         "interval": kind, "legacy": legacy, "judged": judged, "rounds": "/".join(str(r) for r in rounds),
         "margin": kind["margin"], "margin_pct": f"{kind['margin'] * 100:g}%" if kind["margin"] is not None else None,
         "counts": total, "count_keys": COUNT_KEYS, "verdicts": stats.VERDICTS,
-        "flags": flag_lines, "trust": tctx, "trust_section": _trust_section(tctx), "toc": toc, "sections": sections,
+        "flags": flag_lines, "clean": clean, "trust": tctx, "trust_section": _trust_section(tctx), "toc": toc, "sections": sections,
         "ceilings": records(tables.get("ceilings")), "gpu_quiet": gpu_quiet(tables.get("gpu_state")),
         "ceilings_measured": bool((cfg.get("ceilings") or {}).get("enabled", True)),
         "cross_check": cross, "resolution": known,
@@ -592,6 +602,7 @@ def headline(ctx: Mapping[str, Any]) -> dict[str, Any]:
     cross = ctx.get("cross_check") or {}
     return {
         "flags": list(ctx["flags"]),
+        "checked": list(ctx["clean"]),
         "claims": claims,
         "counts": {**{o["name"]: dict(o["counts"]) for o in ctx["operations"]}, "all": dict(ctx["counts"])},
         "disturbed": [{"op": d["op"], "shape": d["shape"], "impl": d["impl"], "flags": summary.text(d.get("flags"))}

@@ -158,6 +158,15 @@ def context(cfg: Mapping[str, Any], variants: Any, cross: Any, census: Any = Non
             "idle": any(r["idle_ratio"] is not None for r in found)}
 
 
+def checked(found: list[dict[str, Any]]) -> str | None:
+    """The clause a report without flags says of the known answers it checked ('no known answer
+    wrong (3 A/A pairs, 2 planted slowdowns)'), or None where the session had none."""
+    pairs = sum(EXPECTED[r["role"]] == stats.SAME for r in found)
+    plants = sum(EXPECTED[r["role"]] == stats.SLOWER for r in found)
+    said = [f"{n} {what}{'s' if n != 1 else ''}" for n, what in ((pairs, "A/A pair"), (plants, "planted slowdown")) if n]
+    return f"no known answer wrong ({', '.join(said)})" if said else None
+
+
 def flags(found: list[dict[str, Any]]) -> list[str]:
     """The flag lines of the known answers this session got wrong (`rows`): A/A pairs (twins and
     variants of the same binary) that came out "faster" or "slower", which say its verdicts have a

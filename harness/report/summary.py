@@ -53,7 +53,7 @@ NO_INTERVAL = "none"
 PROVENANCE_KEYS = ("namespace", "git", "date_utc", "host", "gpus", "versions", "config_sha256", "commands")
 """The provenance keys a summary carries."""
 
-HEADLINE_KEYS = ("flags", "claims", "counts", "disturbed", "cross_check_disagree")
+HEADLINE_KEYS = ("flags", "checked", "claims", "counts", "disturbed", "cross_check_disagree")
 """What a rendered summary carries beside its rows: the reports' first screen, as data."""
 
 TOP_KEYS = ("schema", "namespace", "control", "interval", "verdicts", "provenance", "rows")

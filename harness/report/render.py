@@ -357,7 +357,9 @@ def build_context(cfg: Mapping[str, Any], tables: Mapping[str, Any], provenance:
         clean.append("drift bounded by our unchanged kernels")
     if cross:
         clean.append("graph replay agreeing with the captures")
-    clean += [c for c in (resolution.checked(answers),) if c]
+    known_clause = resolution.checked(answers)
+    if known_clause:
+        clean.append(known_clause)
     return {
         "namespace": cfg["namespace"], "cache_mode": cfg.get("cache_mode", "hot"), "capture": cfg.get("capture") or {},
         "span_cfg": cfg.get("span") or {}, "arch": cfg.get("arch") or (provenance.get("config") or {}).get("arch"),

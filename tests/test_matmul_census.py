@@ -429,3 +429,26 @@ def test_the_split_k_variants_dispatch_a_cluster_kernel_of_split_times_the_block
         cuda_instance(4096, 4096, 4096)
     with cuda_module.variant_options(("-DMM_SPLIT_K=3",)), pytest.raises(EvidenceError, match="MM_SPLIT_K"):
         cuda_instance(1024, 1024, 1024)
+
+
+# ----------------------------------------------------------------------------- one PTX a source
+
+
+def test_a_ring_instance_builds_to_the_same_ptx_in_every_process() -> None:
+    """The same source and options give the same PTX from one process to the next (the census's
+    identity of code rests on it): with plain float4 reads of its stages, NVRTC 13.5 wrote two to
+    four distinct PTX for the 128x128 ring instance in 24 processes (scripts/nvrtc_determinism.py),
+    so six processes agreeing by chance was about 3% likely there."""
+    import re
+    import subprocess
+    import sys
+
+    if toolchain.load_nvrtc() is None:
+        pytest.skip("no NVRTC library here")
+    script = Path(__file__).resolve().parent.parent / "scripts" / "nvrtc_determinism.py"
+    proc = subprocess.run([sys.executable, str(script), "--op", "matmul", "--impl", "cuda.ring3",
+                           "--shapes", "2048x2048x2048", "--runs", "6", "--jobs", "2", "--bare"],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    counts = re.findall(r"(\d+) distinct PTX", proc.stdout)
+    assert counts == ["1"], proc.stdout

@@ -55,6 +55,18 @@ __device__ __forceinline__ unsigned mm_smem_addr(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
+// A 16-byte shared-memory read, written as the PTX instruction. The ring kernel reads its stages
+// through it: with plain float4 reads, NVRTC 13.5 wrote differing PTX for the same ring instance
+// from one process to the next (and now and then differing SASS; scripts/nvrtc_determinism.py);
+// through this (and mmr_ring's loop over B's float4), the same PTX every time, and at every ring
+// instance but one (ring4_bk8's 64 x 64 x 8) the SASS the plain reads gave (kernels/matmul/notebook.md).
+__device__ __forceinline__ float4 mm_lds128(const float* p) {
+    float4 v;
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(mm_smem_addr(p)));
+    return v;
+}
+
 // 16-byte asynchronous copy global -> shared, bypassing L1 (.cg); src_bytes (0 or 16) bytes are
 // read and the rest of the 16 filled with zeros.
 __device__ __forceinline__ void mm_cp_async16(unsigned dst, const float* src, int src_bytes) {
@@ -454,28 +466,29 @@ __device__ __forceinline__ int mmt_row(const int m0, const int ty, const int i) 
     return m0 + (BM / (ROWS / 4)) * (i / 4) + 4 * ty + (i % 4);
 }
 
-// Zero this thread's ROWS x 8 accumulators.
-template <int ROWS>
-__device__ __forceinline__ void mmt_zero(float (&acc)[ROWS][8]) {
+// Zero this thread's ROWS x COLS accumulators.
+template <int ROWS, int COLS = 8>
+__device__ __forceinline__ void mmt_zero(float (&acc)[ROWS][COLS]) {
 #pragma unroll
     for (int i = 0; i < ROWS; ++i) {
 #pragma unroll
-        for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
+        for (int j = 0; j < COLS; ++j) acc[i][j] = 0.0f;
     }
 }
 
-// Store this thread's ROWS x 8 outputs (rows mmt_row, columns 4 tx .. +3 and BN / 2 + 4 tx .. +3 of
+// Store this thread's ROWS x COLS outputs (rows mmt_row, columns 4 tx .. +3 of each of the tile's
+// COLS / 4 column blocks, BN / (COLS / 4) apart: 4 tx .. +3 and BN / 2 + 4 tx .. +3 at COLS = 8, of
 // the tile at (m0, n0)) as float4s, the ones inside C only (N % 4 == 0: a float4 is wholly in or out).
-template <int BM, int BN, int ROWS>
+template <int BM, int BN, int ROWS, int COLS = 8>
 __device__ __forceinline__ void mmt_store(float* __restrict__ C, const int M, const int N, const int m0, const int n0,
-                                          const int ty, const int tx, const float (&acc)[ROWS][8]) {
+                                          const int ty, const int tx, const float (&acc)[ROWS][COLS]) {
 #pragma unroll
     for (int i = 0; i < ROWS; ++i) {
         const int row = mmt_row<BM, ROWS>(m0, ty, i);
         if (row >= M) continue;
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int col = n0 + (BN / 2) * h + 4 * tx;
+        for (int h = 0; h < COLS / 4; ++h) {
+            const int col = n0 + (BN / (COLS / 4)) * h + 4 * tx;
             if (col < N) {
                 *reinterpret_cast<float4*>(C + static_cast<long long>(row) * N + col) =
                     make_float4(acc[i][4 * h], acc[i][4 * h + 1], acc[i][4 * h + 2], acc[i][4 * h + 3]);
@@ -551,13 +564,15 @@ matmul_f32_tiled(const float* __restrict__ A, const float* __restrict__ B, float
     mmt_store<BM, BN, ROWS>(C, M, N, m0, n0, ty, tx, acc);
 }
 
-// This thread's place in the tile: thread (ty, tx) (the layout above, MM_THREAD_ROWS).
-template <int BN>
+// This thread's place in the tile: thread (ty, tx) (the layout above, MM_THREAD_ROWS; with COLS
+// outputs a row, BN / COLS thread columns, in thread rows only).
+template <int BN, int COLS = 8>
 __device__ __forceinline__ void mmt_thread(int& ty, int& tx) {
 #if MM_THREAD_ROWS
-    tx = threadIdx.x % (BN / 8);
-    ty = threadIdx.x / (BN / 8);
+    tx = threadIdx.x % (BN / COLS);
+    ty = threadIdx.x / (BN / COLS);
 #else
+    static_assert(COLS == 8, "the warp-tiled layout has 8 outputs a row");
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
     constexpr int WARPS_N = BN / 64;  // a warp: 4 thread rows x 8 thread columns
@@ -724,15 +739,16 @@ matmul_f32_splitk(const float* __restrict__ A, const float* __restrict__ B, floa
 // The default below 132 tiles of 128 x 128 (matmul_f32_ring<64, 64, 32, 4, 3>, in place of the tiled
 // kernel's 64 x 64 x 32 instance), and a variant's kernel at any shape (MM_STAGES,
 // harness/ops/matmul/kernels.py):
-//     matmul_f32_ring<BM, BN, BK, ROWS, STAGES>   the tiled kernel's tile, threads and outputs, with
-//                      both operands copied by 16-byte cp.async.cg into a ring of STAGES shared-memory
-//                      stages: K tiles t + 1 .. t + STAGES - 1 are in flight while tile t is
-//                      multiplied (the tiled kernel has one, and carries A through registers). One
-//                      barrier per K tile: it publishes tile t and frees the stage tile t - 1 was read
-//                      from, which the copies issued right after it refill.
+//     matmul_f32_ring<BM, BN, BK, ROWS, STAGES>   the tiled kernel's tile, threads and outputs,
+//                      with both operands copied by 16-byte cp.async.cg into a ring of STAGES
+//                      shared-memory stages: K tiles t + 1 .. t + STAGES - 1 are in flight while
+//                      tile t is multiplied (the tiled kernel has one, and carries A through
+//                      registers). One barrier per K tile: it publishes tile t and frees the stage
+//                      tile t - 1 was read from, which the copies issued right after it refill.
+// Its body is mmr_ring<..., COLS> with COLS = 8 outputs a thread in each of its rows.
 // Takes (A, B, C, M, N, K) like matmul_f32_tiled, with its requirements (N % 4 == 0, K % 4 == 0,
-// 16-byte aligned A, B, C) and launch (blockDim.x == BM * BN / (8 ROWS), gridDim.x == ceil(M / BM) *
-// ceil(N / BN)); the stages are static shared memory, at most 48 KB.
+// 16-byte aligned A, B, C) and launch (blockDim.x == BM * BN / (COLS ROWS), gridDim.x ==
+// ceil(M / BM) * ceil(N / BN)); the stages are static shared memory, at most 48 KB.
 //
 // A lands as in memory, [m][k], so a thread reads its rows' 4 consecutive k as one float4 (one
 // 16-byte read a row per 4 k, as many as the transposed layout's one a k for 4 rows). The rows a
@@ -827,14 +843,15 @@ __device__ __forceinline__ void mmr_issue(MmRCopies<BM, BN, BK, THREADS>& cp, fl
     else mm_cp_async_commit();
 }
 
-template <int BM, int BN, int BK, int ROWS, int STAGES>
-__global__ void __launch_bounds__(BM * BN / (8 * ROWS), 2)  // 128 registers at 256 threads, 255 at 128
-matmul_f32_ring(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
-                const int M, const int N, const int K) {
+template <int BM, int BN, int BK, int ROWS, int STAGES, int COLS>
+__device__ __forceinline__ void mmr_ring(const float* __restrict__ A, const float* __restrict__ B,
+                                         float* __restrict__ C, const int M, const int N, const int K) {
     constexpr int RB = ROWS / 4;  // row blocks of 4 per thread, BM / RB rows apart
-    constexpr int THREADS = BM * BN / (8 * ROWS);
+    constexpr int CB = COLS / 4;  // float4 column blocks per thread, BN / CB columns apart
+    constexpr int THREADS = BM * BN / (COLS * ROWS);
     constexpr int STAGE = BM * BK + BK * BN;  // floats a stage: A's tile, then B's
     static_assert(ROWS == 4 || ROWS == 8, "ROWS is 4 or 8");
+    static_assert(COLS == 8 || COLS == 16, "COLS is 8 or 16");
     static_assert(STAGES >= 2 && STAGES <= 4, "2 to 4 stages");
     static_assert(BK == 8 || BK == 16 || BK == 32, "BK is 8, 16 or 32 (the swizzle's 2, 4 or 8 slots)");
     static_assert((BM / ROWS) % 4 == 0 && BN % 64 == 0, "tile: BM / ROWS % 4, BN % 64");
@@ -847,12 +864,12 @@ matmul_f32_ring(const float* __restrict__ A, const float* __restrict__ B, float*
     int m0, n0;
     mm_tile_origin<BM, BN>(M, N, m0, n0);
     int ty, tx;
-    mmt_thread<BN>(ty, tx);
+    mmt_thread<BN, COLS>(ty, tx);
     MmRCopies<BM, BN, BK, THREADS> cp;
     mmr_plan<BM, BN, BK, THREADS>(cp, A, B, M, N, K, m0, n0);
 
-    float acc[ROWS][8];
-    mmt_zero<ROWS>(acc);
+    float acc[ROWS][COLS];
+    mmt_zero<ROWS, COLS>(acc);
 
     const int ktiles = (K + BK - 1) / BK;
     const int full = K / BK;  // tiles wholly inside K
@@ -860,7 +877,7 @@ matmul_f32_ring(const float* __restrict__ A, const float* __restrict__ B, float*
 #pragma unroll
     for (int t = 0; t < STAGES - 1; ++t) mmr_issue<BM, BN, BK, THREADS>(cp, sm + t * STAGE, A, B, b_step, K, t, full, ktiles);
     // This thread's reads within a stage: rows 4 ty + i of each row block, whose float4 slot q is at
-    // q XOR swz; columns 4 tx and BN / 2 + 4 tx of B.
+    // q XOR swz; columns 4 tx + (BN / CB) c of B (4 tx and BN / 2 + 4 tx at COLS = 8).
     const int swz = ty & (BK / 4 - 1);
     const int a_row = 4 * ty * BK;
     const int b_col = BM * BK + 4 * tx;
@@ -877,19 +894,25 @@ matmul_f32_ring(const float* __restrict__ A, const float* __restrict__ B, float*
             float4 a4[ROWS];
 #pragma unroll
             for (int i = 0; i < ROWS; ++i) {
-                a4[i] = *reinterpret_cast<const float4*>(st + a_row + ((BM / RB) * (i / 4) + i % 4) * BK + slot);
+                a4[i] = mm_lds128(st + a_row + ((BM / RB) * (i / 4) + i % 4) * BK + slot);
             }
 #pragma unroll
             for (int kk = 0; kk < 4; ++kk) {
                 const float* brow = st + b_col + (4 * q + kk) * BN;
-                const float4 b0 = *reinterpret_cast<const float4*>(brow);
-                const float4 b1 = *reinterpret_cast<const float4*>(brow + BN / 2);
-                const float bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+                float bv[COLS];
+#pragma unroll
+                for (int c = 0; c < CB; ++c) {
+                    const float4 b4 = mm_lds128(brow + (BN / CB) * c);
+                    bv[4 * c] = b4.x;
+                    bv[4 * c + 1] = b4.y;
+                    bv[4 * c + 2] = b4.z;
+                    bv[4 * c + 3] = b4.w;
+                }
 #pragma unroll
                 for (int i = 0; i < ROWS; ++i) {
                     const float av = kk == 0 ? a4[i].x : kk == 1 ? a4[i].y : kk == 2 ? a4[i].z : a4[i].w;
 #pragma unroll
-                    for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(av, bv[j], acc[i][j]);
+                    for (int j = 0; j < COLS; ++j) acc[i][j] = fmaf(av, bv[j], acc[i][j]);
                 }
             }
         }
@@ -898,5 +921,12 @@ matmul_f32_ring(const float* __restrict__ A, const float* __restrict__ B, float*
     }
     mm_cp_async_wait<0>();  // (only empty groups remain) nothing in flight when the block exits
 
-    mmt_store<BM, BN, ROWS>(C, M, N, m0, n0, ty, tx, acc);
+    mmt_store<BM, BN, ROWS, COLS>(C, M, N, m0, n0, ty, tx, acc);
+}
+
+template <int BM, int BN, int BK, int ROWS, int STAGES>
+__global__ void __launch_bounds__(BM * BN / (8 * ROWS), 2)  // 128 registers at 256 threads, 255 at 128
+matmul_f32_ring(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+                const int M, const int N, const int K) {
+    mmr_ring<BM, BN, BK, ROWS, STAGES, 8>(A, B, C, M, N, K);
 }

@@ -41,7 +41,7 @@ KERNELS = config.ROOT / "kernels"
 def build_once(op: str, impl: str, shapes: list[tuple[int, ...]]) -> dict[str, dict[str, Any]]:
     """One build in this process: kernel -> its PTX and SASS SHA-256 and, for --bare, what NVRTC
     was given (the source under kernels/, the name expression, the options)."""
-    from harness.build.build import build_census, slug
+    from harness.build.build import artifact_stem, build_census
     from harness.ops import variants
 
     cfg = config.load(config.ROOT / "config.yaml")
@@ -52,9 +52,7 @@ def build_once(op: str, impl: str, shapes: list[tuple[int, ...]]) -> dict[str, d
     out: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for row in build_census(op, base, shapes, "sm_90", Path(tmp), variant=variant):
-            stem = Path(tmp) / f"{base}_{slug(row['kernel'])}"
-            if base == "triton":
-                stem = Path(f"{stem}_{slug(row['specialization'])}")
+            stem = Path(tmp) / artifact_stem(base, row["kernel"], row["specialization"])
             out[f"{row['kernel']} {row['specialization']}"] = {
                 "ptx": hashlib.sha256(stem.with_suffix(".ptx").read_bytes()).hexdigest(),
                 "sass": row["sass_sha256"], "source": sources.get(row["source_sha256"]),

@@ -35,7 +35,7 @@ import pytest
 import yaml
 
 from harness import ROOT
-from harness.build.build import slug
+from harness.build.build import artifact_stem
 
 pytestmark = pytest.mark.slurm
 
@@ -184,12 +184,12 @@ BUILD_INPUTS = ("op", "impl", "kernel", "specialization", "shapes", "arch", "sym
 
 
 def ptx_digest(build: Path, row: dict[str, str]) -> str | None:
-    """SHA-256 of the PTX the build wrote for `row`'s kernel (harness.build.build names the files;
-    every PTX of a CUDA source also holds its plain kernels, so the file, not `.entry`, tells whose
-    it is), or None where it wrote none (external PTX)."""
+    """SHA-256 of the PTX the build wrote for `row`'s kernel (named by artifact_stem; every PTX of a
+    CUDA source also holds its plain kernels, so the file, not `.entry`, tells whose it is), or None
+    where it wrote none (external PTX)."""
     folder = build / row["op"] / row["impl"]
-    kernel, spec = slug(row["kernel"]), slug(row["specialization"])
-    for path in (folder / f"cuda_{kernel}.ptx", folder / f"triton_{kernel}_{spec}.ptx"):
+    for family in ("cuda", "triton"):
+        path = folder / f"{artifact_stem(family, row['kernel'], row['specialization'])}.ptx"
         if path.is_file():
             return hashlib.sha256(path.read_bytes()).hexdigest()
     return None

@@ -154,6 +154,12 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_")
 
 
+def artifact_stem(family: str, kernel: str, specialization: str) -> str:
+    """The file stem of one build's PTX, SASS, cubin and reports in its folder: 'cuda_<kernel>' (one
+    build a name expression) or 'triton_<kernel>_<specialization>' (one a specialization)."""
+    return f"cuda_{slug(kernel)}" if family == "cuda" else f"triton_{slug(kernel)}_{slug(specialization)}"
+
+
 def write_artifacts(outdir: Path | None, stem: str, files: dict[str, str | bytes]) -> None:
     """Write {suffix: text or bytes} as outdir/stem.suffix when outdir is given."""
     if outdir is None:
@@ -205,7 +211,7 @@ def _cuda_rows(op: str, item: InstanceShapes, arch: str, outdir: Path | None,
     symbol = build.lowered[v.kernel]
     sass_text = toolchain.disassemble(build.cubin)
     res_text = toolchain.resource_usage(build.cubin)
-    write_artifacts(outdir, f"cuda_{slug(v.kernel)}", {
+    write_artifacts(outdir, artifact_stem("cuda", v.kernel, v.specialization), {
         "ptx": build.ptx, "sass": sass_text, "ptxas.log": build.ptxas_log, "res-usage.txt": res_text,
         "cubin": build.cubin,
     })
@@ -309,7 +315,7 @@ def _triton_rows(op: str, item: InstanceShapes, arch: str,
     ptx = kernel.asm["ptx"]
     sass_text = toolchain.disassemble(kernel.asm["cubin"])
     res_text = toolchain.resource_usage(kernel.asm["cubin"])
-    write_artifacts(outdir, f"triton_{slug(v.kernel)}_{slug(v.specialization)}", {
+    write_artifacts(outdir, artifact_stem("triton", v.kernel, v.specialization), {
         "ptx": ptx, "sass": sass_text, "ptxas.log": log, "res-usage.txt": res_text,
         "cubin": kernel.asm["cubin"],
     })

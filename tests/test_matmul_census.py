@@ -355,12 +355,17 @@ def test_census_of_the_tiled_variants(variant: str, kernel: str, smem: int, tmp_
     ("ring3_128x64", (1024, 1024, 1024), "matmul_f32_ring<64, 64, 32, 4, 3>", 4 * 3 * (64 * 32 + 32 * 64)),
     ("ring3_64x128", (4096, 4096, 4096), "matmul_f32_ring<64, 128, 16, 4, 3>", 4 * 3 * (64 * 16 + 16 * 128)),
     ("ring4_bk8", (4096, 4096, 4096), "matmul_f32_ring<128, 128, 8, 8, 4>", 4 * 4 * (128 * 8 + 8 * 128)),
+    ("ring2_wide", (4096, 4096, 4096), "matmul_f32_ring16<128, 256, 16, 8, 2>", 4 * 2 * (128 * 16 + 16 * 256)),
+    ("ring2_wide", (1024, 1024, 1024), "matmul_f32_ring16<64, 256, 16, 4, 2>", 4 * 2 * (64 * 16 + 16 * 256)),
+    ("ring2_wide128", (4096, 4096, 4096), "matmul_f32_ring16<128, 128, 16, 8, 2>", 4 * 2 * (128 * 16 + 16 * 128)),
+    ("ring3_wide128", (4096, 4096, 4096), "matmul_f32_ring16<128, 128, 16, 8, 3>", 4 * 3 * (128 * 16 + 16 * 128)),
 ])
 def test_census_of_the_ring_variants(variant: str, shape: tuple[int, int, int], kernel: str, smem: int,
                                      tmp_path: Path) -> None:
     """Each ring variant builds the instance its defines name: its stages of unpadded A and B tiles,
-    no global load outside cp.async (A no longer passes through registers), rows x 8 FFMA per k, and
-    per 4 k one float4 of A per output row and two of B per k."""
+    no global load outside cp.async (A no longer passes through registers), rows x cols FFMA per k
+    (cols 8, or 16 for matmul_f32_ring16), per 4 k one float4 of A per output row, and
+    cols / 4 float4 of B per k; no spills."""
     from harness import config
     from harness.build.build import build_census
     from harness.ops import variants
@@ -371,11 +376,14 @@ def test_census_of_the_ring_variants(variant: str, shape: tuple[int, int, int], 
     options = variants.compiler_options(cfg["operations"]["matmul"], f"cuda.{variant}")
     (row,) = build_census("matmul", "cuda", [shape], arch="sm_90", outdir=tmp_path, variant=(f"cuda.{variant}", options))
     assert row["kernel"] == kernel and row["static_smem"] == smem and row["ld_global_128"] == 0
-    _, _, bk, rows_per_thread, _ = (int(x) for x in kernel[kernel.index("<") + 1:-1].split(","))
+    args = [int(x) for x in kernel[kernel.index("<") + 1:-1].split(",")]
+    bk, rows_per_thread, cols = args[2], args[3], (16 if kernel.startswith("matmul_f32_ring16<") else 8)
     (sass_path,) = [p for p in tmp_path.glob("*.sass") if row["symbol"] in census.sass_opcodes(p.read_text())]
     sass = _sass_ops(sass_path, row["symbol"])
-    assert sum(n for op, n in sass.items() if op.startswith("FFMA")) == 8 * rows_per_thread * bk
-    assert sass["LDS.128"] == rows_per_thread * bk // 4 + 2 * bk
+    assert sum(n for op, n in sass.items() if op.startswith("FFMA")) == cols * rows_per_thread * bk
+    assert sass["LDS.128"] == rows_per_thread * bk // 4 + cols // 4 * bk
+    if cols == 16:
+        assert row["block"] == args[0] * args[1] // (16 * rows_per_thread) and row["spill_stores"] == 0
     assert not any(op.startswith(("HMMA", "HGMMA", "LDG.")) for op in sass)  # LDGSTS: cp.async
 
 
@@ -403,6 +411,28 @@ def test_the_ring_switch_serves_the_tiled_instance_within_the_shared_memory() ->
         cuda_instance(4096, 4096, 4096)
     with cuda_module.variant_options(("-DMM_STAGES=3", "-DMM_SPLIT_K=2")), pytest.raises(EvidenceError, match="MM_STAGES"):
         cuda_instance(1024, 1024, 1024)
+
+
+def test_sixteen_outputs_a_row_are_the_ring_kernels_only() -> None:
+    """MM_COLS=16 (the variants *wide*) names the ring instance with 16 outputs a thread in each of
+    its rows, half the threads of 8; beside the tiled kernel (MM_STAGES=0, or the large default
+    without MM_STAGES) or MM_SPLIT_K it is refused, and a tile whose threads would not carry whole
+    float4s of A and B is refused by the host first."""
+    from harness.ops.matmul.kernels import cuda_instance
+
+    with cuda_module.variant_options(("-DMM_STAGES=2", "-DMM_BN=256", "-DMM_BK=16", "-DMM_COLS=16")):
+        v = cuda_instance(4096, 4096, 4096)
+        assert (v.kernel, v.block, v.tile_mn) == ("matmul_f32_ring16<128, 256, 16, 8, 2>", 256, (128, 256))
+        assert "cols=16" in v.specialization
+        assert cuda_instance(1024, 1024, 1024).kernel == "matmul_f32_ring16<64, 256, 16, 4, 2>"
+    with cuda_module.variant_options(("-DMM_STAGES=3", "-DMM_BK=16", "-DMM_COLS=16")):
+        assert cuda_instance(1024, 1024, 1024).block == 64  # 64x64 at 4x16 outputs
+    for options in (("-DMM_COLS=16",), ("-DMM_STAGES=0", "-DMM_COLS=16"), ("-DMM_STAGES=2", "-DMM_SPLIT_K=2", "-DMM_COLS=16")):
+        with cuda_module.variant_options(options), pytest.raises(EvidenceError, match="MM_COLS=16"):
+            cuda_instance(4096, 4096, 4096)
+    with cuda_module.variant_options(("-DMM_STAGES=2", "-DMM_BN=256", "-DMM_BK=8", "-DMM_COLS=16")), \
+            pytest.raises(EvidenceError, match="whole float4s"):
+        cuda_instance(1024, 1024, 1024)  # 64x256x8: 256 threads, 128 float4s of A
 
 
 def test_the_split_k_variants_dispatch_a_cluster_kernel_of_split_times_the_blocks() -> None:

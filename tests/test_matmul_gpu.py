@@ -129,6 +129,10 @@ CHOICES = {
     "ring3-128x64x16x8": ("-DMM_TILE=128", "-DMM_STAGES=3", "-DMM_BN=64"),
     "ring3-64x128x16x4": ("-DMM_TILE=128", "-DMM_STAGES=3", "-DMM_BM=64", "-DMM_ROWS=4"),
     "ring4-128x128x8x8": ("-DMM_TILE=128", "-DMM_STAGES=4", "-DMM_BK=8"),
+    "ring2-128x256x16x8-cols16": ("-DMM_TILE=128", "-DMM_STAGES=2", "-DMM_BN=256", "-DMM_BK=16", "-DMM_COLS=16"),
+    "ring2-64x256x16x4-cols16": ("-DMM_STAGES=2", "-DMM_BN=256", "-DMM_BK=16", "-DMM_COLS=16"),
+    "ring3-128x128x16x8-cols16": ("-DMM_TILE=128", "-DMM_STAGES=3", "-DMM_BK=16", "-DMM_COLS=16"),
+    "ring2-64x64x16x4-cols16": ("-DMM_STAGES=2", "-DMM_BK=16", "-DMM_COLS=16"),
 }
 TAIL_SHAPES = [(65, 68, 36), (100, 132, 260), (129, 192, 4096), (300, 260, 20), (1, 4, 4), (256, 384, 12)]
 

@@ -745,7 +745,12 @@ matmul_f32_splitk(const float* __restrict__ A, const float* __restrict__ B, floa
 //                      tile t is multiplied (the tiled kernel has one, and carries A through
 //                      registers). One barrier per K tile: it publishes tile t and frees the stage
 //                      tile t - 1 was read from, which the copies issued right after it refill.
-// Its body is mmr_ring<..., COLS> with COLS = 8 outputs a thread in each of its rows.
+//     matmul_f32_ring16<BM, BN, BK, ROWS, STAGES>   the same with ROWS x 16 outputs a thread (MM_COLS=16):
+//                      BN / 16 thread columns, four float4 of B a k (BN / 4 apart) against two
+//                      float4 of A: 6 shared-memory reads for 128 multiply-adds where 8 x 8 has 4 for
+//                      64, so the reads no longer keep pace with the FMA pipes only just; one block
+//                      an SM fits (__launch_bounds__(threads, 1): up to 255 registers).
+// Both are mmr_ring<..., COLS> (COLS 8 or 16 outputs a thread in each of its rows).
 // Takes (A, B, C, M, N, K) like matmul_f32_tiled, with its requirements (N % 4 == 0, K % 4 == 0,
 // 16-byte aligned A, B, C) and launch (blockDim.x == BM * BN / (COLS ROWS), gridDim.x ==
 // ceil(M / BM) * ceil(N / BN)); the stages are static shared memory, at most 48 KB.
@@ -929,4 +934,12 @@ __global__ void __launch_bounds__(BM * BN / (8 * ROWS), 2)  // 128 registers at 
 matmul_f32_ring(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
                 const int M, const int N, const int K) {
     mmr_ring<BM, BN, BK, ROWS, STAGES, 8>(A, B, C, M, N, K);
+}
+
+// ROWS x 16 outputs a thread: one block an SM (up to 255 registers).
+template <int BM, int BN, int BK, int ROWS, int STAGES>
+__global__ void __launch_bounds__(BM * BN / (16 * ROWS), 1)
+matmul_f32_ring16(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+                  const int M, const int N, const int K) {
+    mmr_ring<BM, BN, BK, ROWS, STAGES, 16>(A, B, C, M, N, K);
 }

@@ -26,7 +26,8 @@ CUDA (kernels/matmul/matmul.cu), dispatched by shape (`cuda_instance`):
     of that many blocks, grid = split * tiles; MM_SPLIT_MIN_BLOCKS sets its launch bounds),
     MM_STAGES=2, 3 or 4 (matmul_f32_ring, the tiled kernel's instance with both operands copied by
     cp.async into a ring of that many shared-memory stages, at most 48 KB, at every shape it serves)
-    or 0 (matmul_f32_tiled at every shape it serves, A through registers: the small default before).
+    or 0 (matmul_f32_tiled at every shape it serves, A through registers: the small default before);
+    with it, MM_COLS=16 (16 outputs a thread in each of its rows instead of 8; MM_BN may be 256).
 Triton (kernels/matmul/matmul_triton.py), M, N, K compile-time constants (one instance per
 shape), grid = ceil(M / 64) * ceil(N / 64) programs:
     any shape      BLOCK 64 x 64 x 32, GROUP_M = 8, 4 warps, 3 stages (`config_for`: measured
@@ -120,6 +121,8 @@ class CudaInstance:
     """Blocks (a cluster) sharing the K tiles of one tile of C: 2 or 4 for 'split', else 1."""
     stages: int = 2
     """Shared-memory stages: 2 to 4 for 'ring' (K tiles in flight: stages - 1), 2 for the others."""
+    cols: int = 8
+    """Outputs a thread in each of its rows: 8, or 16 for 'ring' (MM_COLS)."""
 
     source: str = CUDA_SOURCE
     dynamic_smem: int = 0
@@ -133,14 +136,15 @@ class CudaInstance:
         if self.family == "split":
             return f"matmul_f32_splitk<{self.bm}, {self.bn}, {self.bk}, {self.rows}, {self.split}>"
         if self.family == "ring":
-            return f"matmul_f32_ring<{self.bm}, {self.bn}, {self.bk}, {self.rows}, {self.stages}>"
+            name = "matmul_f32_ring16" if self.cols == 16 else "matmul_f32_ring"
+            return f"{name}<{self.bm}, {self.bn}, {self.bk}, {self.rows}, {self.stages}>"
         return "matmul_f32_128" if self.family == "staged" else f"matmul_f32<{self.vec_b}>"
 
     @property
     def block(self) -> int:
-        """Threads per block: 256, or one per rows x 8 outputs for the tiled, split and ring kernels."""
+        """Threads per block: 256, or one per rows x cols outputs for the tiled, split and ring kernels."""
         if self.family in TILED_FAMILIES:
-            return self.bm * self.bn // (8 * self.rows)
+            return self.bm * self.bn // (self.cols * self.rows)
         return CUDA_THREADS
 
     @property
@@ -155,16 +159,18 @@ class CudaInstance:
         """Short description for tables, e.g. 'tile=64x64x32 vec_b=4 block=256'."""
         if self.family in TILED_FAMILIES:
             tile = (f"{self.bm}x{self.bn}x{self.bk} rows={self.rows}" + (f" split_k={self.split}" if self.split > 1 else "")
-                    + (f" stages={self.stages}" if self.family == "ring" else ""))
+                    + (f" stages={self.stages}" if self.family == "ring" else "")
+                    + (f" cols={self.cols}" if self.cols != 8 else ""))
         else:
             tile = "128x128x8 staged" if self.family == "staged" else "x".join(map(str, CUDA_TILE))
         return f"tile={tile} vec_b={self.vec_b} block={self.block}"
 
 
-def tiled_instance(bm: int, bn: int, bk: int, rows: int) -> str | None:
+def tiled_instance(bm: int, bn: int, bk: int, rows: int, cols: int = 8) -> str | None:
     """Why (bm, bn, bk, rows) is not an instance matmul_f32_tiled compiles (its static_asserts and
-    the launch limit), or None where it is."""
-    threads = bm * bn // (8 * rows)
+    the launch limit), or None where it is; with `cols` = 16, the same for matmul_f32_ring's
+    instance with 16 outputs a row."""
+    threads = bm * bn // (cols * rows)
     if rows not in (4, 8) or (bm // rows) % 4 or bm % rows or bn % 64 or bk % 4:
         return "BM / ROWS must be a multiple of 4, BN of 64, BK of 4, and ROWS 4 or 8"
     if not 32 <= threads <= 1024 or (bm * bk // 4) % threads or (bk * bn // 4) % threads:
@@ -274,11 +280,12 @@ def cuda_instance(m: int, n: int, k: int) -> CudaInstance:
         return dispatch_define(name, lambda v: v in allowed, " or ".join(allowed), "Matrix-product")
 
     forced = define("MM_TILE", ("64", "128"))
-    tiled = [define(name, allowed) for name, allowed in (("MM_BM", ("64", "128")), ("MM_BN", ("64", "128")),
+    tiled = [define(name, allowed) for name, allowed in (("MM_BM", ("64", "128")), ("MM_BN", ("64", "128", "256")),
                                                           ("MM_BK", ("8", "16", "32")), ("MM_ROWS", ("4", "8")))]
     staged = define("MM_STAGED128", ("0", "1")) == "1"
     split = int(define("MM_SPLIT_K", ("1", "2", "4")) or 1)
     stages_define = define("MM_STAGES", ("0", "2", "3", "4"))
+    cols = int(define("MM_COLS", ("8", "16")) or 8)
     if not (n % 4 == 0 and k % 4 == 0) or forced == "64":
         return CudaInstance(vec_b=4 if n % 4 == 0 else 1)
     large = cuda_grid(m, n, 128) >= TILE128_MIN_TILES or forced == "128"
@@ -287,7 +294,10 @@ def cuda_instance(m: int, n: int, k: int) -> CudaInstance:
     default = DEFAULT_TILED if large else DEFAULT_SMALL
     stages = int(stages_define) if stages_define is not None else (0 if large else DEFAULT_SMALL_STAGES)
     bm, bn, bk, rows = (int(v) if v is not None else d for v, d in zip(tiled, default, strict=True))
-    why = tiled_instance(bm, bn, bk, rows)
+    if cols != 8 and (not stages or split > 1):
+        raise EvidenceError(f"Matrix-product switch MM_COLS={cols} is the ring kernel's (MM_STAGES 2, 3 or 4, no "
+                            "MM_SPLIT_K); the tiled and split kernels have 8 outputs a row.")
+    why = tiled_instance(bm, bn, bk, rows, cols)
     if why is not None:
         raise EvidenceError(f"Matrix-product switches MM_BM/MM_BN/MM_BK/MM_ROWS name the tile {bm}x{bn}x{bk} "
                             f"with {rows} rows per thread, which the tiled kernel does not take: {why}.")
@@ -303,7 +313,7 @@ def cuda_instance(m: int, n: int, k: int) -> CudaInstance:
         why = ring_instance(bm, bn, bk, stages)
         if why is not None:
             raise EvidenceError(f"Matrix-product switch MM_STAGES={stages} does not take the tile {bm}x{bn}x{bk}: {why}.")
-        return CudaInstance(vec_b=4, family="ring", bm=bm, bn=bn, bk=bk, rows=rows, stages=stages)
+        return CudaInstance(vec_b=4, family="ring", bm=bm, bn=bn, bk=bk, rows=rows, stages=stages, cols=cols)
     return CudaInstance(vec_b=4, family="tiled", bm=bm, bn=bn, bk=bk, rows=rows)
 
 

@@ -763,6 +763,46 @@ def test_flags_in_their_fixed_order() -> None:
     assert trust.flags() == []
 
 
+
+def test_each_check_says_it_was_clean_only_where_it_ran_and_raised_no_flag() -> None:
+    """review(): the clean clause of a check is said where its table has rows and it raised no flag;
+    a check that flagged says nothing clean (a flagged run's summary must not claim "no disturbed
+    capture"), and one whose table is absent or empty says nothing at all."""
+    ours = [kt(*LN, "cuda", 1.0, "GPU-1"), kt(*LN, "triton", 1.0, "GPU-1"), kt(*SM, "cuda", 1.0, "GPU-1")]
+    counters = pd.DataFrame([{"namespace": "n", "op": op, "shape": shape, "impl": impl, "status": "ok", "reason": None}
+                             for op, shape, impl in ((*LN, "cuda"), (*SM, "cuda"))])
+    check = pd.DataFrame([{"op": LN[0], "shape": LN[1], "impl": "cuda", "passed": True, "error": None}])
+    state = pd.DataFrame(state_rows("n", ours))
+    controls = pd.DataFrame([{"op": SM[0], "shape": SM[1], "control": "triton", "kernel_time_us": 5.5, "band_lo_us": 5.0,
+                              "band_hi_us": 6.0, "status": "inside"}])
+    drift = pd.DataFrame([{"earlier": "a", "current": "b", "op": LN[0], "shape": LN[1], "impl": "cuda", "before_us": 1.0,
+                           "after_us": 1.01, "change_pct": 1.0, "unchanged_kernel": True, "role": "bound"}])
+    clean = trust.review(controls, drift, counters, check, frame(ours), state)
+    assert clean.flags == []
+    assert clean.clean == [c.clean for c in trust.CHECKS] == [
+        "no control above its band", "no counters missing", "no group measured on two GPUs", "no failed check",
+        "no disturbed capture", "drift bounded by our unchanged kernels"]
+    # each check flagged in turn: its clause leaves, the others stay
+    flagged = {
+        "controls": controls.assign(status="above", nvml="quiet"),
+        "drift": drift.assign(role="excluded", reason="disturbed"),
+        "counters": counters.assign(status="unavailable", reason="ERR_NVGPUCTRPERM"),
+        "check": check.assign(passed=False, error="CheckFailed: 1 output was not finite."),
+        "kernel_time": frame([*ours, kt(*LN, "torch", 1.0, "GPU-2")]),
+        "gpu_state": pd.DataFrame(state_rows("n", ours, {(*LN, "cuda"): "the GPU throttled during the capture (software power cap)"})),
+    }
+    tables = {"controls": controls, "drift": drift, "counters": counters, "check": check, "kernel_time": frame(ours),
+              "gpu_state": state}
+    for c in trust.CHECKS:
+        got = trust.review(**{**tables, c.table: flagged[c.table]})
+        assert len(got.flags) == 1 and got.flags == c.raise_flags(flagged[c.table]), c.table
+        assert got.clean == [o.clean for o in trust.CHECKS if o is not c], c.table
+        # absent, or present without rows: the check ran on nothing and says nothing
+        for nothing in (None, flagged[c.table].iloc[0:0]):
+            got = trust.review(**{**tables, c.table: nothing})
+            assert got.flags == [] and got.clean == [o.clean for o in trust.CHECKS if o is not c], c.table
+    assert trust.review() == trust.Review([], [])
+
 def test_trust_tables_on_retained_copy(tmp_path: Path) -> None:
     art = tmp_path / "artifacts"
     for n in (OLD, *WATCHED):

@@ -341,25 +341,22 @@ def build_context(cfg: Mapping[str, Any], tables: Mapping[str, Any], provenance:
     cross = cross_check_context(tables.get("cross_check"), cfg.get("cross_check") or {})
     commands = summary.commands(provenance)
     counters_states = {o["counters"]["state"] for o in operations}
-    flag_lines = list(tctx["flags"])
-    if cross and cross["disagree"]:
-        flag_lines.append(cross_check_flag(cross))
+    # each check raises its flags or, where it ran and raised none, says so in the "No flags" line
+    flag_lines, clean = list(tctx["flags"]), list(tctx["clean"])
+    if cross:
+        if cross["disagree"]:
+            flag_lines.append(cross_check_flag(cross))
+        else:
+            clean.append("graph replay agreeing with the captures")
     # every A/A pair of the session, the change's unchanged rows too, feeds the one flag
     answers = (known["rows"] if known else []) + change.aa_pairs(tables.get("change"), code)
-    flag_lines += resolution.flags(answers)
+    wrong = resolution.flags(answers)
+    flag_lines += wrong
+    known_clause = resolution.checked(answers)
+    if known_clause and not wrong:
+        clean.append(known_clause)
     if not judged:
         flag_lines.append("No controls table: no band judged these captures.")
-    # what "no flags" means for this run: each check whose flag could have been raised and was not
-    clean = ["no control above its band", "no disturbed capture", "no failed check", "no group measured on two GPUs"]
-    if (cfg.get("counters") or {}).get("enabled"):
-        clean.append("no counters missing")
-    if tables.get("drift") is not None and len(tables["drift"]) > 0:
-        clean.append("drift bounded by our unchanged kernels")
-    if cross:
-        clean.append("graph replay agreeing with the captures")
-    known_clause = resolution.checked(answers)
-    if known_clause:
-        clean.append(known_clause)
     return {
         "namespace": cfg["namespace"], "cache_mode": cfg.get("cache_mode", "hot"), "capture": cfg.get("capture") or {},
         "span_cfg": cfg.get("span") or {}, "arch": cfg.get("arch") or (provenance.get("config") or {}).get("arch"),

@@ -1,6 +1,6 @@
 """What a report template needs from the trust tables (`report_context`): the controls with their
 verdicts, the namespaces left out of the bands and one sentence naming them, the drift rows and
-bound, and the flag lines (harness.tables.trust.flags)."""
+bound, the flag lines and the clean clauses (harness.tables.flags.review)."""
 
 from __future__ import annotations
 
@@ -27,9 +27,11 @@ def report_context(controls: str | Path | pd.DataFrame | None, drifted: str | Pa
     set_aside ([{op, shape, namespace, reason}] for every namespace left out of a band) and
     set_aside_summary (one sentence naming them, '' when none), any_band,
     drift (rows), bound (drift_bound: `summary`, `control`, `sentence`, ...), earlier, flags
-    (flags(...) of the tables given), library_note, library_reason."""
+    and clean (review(...) of the tables given: the flags, and the clause of every check that ran
+    and raised none), library_note, library_reason."""
 
     ctl, dft = trust.table(controls), trust.table(drifted)
+    checked = trust.review(ctl, dft, counters, check, kernel_time, gpu_state)
     rows = records(ctl)
     for r in rows:
         r["under_load"] = _truthy(r.get("under_load"))
@@ -64,7 +66,8 @@ def report_context(controls: str | Path | pd.DataFrame | None, drifted: str | Pa
         "drift": records(dft),
         "bound": bound,
         "earlier": bound["earlier"] if bound else None,
-        "flags": trust.flags(ctl, dft, counters, check, kernel_time, gpu_state),
+        "flags": checked.flags,
+        "clean": checked.clean,
         "library_note": trust.LIBRARY_NOTE,
         "library_reason": trust.LIBRARY_REASON,
     }

@@ -27,9 +27,10 @@ Every sentence produced here is complete and ends with exactly one period.
 
 The rules are split by noun: harness.tables.retained (a namespace as the rules see it, kernel
 identity), harness.tables.bands (control bands, the verdict on the control), harness.tables.drift
-(drift and its bound), harness.tables.phrases (the words of their notes); this module holds the
-history, the choice of the earlier namespace, the step that writes the tables and the flags, and
-re-exports the others' names. What a report template needs from these tables is shaped in
+(drift and its bound), harness.tables.flags (the flags a report must not hide, each with its clean
+clause), harness.tables.phrases (the words of their notes); this module holds the history, the
+choice of the earlier namespace and the step that writes the tables, and re-exports the others'
+names. What a report template needs from these tables is shaped in
 harness.report.trust_context.
 """
 
@@ -46,6 +47,7 @@ from harness.tables import history
 from harness.tables.bands import (ABOVE, BAND_COLUMNS, CONTROL_COLUMNS, MARGIN, OUTLIER_MADS, OURS, STATUSES,
                                   classify_controls, control_bands, rankable)
 from harness.tables.drift import DRIFT_COLUMNS, LIBRARY_NOTE, LIBRARY_REASON, ROLES, drift, drift_bound
+from harness.tables.flags import CHECKS, Review, flags, review, table
 from harness.tables.retained import (IDENTITY_COLUMNS, LIBRARY_IMPLS, Retained, cache_mode, identity_change,
                                      kernel_identity, load_namespace, retained)
 from harness.tables.phrases import _and, _clause, _flag_text, _float, _number_word, _sentence, _span, _truthy, _us, and_, flag_clause
@@ -184,108 +186,10 @@ def trust_tables(artifacts: str | Path, current: str, controls_out: str | Path, 
     return {"controls": controls, "drift": drifted, "bound": drift_bound(drifted), "earlier": chosen}
 
 
-# --------------------------------------------------------------------------------------------
-# Flags a report must not hide
-
-
-def table(src: str | Path | pd.DataFrame | None) -> pd.DataFrame | None:
-    if isinstance(src, pd.DataFrame):
-        return src
-    return history.read_table(src) if src and Path(src).is_file() else None
-
-
-def _captures(rows: list[tuple[str, str, str]]) -> str:
-    """'layernorm 4096x768 cuda, triton and torch; softmax 4096x1024 cuda' (grouped by op and shape)."""
-    groups: dict[tuple[str, str], list[str]] = {}
-    for op, shape, impl in rows:
-        groups.setdefault((op, shape), []).append(impl)
-    return "; ".join(f"{op} {shape} {_and(impls)}" for (op, shape), impls in groups.items())
-
-
-def flags(controls: str | Path | pd.DataFrame | None = None, drift: str | Path | pd.DataFrame | None = None,
-          counters: str | Path | pd.DataFrame | None = None, check: str | Path | pd.DataFrame | None = None,
-          kernel_time: str | Path | pd.DataFrame | None = None,
-          gpu_state: str | Path | pd.DataFrame | None = None) -> list[str]:
-    """One-line sentences a report must print rather than hide, from the namespace's tables (paths
-    or DataFrames; any may be absent), in this order, each starting with what it is:
-    'Control above its band: ...' (controls.csv), 'Counters unavailable: ...' (counters.csv rows
-    whose status is not ok, with their reason), 'Measured on two GPUs: ...' (kernel_time.csv: an
-    (op, shape) whose captures have more than one gpu_uuid), 'Check failed: ...' (check.csv),
-    'Disturbed capture: ...' (gpu_state.csv), 'Drift not bounded: ...' (drift.csv with rows but
-    none that bounds drift)."""
-    out: list[str] = []
-    ctl, dft, cnt, chk, kt, state = (table(t) for t in (controls, drift, counters, check, kernel_time, gpu_state))
-
-    if ctl is not None and not ctl.empty and "status" in ctl:
-        for r in row_dicts(ctl):
-            status = str(r.get("status") or "")
-            legacy = status == "outside" and str(r.get("side") or "") == "above"
-            if status not in ABOVE and not legacy:
-                continue
-            v, lo, hi = _float(r.get("kernel_time_us")), _float(r.get("band_lo_us")), _float(r.get("band_hi_us"))
-            band = f"its band of {_span(lo, hi)}" if lo is not None and hi is not None else "its band"
-            if status == "under load":
-                why = f"under load: {_clause(r.get('nvml_flags')) or 'NVML flagged the captures there'}"
-            elif status == "above" and str(r.get("nvml") or "") == "quiet":
-                why = "NVML saw nothing, so the capture is suspect"
-            elif status == "above":
-                why = "NVML recorded nothing, so the capture is suspect"
-            else:
-                why = "a verdict from before NVML was read beside the band"
-            got = f" came back at {_us(v)}" if v is not None else " came back"
-            out.append(_sentence(f"Control above its band: {r.get('control')} at {r['op']} {r['shape']}{got} against "
-                                 f"{band} ({why}); no ranking follows from its pairings there"))
-
-    if cnt is not None and not cnt.empty and "status" in cnt:
-        bad = cnt[cnt["status"].fillna("").astype(str) != "ok"]
-        groups: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
-        for r in row_dicts(bad):
-            reason = _clause(r.get("reason")) or "no reason recorded"
-            status = _clause(r.get("status")) or "missing"
-            groups.setdefault((status, reason), []).append((str(r["op"]), str(r["shape"]), str(r["impl"])))
-        for (status, reason), rows in groups.items():
-            everything = len(rows) == len(cnt)
-            which = f"all {len(rows)} captures" if everything and len(rows) > 1 else _captures(rows)
-            out.append(_sentence(f"Counters {status}: {which} ({reason})"))
-
-    if kt is not None and not kt.empty and "gpu_uuid" in kt:
-        known = kt[kt["gpu_uuid"].notna()]
-        for (op, shape), grp in known.groupby(["op", "shape"], sort=False):
-            uuids = list(dict.fromkeys(str(u) for u in grp["gpu_uuid"]))
-            if len(uuids) < 2:
-                continue
-            ran = [f"{_and(grp[grp['gpu_uuid'].astype(str) == u]['impl'].astype(str).tolist())} on {u}" for u in uuids]
-            out.append(_sentence(f"Measured on {_number_word(len(uuids))} GPUs: {op} {shape} ran {_and(ran)}, so a ratio "
-                                 f"between captures on different GPUs compares {_number_word(len(uuids))} devices"))
-
-    if chk is not None and not chk.empty and "passed" in chk:
-        for r in row_dicts(chk[~chk["passed"].map(_truthy)]):
-            detail = _clause(r.get("error"))
-            if not detail:
-                bits = [f"{label} {_float(r.get(col)):.3g}" for col, label in
-                        (("max_abs_err", "max abs error"), ("max_rel_err", "max rel error"), ("atol", "atol"), ("rtol", "rtol"))
-                        if _float(r.get(col)) is not None]
-                detail = ", ".join(bits) or "no detail recorded"
-            out.append(_sentence(f"Check failed: {r['op']} {r['shape']} {r['impl']} ({detail})"))
-
-    if state is not None and not state.empty and "disturbed" in state:
-        hit = state[state["disturbed"].map(_truthy)]
-        for (op, shape), grp in hit.groupby(["op", "shape"], sort=False):
-            impls = grp["impl"].astype(str).tolist()
-            text = _flag_text(grp["flags"].tolist() if "flags" in grp else [])
-            out.append(_sentence(f"Disturbed capture: {op} {shape} {_and(impls)} ({text})"))
-
-    if dft is not None and not dft.empty:
-        bound = drift_bound(dft)
-        if bound["count"] == 0:
-            out.append(_sentence(f"Drift not bounded: {bound['summary']}"))
-    return out
-
-
 __all__ = [
-    "ABOVE", "BAND_COLUMNS", "CONTROL_COLUMNS", "DRIFT_COLUMNS", "IDENTITY_COLUMNS", "LIBRARY_IMPLS", "LIBRARY_NOTE",
+    "ABOVE", "BAND_COLUMNS", "CHECKS", "CONTROL_COLUMNS", "DRIFT_COLUMNS", "IDENTITY_COLUMNS", "LIBRARY_IMPLS", "LIBRARY_NOTE",
     "LIBRARY_REASON", "MARGIN", "OUTLIER_MADS", "OURS", "ROLES", "STATUSES", "Retained", "and_", "check_earlier",
     "choose_earlier", "classify_controls", "control_bands", "drift", "drift_bound", "earlier_namespaces", "flag_clause",
     "flags", "identity_change", "kernel_identity", "load_namespace", "namespace_controls", "rankable", "retained",
-    "retained_inputs", "table", "trust_tables",
+    "retained_inputs", "review", "Review", "table", "trust_tables",
 ]

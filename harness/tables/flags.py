@@ -5,7 +5,8 @@ sentences, each starting with what it is) and its clean clause ("no control abov
 new kind of flag cannot be added without the words a report uses when it was not raised. `review`
 runs them all: the flags, and the clean clauses of the checks that could have failed (their table
 has rows) and did not. A check whose table is absent or empty said nothing, so a report says
-nothing for it either (counters off, no earlier namespace to bound drift against).
+nothing for it either (counters off, no earlier namespace to bound drift against, a table written
+before the check's column existed).
 
 The report adds its own checks beside these (the cross-check against graph replay, the known
 answers of the resolution check: harness.report.render), the same way: a flag, or a clean clause.
@@ -47,8 +48,6 @@ def _captures(rows: list[tuple[str, str, str]]) -> str:
 def _controls_above(ctl: pd.DataFrame) -> list[str]:
     """'Control above its band: ...' for every control above its band or under load (controls.csv)."""
     out: list[str] = []
-    if "status" not in ctl:
-        return out
     for r in row_dicts(ctl):
         status = str(r.get("status") or "")
         legacy = status == "outside" and str(r.get("side") or "") == "above"
@@ -73,8 +72,6 @@ def _controls_above(ctl: pd.DataFrame) -> list[str]:
 def _counters_missing(cnt: pd.DataFrame) -> list[str]:
     """'Counters <status>: ...' for the counters.csv rows whose status is not ok, grouped by reason."""
     out: list[str] = []
-    if "status" not in cnt:
-        return out
     bad = cnt[cnt["status"].fillna("").astype(str) != "ok"]
     groups: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
     for r in row_dicts(bad):
@@ -91,8 +88,6 @@ def _counters_missing(cnt: pd.DataFrame) -> list[str]:
 def _two_gpus(kt: pd.DataFrame) -> list[str]:
     """'Measured on two GPUs: ...' for an (op, shape) whose captures (kernel_time.csv) have more than one gpu_uuid."""
     out: list[str] = []
-    if "gpu_uuid" not in kt:
-        return out
     known = kt[kt["gpu_uuid"].notna()]
     for (op, shape), grp in known.groupby(["op", "shape"], sort=False):
         uuids = list(dict.fromkeys(str(u) for u in grp["gpu_uuid"]))
@@ -107,8 +102,6 @@ def _two_gpus(kt: pd.DataFrame) -> list[str]:
 def _failed_checks(chk: pd.DataFrame) -> list[str]:
     """'Check failed: ...' for every check.csv row that did not pass, with its error or its errors against the tolerance."""
     out: list[str] = []
-    if "passed" not in chk:
-        return out
     for r in row_dicts(chk[~chk["passed"].map(_truthy)]):
         detail = _clause(r.get("error"))
         if not detail:
@@ -123,8 +116,6 @@ def _failed_checks(chk: pd.DataFrame) -> list[str]:
 def _disturbed(state: pd.DataFrame) -> list[str]:
     """'Disturbed capture: ...' for every (op, shape) whose captures NVML flagged (gpu_state.csv)."""
     out: list[str] = []
-    if "disturbed" not in state:
-        return out
     hit = state[state["disturbed"].map(_truthy)]
     for (op, shape), grp in hit.groupby(["op", "shape"], sort=False):
         impls = grp["impl"].astype(str).tolist()
@@ -142,20 +133,22 @@ def _drift_unbounded(dft: pd.DataFrame) -> list[str]:
 @dataclass(frozen=True)
 class Check:
     """One check of a namespace's tables: the table it reads, the flags it raises from it, and the
-    clause a report says where it ran (its table has rows) and raised none."""
+    clause a report says where it ran (its table has rows and the column) and raised none."""
 
     table: str
+    column: str | None
+    """The column it reads (a table without it is not checked); None where it reads the table whole."""
     raise_flags: Callable[[pd.DataFrame], list[str]]
     clean: str
 
 
 CHECKS = (
-    Check("controls", _controls_above, "no control above its band"),
-    Check("counters", _counters_missing, "no counters missing"),
-    Check("kernel_time", _two_gpus, "no group measured on two GPUs"),
-    Check("check", _failed_checks, "no failed check"),
-    Check("gpu_state", _disturbed, "no disturbed capture"),
-    Check("drift", _drift_unbounded, "drift bounded by our unchanged kernels"),
+    Check("controls", "status", _controls_above, "no control above its band"),
+    Check("counters", "status", _counters_missing, "no counters missing"),
+    Check("kernel_time", "gpu_uuid", _two_gpus, "no group measured on two GPUs"),
+    Check("check", "passed", _failed_checks, "no failed check"),
+    Check("gpu_state", "disturbed", _disturbed, "no disturbed capture"),
+    Check("drift", None, _drift_unbounded, "drift bounded by our unchanged kernels"),
 )
 """Every check of the trust tables, in the order a report lists its flags and clean clauses."""
 
@@ -177,7 +170,7 @@ def review(controls: Source = None, drift: Source = None, counters: Source = Non
     clean: list[str] = []
     for c in CHECKS:
         frame = table(tables[c.table])
-        if frame is None or frame.empty:
+        if frame is None or frame.empty or (c.column is not None and c.column not in frame):
             continue
         raised = c.raise_flags(frame)
         flags_out += raised

@@ -4,24 +4,17 @@ compiles (a probe that cannot run wastes a GPU call), with nsys and ncu found or
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from harness import ROOT
-
-SCRIPT = ROOT / "scripts" / "probe_starts.py"
+from script_module import load_script
 
 
 def load() -> Any:
-    spec = importlib.util.spec_from_file_location("probe_starts", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("probe_starts")
 
 
 @pytest.mark.parametrize("tools", [True, False], ids=["with nsys and ncu", "without"])

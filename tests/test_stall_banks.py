@@ -3,23 +3,19 @@ H100's SASS of the tiled kernel and ring2_wide at 2048^3, with their stall sampl
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
-from types import ModuleType
+from typing import Any
 
 from harness import ROOT
+from script_module import load_script
 
 SCRIPT = ROOT / "scripts" / "stall_banks.py"
 PAGE = ROOT / "tests" / "fixtures" / "ncu" / "source-page-ffma.csv"
 
 
-def script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("stall_banks", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def script() -> Any:
+    return load_script("stall_banks")
 
 
 def test_an_ffma_is_placed_by_the_sources_that_share_a_bank() -> None:

@@ -898,6 +898,47 @@ def test_a_run_over_two_gpus_of_one_model_compares_with_one_gpu_runs(tmp_path: P
     assert history.namespace_row(two)["gpu_count"] == 2
 
 
+
+def test_the_same_machine_code_is_the_same_kernel_whatever_its_source() -> None:
+    """identity_change: the same inputs are the same kernel (even where the compiler wrote other SASS
+    for them); so is the same SASS for every kernel serving the shape, the source edited elsewhere;
+    another source with other SASS, or with SASS unknown on either side, is a changed source."""
+    def ident(source: str, sass: str, kernel: str = "k<1>", spec: str = "block=128") -> frozenset[tuple[str, ...]]:
+        census = pd.DataFrame([{"op": "softmax", "impl": "cuda", "shapes": "4096x1024", "kernel": kernel,
+                                "specialization": spec, "source_sha256": source, "compiler": "nvrtc 13.0",
+                                "options": "-O3", "sass_sha256": sass}])
+        got = trust.kernel_identity(census, "softmax", "cuda", "4096x1024")
+        assert got == {(kernel, spec, source, "nvrtc 13.0", "-O3", sass)}
+        return got
+
+    assert trust.identity_change(ident("a", "x"), ident("a", "x")) is None
+    assert trust.identity_change(ident("a", "x"), ident("a", "y")) is None  # same inputs, other code: NVRTC's doing
+    assert trust.identity_change(ident("a", "x"), ident("b", "x")) is None  # same code from an edited file
+    assert trust.identity_change(ident("a", "x"), ident("b", "y")) == "changed source"
+    assert trust.identity_change(ident("a", ""), ident("b", "")) == "changed source"  # code unknown: inputs decide
+    assert trust.identity_change(ident("a", "x"), ident("b", "")) == "changed source"
+    assert trust.identity_change(ident("a", "x"), ident("b", "x", spec="block=256")) == "changed source"
+    assert trust.identity_change(ident("a", "x"), ident("a", "x", spec="block=256")) == "changed specialization"
+    assert trust.identity_change(ident("a", "x"), frozenset()) == "missing"
+
+
+def test_drift_is_bounded_by_a_kernel_whose_file_changed_but_whose_code_did_not(tmp_path: Path) -> None:
+    """Our cuda kernel's source hash changed between two namespaces (another kernel added to its
+    file) while its SASS did not: it still bounds drift. With other SASS it is 'changed source'."""
+    art = tmp_path / "artifacts"
+    TR = ("transpose", "2048x2048")
+    c1 = [kt(*TR, "cuda", 20.0), kt(*TR, "triton", 22.0), kt(*TR, "torch", 30.0)]
+    c2 = [kt(*TR, "cuda", 20.2), kt(*TR, "triton", 22.1), kt(*TR, "torch", 30.0)]
+    write_namespace(art, "c1", day(1), c1, census=census_of(c1, cuda={"sass_sha256": "e" * 64}))
+    write_namespace(art, "c2", day(2), c2, census=census_of(c2, cuda={"source_sha256": "f" * 64, "sass_sha256": "e" * 64}))
+    d = tables(art, "c2")["drift"].set_index("impl")
+    assert (d.loc["cuda", "role"], d.loc["cuda", "reason"]) == ("bound", "") and d.loc["cuda", "unchanged_kernel"]
+    write_namespace(art, "c3", day(3), c2, census=census_of(c2, cuda={"source_sha256": "0" * 64, "sass_sha256": "d" * 64}))
+    out = tables(art, "c3")
+    assert out["earlier"] == "c2"
+    d = out["drift"].set_index("impl")
+    assert (d.loc["cuda", "role"], d.loc["cuda", "reason"]) == ("changed", "changed source")
+
 def test_a_tagged_shape_takes_the_identity_of_its_dimensions() -> None:
     """The census lists 65536x1048576x64 for the kernels that also serve the power-law graph of
     that size (h200-ops-1 and -2 do): the tagged shape is served by them, so its control band is

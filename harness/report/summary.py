@@ -200,7 +200,8 @@ def build(tables: Mapping[str, Any], provenance: Mapping[str, Any], *, control: 
                 "median_us": number(sp.get("span_median_us")), "samples": integer(sp.get("samples")),
                 "launch_path": text(sp.get("launch_path")), "exclusive": truth(sp.get("exclusive")),
                 "threads": integer(sp.get("threads"))},
-            "census": [dict(zip(trust.IDENTITY_COLUMNS, ident, strict=True)) for ident in identity],
+            "census": [dict(zip(trust.IDENTITY_COLUMNS, ident[:len(trust.IDENTITY_COLUMNS)], strict=True))
+                       for ident in identity],
             "check": None if c is None else {"passed": truth(c.get("passed")), "error": text(c.get("error"))},
         })
     prov = {key: provenance.get(key) for key in PROVENANCE_KEYS}

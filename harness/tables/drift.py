@@ -158,7 +158,7 @@ def drift(current_ns_dir: str | Path | Retained, earlier_ns_dir: str | Path | Re
                 unwatched = [ns.namespace for ns in (old, cur) if not ns.watched(op, shape, impl)]
                 seen = (f"NVML flagged neither capture (it recorded nothing in {_and(unwatched)})" if unwatched
                         else "NVML saw both captures quiet")
-                note = (f"{who} is the same kernel in both (same census: source, compiler, options, specialization) and "
+                note = (f"{who} is the same kernel in both (the same census inputs, or the same SASS) and "
                         f"{seen}, so its move bounds the drift.")
                 ctl = verdict_now.get((op, shape)) or {}
                 if str(ctl.get("status") or "") in ABOVE:

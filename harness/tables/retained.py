@@ -1,6 +1,6 @@
 """A retained namespace as the trust rules see it (`Retained`: its kernel time, census, GPU model,
 NVML record and date), loaded from its folder or the history index, and a kernel's identity from
-the census (what makes two captures "the same kernel")."""
+the census (what makes two captures "the same kernel": the same inputs, or the same machine code)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,10 @@ LIBRARY_IMPLS = ("torch",)
 """Library baselines: never compared across namespaces."""
 
 IDENTITY_COLUMNS = ["kernel", "specialization", "source_sha256", "compiler", "options"]
+"""What a kernel was built from: a census row's inputs."""
+
+CODE_COLUMN = "sass_sha256"
+"""What a kernel was built to: its machine code. An identity tuple carries it after the inputs."""
 
 # Loading retained namespaces
 
@@ -148,11 +152,12 @@ def cache_mode(ns: Retained) -> str | None:
 
 def kernel_identity(census: pd.DataFrame | None, op: str, impl: str, shape: str) -> frozenset[tuple[str, ...]]:
     """The census rows of (op, impl) that serve `shape`, as a set of (kernel, specialization,
-    source_sha256, compiler, options); empty where the census has none. The census names shapes by
-    their dimensions, so a shape with a tag ('65536x1048576x64-powerlaw', another graph through the
-    same kernels) is served by the rows of its dimensions ('65536x1048576x64'). A census is read
-    once per frame (`_identities`): the trust rules ask it once per namespace, shape and
-    implementation, and the history grows with every retained namespace."""
+    source_sha256, compiler, options, sass_sha256): IDENTITY_COLUMNS, then CODE_COLUMN ('' where the
+    census has none); empty where the census has no such row. The census names shapes by their
+    dimensions, so a shape with a tag ('65536x1048576x64-powerlaw', another graph through the same
+    kernels) is served by the rows of its dimensions ('65536x1048576x64'). A census is read once per
+    frame (`_identities`): the trust rules ask it once per namespace, shape and implementation, and
+    the history grows with every retained namespace."""
     if census is None or census.empty or not {"op", "impl", "shapes"} <= set(census.columns):
         return frozenset()
     dims = shape.split("-", 1)[0]
@@ -176,7 +181,7 @@ def _identities(census: pd.DataFrame) -> dict[tuple[str, str], list[tuple[frozen
     for rec in row_dicts(census):
         shapes = rec.get("shapes")
         served = frozenset(s.strip() for s in str(shapes if shapes is not None else "").split(";"))
-        identity = tuple("" if _missing(rec.get(c)) else str(rec.get(c)) for c in IDENTITY_COLUMNS)
+        identity = tuple("" if _missing(rec.get(c)) else str(rec.get(c)) for c in (*IDENTITY_COLUMNS, CODE_COLUMN))
         index.setdefault((str(rec["op"]), str(rec["impl"])), []).append((served, identity))
     if got is None:
         weakref.finalize(census, _IDENTITY_INDEX.pop, key, None)
@@ -185,13 +190,24 @@ def _identities(census: pd.DataFrame) -> dict[tuple[str, str], list[tuple[frozen
 
 
 def identity_change(before: frozenset, after: frozenset) -> str | None:
-    """None when the two identities are the same; else the first difference, in the order
-    'missing', 'changed source', 'changed compiler', 'changed options', 'changed specialization'."""
+    """None when the two identities are the same kernel; else the first difference, in the order
+    'missing', 'changed source', 'changed compiler', 'changed options', 'changed specialization'.
+
+    The same kernel: built from the same inputs (every IDENTITY_COLUMNS value; the machine code may
+    still differ, where the compiler writes another for the same source), or built to the same
+    machine code (the same kernels and specializations with the same SASS hash, every row having
+    one), whatever the source: an edit elsewhere in the file, or a comment, leaves the kernel as it was."""
     if not before or not after:
         return "missing"
+    inputs = len(IDENTITY_COLUMNS)
+    if {r[:inputs] for r in before} == {r[:inputs] for r in after}:
+        return None
+    code = {(r[0], r[1], r[inputs]) for r in before}
+    if all(r[inputs] for r in before | after) and code == {(r[0], r[1], r[inputs]) for r in after}:
+        return None
     for i, reason in ((2, "changed source"), (3, "changed compiler"), (4, "changed options")):
         if {r[i] for r in before} != {r[i] for r in after}:
             return reason
-    return None if before == after else "changed specialization"
+    return "changed specialization"
 
 

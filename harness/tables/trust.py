@@ -14,9 +14,9 @@ flags a report must not hide. The rules, and why they are these, are in docs/tru
   Either way no ranking follows from its pairings there; ours (`cuda`) is compared with its own
   earlier range to say whether the slowdown hit the control's capture or the whole operation.
 * **Drift bounded by our kernels that did not change.** Between two namespaces, only our kernels
-  (neither the control nor a library baseline) whose census (source hash, compiler, options,
-  kernel and specialization serving that shape) is the same in both, and whose captures are clean,
-  bound the drift. The control's own move is reported beside it, judged against its band.
+  (neither the control nor a library baseline) that are the same kernel in both (the census rows
+  serving that shape built from the same source hash, compiler, options, kernel and specialization,
+  or built to the same SASS) and whose captures are clean, bound the drift. The control's own move is reported beside it, judged against its band.
 * **Library baselines are never compared across sessions.** `torch` is not ours and may change with
   the driver and library version between sessions; its rows are listed, never used as a bound.
 

@@ -16,7 +16,8 @@ flags a report must not hide. The rules, and why they are these, are in docs/tru
 * **Drift bounded by our kernels that did not change.** Between two namespaces, only our kernels
   (neither the control nor a library baseline) that are the same kernel in both (the census rows
   serving that shape built from the same source hash, compiler, options, kernel and specialization,
-  or built to the same SASS) and whose captures are clean, bound the drift. The control's own move is reported beside it, judged against its band.
+  or built to the same SASS) and whose captures are clean, bound the drift. The control's own move
+  is reported beside it, judged against its band.
 * **Library baselines are never compared across sessions.** `torch` is not ours and may change with
   the driver and library version between sessions; its rows are listed, never used as a bound.
 
@@ -50,7 +51,7 @@ from harness.tables.drift import DRIFT_COLUMNS, LIBRARY_NOTE, LIBRARY_REASON, RO
 from harness.tables.flags import CHECKS, Review, flags, review, table
 from harness.tables.retained import (IDENTITY_COLUMNS, LIBRARY_IMPLS, Retained, cache_mode, identity_change,
                                      kernel_identity, load_namespace, retained)
-from harness.tables.phrases import _and, _clause, _flag_text, _float, _number_word, _sentence, _span, _truthy, _us, and_, flag_clause
+from harness.tables.phrases import and_, flag_clause
 
 # The namespace's controls, the earlier namespace, and the step that writes the tables
 

@@ -366,6 +366,22 @@ def test_block_switch_sets_the_wide_paths_threads() -> None:
         cuda_instance(4096)
 
 
+def test_narrow_block_switch_sets_the_narrow_paths_threads() -> None:
+    """LN_NARROW_BLOCK (the variant narrow64) sets the threads of the vec4 path at widths up to 1024
+    where the row then fits 8 slots; wider rows and the scalar path keep the dispatch."""
+    assert cuda_instance(768) == CudaInstance("rows128", 4, 128, 2, late_wb=True)
+    with cuda_module.variant_options(("-DLN_NARROW_BLOCK=64",)):
+        assert cuda_instance(768) == CudaInstance("rows128", 4, 64, 3, late_wb=True)
+        assert cuda_instance(1024) == CudaInstance("rows128", 4, 64, 4, late_wb=True)
+        assert cuda_instance(4) == CudaInstance("rows128", 4, 64, 1, late_wb=True)
+        assert cuda_instance(2048).block == 256 and cuda_instance(770).block == 128  # wide, scalar: theirs
+        for n in range(4, 1025, 4):
+            v = cuda_instance(n)
+            assert (v.slots - 1) * 4 * v.block < n <= v.slots * 4 * v.block, n
+    with cuda_module.variant_options(("-DLN_NARROW_BLOCK=96",)), pytest.raises(EvidenceError, match="LN_NARROW_BLOCK"):
+        cuda_instance(768)
+
+
 def test_warp_path_holds_every_width_it_serves() -> None:
     with cuda_module.variant_options(("-DLN_WARP_ROWS=1",)):
         for n in range(4, 1025, 4):

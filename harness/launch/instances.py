@@ -153,16 +153,16 @@ def rows_and_last(shape: Sequence[int], what: str) -> tuple[int, int]:
     return math.prod(shape[:-1]), int(shape[-1])
 
 
-BLOCK_SIZES = ("128", "256", "512", "1024")
+BLOCK_SIZES = ("64", "128", "256", "512", "1024")
 """Threads per block a variant's block-size define may name."""
 
 
 def block_override(define: str, n: int, vec: int, default: int, what: str, max_slots: int = 8) -> int:
     """Threads per block for a row of width n on a block-per-row path whose threads hold
-    ceil(n / (vec * block)) vectors: the variant's define `define` (128, 256, 512 or 1024) where it
-    sets one and the row then fits `max_slots` vectors per thread, else `default`."""
+    ceil(n / (vec * block)) vectors: the variant's define `define` (64, 128, 256, 512 or 1024) where
+    it sets one and the row then fits `max_slots` vectors per thread, else `default`."""
 
-    value = dispatch_define(define, lambda v: v in BLOCK_SIZES, "128, 256, 512 or 1024", what)
+    value = dispatch_define(define, lambda v: v in BLOCK_SIZES, "64, 128, 256, 512 or 1024", what)
     if value is not None and -(-n // (vec * int(value))) <= max_slots:
         return int(value)
     return default

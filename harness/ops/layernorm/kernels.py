@@ -13,8 +13,9 @@ CUDA paths (kernels/layernorm/layernorm.cu), one thread block per row, the row h
 or, where the warp-per-row path is on (n % 4 == 0, n <= 1024): one warp per row, 4 rows per
 128-thread block, SLOTS = ceil(n / 128). Each block path loads w and b either with x or late, just
 before the store (LATE_WB). The choices are `DEFAULT_LATE_WB` and `DEFAULT_WARP_ROWS`;
-the variants' defines LN_LATE_WB and LN_WARP_ROWS override them for one run, and LN_BLOCK (128,
-256, 512 or 1024) sets the vec4 wide path's threads where the row fits 8 slots (kernels/layernorm/notebook.md).
+the variants' defines LN_LATE_WB and LN_WARP_ROWS override them for one run, LN_BLOCK (64, 128,
+256, 512 or 1024) sets the vec4 wide path's threads and LN_NARROW_BLOCK the narrow path's, each where
+the row then fits 8 slots (kernels/layernorm/notebook.md).
 Triton (kernels/layernorm/layernorm_triton.py): one program per row, BLOCK_N = next power of two >= n,
 num_warps from BLOCK_N, N a compile-time constant.
 """
@@ -186,8 +187,8 @@ def cuda_instance(n: int) -> CudaInstance:
     late = _switch("LN_LATE_WB", DEFAULT_LATE_WB)
     if n % 4 == 0:
         block = 128 if n <= 1024 else (256 if n <= 4096 else 512)
-        if n > 1024:  # the wide path; the variants' LN_BLOCK sets its threads per block
-            block = block_override("LN_BLOCK", n, 4, block, "Layer-norm")
+        # The variants' LN_NARROW_BLOCK sets the threads of the narrow path, LN_BLOCK the wide's.
+        block = block_override("LN_NARROW_BLOCK" if n <= 1024 else "LN_BLOCK", n, 4, block, "Layer-norm")
         return CudaInstance("rows128" if n <= 1024 else "wide", 4, block, math.ceil(n / (4 * block)),
                            late)
     block = 128 if n <= 1024 else (256 if n <= 2048 else (512 if n <= 4096 else 1024))

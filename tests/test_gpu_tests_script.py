@@ -3,7 +3,6 @@ and writes the evidence file named by the commit with the tier, wall time and th
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import subprocess
@@ -13,24 +12,17 @@ from pathlib import Path
 import pytest
 
 from harness import ROOT
+from script_module import load_script
 
 SCRIPT = ROOT / "scripts" / "gpu_tests.py"
 
 
-def load() -> object:
-    spec = importlib.util.spec_from_file_location("gpu_tests", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_summary_line_is_pytests_last_one() -> None:
-    gpu_tests = load()
+    gpu_tests = load_script("gpu_tests")
     out = "....F\nFAILED tests/x.py::t - boom\n= 1 failed, 857 passed, 3 skipped in 171.20s (0:02:51) =\n"
-    assert gpu_tests.summary_line(out) == "1 failed, 857 passed, 3 skipped in 171.20s (0:02:51)"  # type: ignore[attr-defined]
-    assert gpu_tests.summary_line("24 passed in 41.07s\n") == "24 passed in 41.07s"  # type: ignore[attr-defined]
-    assert gpu_tests.summary_line("no tests here\n") == ""  # type: ignore[attr-defined]
+    assert gpu_tests.summary_line(out) == "1 failed, 857 passed, 3 skipped in 171.20s (0:02:51)"
+    assert gpu_tests.summary_line("24 passed in 41.07s\n") == "24 passed in 41.07s"
+    assert gpu_tests.summary_line("no tests here\n") == ""
 
 
 def test_a_tier_run_writes_its_evidence_file_under_the_commit(tmp_path: Path) -> None:
@@ -49,14 +41,14 @@ def test_a_tier_run_writes_its_evidence_file_under_the_commit(tmp_path: Path) ->
 
 
 def test_the_slowest_phases_are_pytests_durations_slowest_first() -> None:
-    gpu_tests = load()
+    gpu_tests = load_script("gpu_tests")
     out = ("============ slowest 5 durations ============\n"
            "3.21s setup    tests/a.py::t1\n41.07s call     tests/test_end_to_end_gpu.py::test_main[x]\n"
            "0.52s teardown tests/a.py::t1\n= 2 passed in 45.0s =\n")
-    assert gpu_tests.slowest(out) == ["41.1 s tests/test_end_to_end_gpu.py::test_main[x] (call)",  # type: ignore[attr-defined]
+    assert gpu_tests.slowest(out) == ["41.1 s tests/test_end_to_end_gpu.py::test_main[x] (call)",
                                       "3.2 s tests/a.py::t1 (setup)", "0.5 s tests/a.py::t1 (teardown)"]
-    assert gpu_tests.slowest(out, 1) == ["41.1 s tests/test_end_to_end_gpu.py::test_main[x] (call)"]  # type: ignore[attr-defined]
-    assert gpu_tests.slowest("no durations\n") == []  # type: ignore[attr-defined]
+    assert gpu_tests.slowest(out, 1) == ["41.1 s tests/test_end_to_end_gpu.py::test_main[x] (call)"]
+    assert gpu_tests.slowest("no durations\n") == []
 
 
 def _collected(tier: str, *args: str) -> set[str]:
@@ -69,8 +61,8 @@ def _collected(tier: str, *args: str) -> set[str]:
 
 @pytest.mark.parametrize("tier", ["smoke", "full"])
 def test_a_tiers_files_hold_every_test_of_the_tier_and_the_end_to_end_run_comes_last(tier: str) -> None:
-    gpu_tests = load()
-    files = gpu_tests.tier_files(tier)  # type: ignore[attr-defined]
+    gpu_tests = load_script("gpu_tests")
+    files = gpu_tests.tier_files(tier)
     assert files[-1] == "tests/test_end_to_end_gpu.py" and "tests/test_ops_gpu.py" in files
     everywhere = _collected(tier)
     assert everywhere and _collected(tier, *files) == everywhere
@@ -79,17 +71,17 @@ def test_a_tiers_files_hold_every_test_of_the_tier_and_the_end_to_end_run_comes_
 
 
 def test_test_paths_after_the_separator_replace_the_tiers_files() -> None:
-    gpu_tests = load()
-    assert gpu_tests.names_paths(["tests/test_gpu_watch.py"])  # type: ignore[attr-defined]
-    assert gpu_tests.names_paths(["-x", "tests/test_ops_gpu.py::test_every_implementation_matches_its_reference"])  # type: ignore[attr-defined]
-    assert not gpu_tests.names_paths(["-x", "-k", "layernorm"])  # type: ignore[attr-defined]
-    assert not gpu_tests.names_paths(["tests/no_such_file.py"])  # type: ignore[attr-defined]
+    gpu_tests = load_script("gpu_tests")
+    assert gpu_tests.names_paths(["tests/test_gpu_watch.py"])
+    assert gpu_tests.names_paths(["-x", "tests/test_ops_gpu.py::test_every_implementation_matches_its_reference"])
+    assert not gpu_tests.names_paths(["-x", "-k", "layernorm"])
+    assert not gpu_tests.names_paths(["tests/no_such_file.py"])
 
 
 def test_prime_times_the_bytecode_and_each_tools_first_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """--prime compiles the packages on PYTHONPATH that lack bytecode and starts nsys and ncu once,
     each timed; a tool that is missing or fails is said to be, and the tier still runs."""
-    gpu_tests = load()
+    gpu_tests = load_script("gpu_tests")
     site = tmp_path / "site"
     (site / "pkg").mkdir(parents=True)
     (site / "pkg" / "__init__.py").write_text("X = 1\n")
@@ -101,19 +93,19 @@ def test_prime_times_the_bytecode_and_each_tools_first_start(tmp_path: Path, mon
         (tools / tool).chmod(0o755)
     monkeypatch.setenv("PYTHONPATH", f"{ROOT}{os.pathsep}{site}")
     monkeypatch.setenv("PATH", f"{tools}{os.pathsep}/usr/bin:/bin")
-    line = gpu_tests.prime(tmp_path)  # type: ignore[attr-defined]
+    line = gpu_tests.prime(tmp_path)
     assert re.fullmatch(rf"bytecode of {re.escape(str(site))} \d+\.\d s; first nsys start \d+\.\d s; "
                         r"first ncu start \d+\.\d s, exit status 3", line), line
     assert list((site / "pkg" / "__pycache__").glob("__init__.*.pyc"))
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
-    assert gpu_tests.prime(tmp_path) == ("no package folder on PYTHONPATH to compile; "  # type: ignore[attr-defined]
+    assert gpu_tests.prime(tmp_path) == ("no package folder on PYTHONPATH to compile; "
                                          "first nsys start skipped (not found); first ncu start skipped (not found)")
 
 
 def test_a_primed_tier_says_so_in_its_section() -> None:
-    gpu_tests = load()
+    gpu_tests = load_script("gpu_tests")
     facts = {"gpu": "g", "driver": "d", "nsys": "n", "ncu": "c"}
-    text = gpu_tests.section("smoke", facts, 50.0, "1 passed in 49.0s", 0, [], "first nsys start 4.0 s")  # type: ignore[attr-defined]
+    text = gpu_tests.section("smoke", facts, 50.0, "1 passed in 49.0s", 0, [], "first nsys start 4.0 s")
     assert "primed before the tier, outside its wall time: first nsys start 4.0 s\nwall time: 50.0 s\n" in text
-    assert "primed" not in gpu_tests.section("smoke", facts, 50.0, "", 0)  # type: ignore[attr-defined]
+    assert "primed" not in gpu_tests.section("smoke", facts, 50.0, "", 0)

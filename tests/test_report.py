@@ -364,7 +364,7 @@ def test_flags_lead_the_issue_comment(tmp_path: Path) -> None:
 def test_counters_unavailable_is_one_sentence_and_read_counters_are_not_denied(tmp_path: Path) -> None:
     note, _, _ = render(tmp_path / "a")
     assert f"Counters unavailable at this shape: {safe.md_text(REASON)}" in note
-    assert ".." not in note.replace("../../docs", "")
+    assert ".." not in note.replace("../../", "")  # the links to docs/ and the notebooks aside
     assert "no hardware counters were read in this namespace (unavailable)" in note
     note, _, _ = render(tmp_path / "b", counters="ok")
     assert "no hardware counters were read" not in note
@@ -424,6 +424,11 @@ def test_variants_that_were_not_kept_use_the_four_verdicts(tmp_path: Path) -> No
     assert "faster / slower / same / can't tell" in section
     for _, r in variants.iterrows():
         assert f"| {report.num(r['base_us'])} | {report.num(r['variant_us'])} | {r['ratio']:.3f} [" in section
+    # each operation with a variant links its notebook, and the link resolves from report/<namespace>/
+    links = re.findall(r"\[kernels/(\w+)/notebook\.md\]\((\.\./\.\./kernels/\w+/notebook\.md)\)", section)
+    assert [op for op, _ in links] == list(dict.fromkeys(variants["op"]))
+    for _, link in links:
+        assert (ROOT / "report" / "some-namespace" / link).resolve().is_file(), link
 
 
 # ------------------------------------------------------------------------------ the full configuration

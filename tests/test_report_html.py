@@ -64,6 +64,13 @@ def render_page(root: Path, cfg: dict[str, Any] | None = None, **kw: Any) -> tup
     return out / "index.html", cfg
 
 
+def local_link(target: str) -> bool:
+    """The only links a page may hold: its own anchors, the guide to reading it and the kernel
+    notebooks, each relative to report/<namespace>/ in the checkout."""
+    return (target.startswith("#") or target == report.READING_LINK
+            or re.fullmatch(r"\.\./\.\./kernels/[a-z][a-z0-9_]*/notebook\.md", target) is not None)
+
+
 def assert_self_contained(text: str) -> Elements:
     e = parse(text)
     for tag, attrs in e.tags:
@@ -74,7 +81,7 @@ def assert_self_contained(text: str) -> Elements:
         for name in ("href", "xlink:href"):
             target = attrs.get(name)
             if target is not None:
-                assert target.startswith("#") or target == report.READING_LINK, (tag, target)
+                assert local_link(target), (tag, target)
     styles = "".join(e.styles)
     assert "url(" not in styles and "@import" not in styles and "@font-face" not in styles
     csp = [a for t, a in e.tags if t == "meta" and a.get("http-equiv") == "Content-Security-Policy"]
@@ -112,7 +119,7 @@ def test_hostile_strings_are_text_in_the_page(tmp_path: Path) -> None:
     e = parse(text)
     assert not [t for t, _ in e.tags if t in ("img", "script")]
     links = [a.get("href") for t, a in e.tags if t == "a"]
-    assert all(h is not None and (h.startswith("#") or h == report.READING_LINK) for h in links)
+    assert all(h is not None and local_link(h) for h in links)
     assert "\x1b" not in text and "\u202e" not in text
     assert "&lt;img src=x onerror=alert(1)&gt;" in text
     assert "\\x1b[31m" in "".join(e.text) and "\\u202eevil" in "".join(e.text)

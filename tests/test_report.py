@@ -431,6 +431,42 @@ def test_variants_that_were_not_kept_use_the_four_verdicts(tmp_path: Path) -> No
         assert (ROOT / "report" / "some-namespace" / link).resolve().is_file(), link
 
 
+def test_the_cross_check_gives_ours_over_the_control_by_kernel_time_and_by_replay(tmp_path: Path) -> None:
+    """From the cross-check table alone: at each shape where both were compared, the two ratios
+    and the gap a call between them, and "differ" exactly where the ratios part by over the margin."""
+    cfg = small_config()
+    note, _, inputs = render(tmp_path, cfg)
+    section = note.split("## Cross-check against graph replay")[1].split("## GPU state")[0]
+    cc = tables_of(inputs)["cross_check"]
+    cc = cc[cc["status"] == "ok"]
+    margin, seen, differ = float(cfg["verdict"]["margin"]), 0, []
+    for (op, shape), grp in cc.groupby(["op", "shape"], sort=False):
+        g = grp.set_index("impl")
+        if "cuda" not in g.index or "triton" not in g.index:
+            continue
+        k = g.loc["cuda", "kernel_time_us"] / g.loc["triton", "kernel_time_us"]
+        r = g.loc["cuda", "graph_median_us"] / g.loc["triton", "graph_median_us"]
+        gap = (g.loc["cuda", "graph_median_us"] - g.loc["cuda", "kernel_time_us"]) - (
+            g.loc["triton", "graph_median_us"] - g.loc["triton", "kernel_time_us"])
+        row = next(line for line in section.splitlines() if line.startswith(f"| {op} | {shape} | {k:.3f} | {r:.3f} |"))
+        assert f"{abs(gap):.2f}" in row
+        assert ("| yes, by" in row) == (abs(r / k - 1) > margin), row
+        if abs(r / k - 1) > margin:
+            differ.append(f"{op} {shape} ({k:.3f} by kernel time, {r:.3f} by replay")
+        seen += 1
+    assert seen > 0
+    if differ:
+        assert all(d in section for d in differ) and "**they differ by more than 1%**" in section
+    else:
+        assert "they agree within 1% at every shape compared" in section
+
+
+def test_a_signed_difference_that_rounds_to_zero_has_no_sign() -> None:
+    from harness.report.sections import signed
+
+    assert (signed(0.254), signed(-0.13), signed(-0.001), signed(0.004)) == ("+0.25", "-0.13", "0.00", "0.00")
+
+
 # ------------------------------------------------------------------------------ the full configuration
 
 

@@ -338,7 +338,8 @@ def build_context(cfg: Mapping[str, Any], tables: Mapping[str, Any], provenance:
         toc.append(sections[key])
     gpus = provenance.get("gpus") or []
     git = provenance.get("git") or {}
-    cross = cross_check_context(tables.get("cross_check"), cfg.get("cross_check") or {})
+    cross = cross_check_context(tables.get("cross_check"), cfg.get("cross_check") or {}, _control_of(cfg),
+                                float((cfg.get("verdict") or {}).get("margin") or 0.01))
     commands = summary.commands(provenance)
     counters_states = {o["counters"]["state"] for o in operations}
     # each check raises its flags or, where it ran and raised none, says so in the "No flags" line

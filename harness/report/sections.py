@@ -200,24 +200,66 @@ def resolution_context(cfg: Mapping[str, Any], variants_frame: Any, cross_frame:
     return known
 
 
-def cross_check_context(frame: Any, cc: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The cross-check rows, those that disagree and those not compared (with the reason)."""
+def signed(value: float, digits: int = 2) -> str:
+    """A difference with its sign, '+0.25' or '-0.13'; one that rounds to zero is '0.00'."""
+    text = f"{value:+.{digits}f}"
+    return text[1:] if float(text) == 0 else text
+
+
+def replay_ratios(compared: Sequence[Mapping[str, Any]], control: str, margin: float) -> list[dict[str, Any]]:
+    """Ours over `control` at each (op, shape) where the cross-check compared both: by their kernel
+    times (nsys) and by their graph-replay times a call, how much more time ours than the control
+    adds a call outside its kernel time in the replay (`gap_us`, µs), and whether the two ratios
+    differ by more than `margin` (relative). Replay counts the gaps between kernels that kernel
+    time leaves out, and runs after the captures: a difference of a fraction of a µs a call is
+    time at the kernels' edges, a larger one a GPU whose state moved in between."""
+    by: dict[tuple[str, str], dict[str, Mapping[str, Any]]] = {}
+    for r in compared:
+        by.setdefault((str(r.get("op")), str(r.get("shape"))), {})[str(r.get("impl"))] = r
+    out = []
+    for (op, shape), impls in by.items():
+        ours, ctl = impls.get(OURS), impls.get(control)
+        if ours is None or ctl is None:
+            continue
+        k_ours, k_ctl = number(ours.get("kernel_time_us")), number(ctl.get("kernel_time_us"))
+        g_ours, g_ctl = number(ours.get("graph_median_us")), number(ctl.get("graph_median_us"))
+        if k_ours is None or g_ours is None or not k_ctl or not g_ctl:
+            continue
+        by_kernel, by_replay, gap = k_ours / k_ctl, g_ours / g_ctl, (g_ours - k_ours) - (g_ctl - k_ctl)
+        out.append({"op": op, "shape": shape, "kernel": by_kernel, "replay": by_replay, "gap_us": gap,
+                    "gap": signed(gap), "differ": abs(by_replay / by_kernel - 1.0) > margin})
+    return out
+
+
+def cross_check_context(frame: Any, cc: Mapping[str, Any], control: str = "triton",
+                        margin: float = 0.01) -> dict[str, Any] | None:
+    """The cross-check rows, those that disagree and those not compared (with the reason), and ours
+    over `control` by kernel time and by graph replay at each shape (`replay_ratios`)."""
     if frame is None:
         return None
     rows = records(frame)
     compared = [r for r in rows if r.get("status") == "ok"]
     disagree = [r for r in compared if disagrees(r)]
     shown = rows if cc.get("enabled", True) else []
+    ratios = replay_ratios(compared, control, margin) if shown else []
+    ratio_table = table([("op", "l"), ("shape", "l"), (f"{OURS}/{control} by kernel time", "r"),
+                         (f"{OURS}/{control} by graph replay", "r"), ("gap a call, ours less control µs", "r"),
+                         ("differ", "l")],
+                        [[r["op"], r["shape"], num(r["kernel"], 3), num(r["replay"], 3), r["gap"],
+                          f"yes, by {num(abs(r['replay'] / r['kernel'] - 1.0) * 100, 1)}%" if r["differ"] else "no"]
+                         for r in ratios])
     tab = table([("op", "l"), ("shape", "l"), ("impl", "l"), ("kernels per call", "r"), ("nsys kernel µs", "r"),
                  ("graph replay µs (median, min–max)", "l"), ("difference µs", "r"), ("allowed µs", "r"), ("agree", "l")],
                 [[r.get("op"), r.get("shape"), r.get("impl"), num(r.get("kernels_per_call"), 0), num(r.get("kernel_time_us")),
                   (f"{num(r.get('graph_median_us'))} ({num(r.get('graph_min_us'))}–{num(r.get('graph_max_us'))})"
                    if r.get("status") == "ok" else safe.plain(r.get("status"))),
-                  f"{number(r.get('difference_us')):+.2f}" if number(r.get("difference_us")) is not None else "",
+                  signed(d) if (d := number(r.get("difference_us"))) is not None else "",
                   num(r.get("allowed_us")),
                   ("yes" if truth(r.get("agree")) else "NO") if r.get("status") == "ok" else "n/a"] for r in shown])
     return {"rows": shown, "compared": len(compared), "disagree": disagree,
             "skipped": [r for r in rows if r.get("status") != "ok"], "table": tab,
+            "ratios": ratios, "ratios_differ": [r for r in ratios if r["differ"]], "ratio_table": ratio_table,
+            "control": control, "margin_pct": f"{margin * 100:g}%",
             "replays": cc.get("replays"), "max_seconds": cc.get("max_seconds", 1.0), "rtol": cc.get("rtol", 0.1),
             "atol_us_per_kernel": cc.get("atol_us_per_kernel", 0)}
 

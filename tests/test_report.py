@@ -435,7 +435,7 @@ def test_the_cross_check_gives_ours_over_the_control_by_kernel_time_and_by_repla
     """From the cross-check table alone: at each shape where both were compared, the two ratios
     and the gap a call between them, and "differ" exactly where the ratios part by over the margin."""
     cfg = small_config()
-    note, _, inputs = render(tmp_path, cfg)
+    note, comment, inputs = render(tmp_path, cfg)
     section = note.split("## Cross-check against graph replay")[1].split("## GPU state")[0]
     cc = tables_of(inputs)["cross_check"]
     cc = cc[cc["status"] == "ok"]
@@ -455,10 +455,12 @@ def test_the_cross_check_gives_ours_over_the_control_by_kernel_time_and_by_repla
             differ.append(f"{op} {shape} ({k:.3f} by kernel time, {r:.3f} by replay")
         seen += 1
     assert seen > 0
+    line = next((x for x in comment.splitlines() if x.startswith("By graph replay a call")), None)
     if differ:
         assert all(d in section for d in differ) and "**they differ by more than 1%**" in section
+        assert line is not None and all(d in line for d in differ), line
     else:
-        assert "they agree within 1% at every shape compared" in section
+        assert "they agree within 1% at every shape compared" in section and line is None
 
 
 def test_a_signed_difference_that_rounds_to_zero_has_no_sign() -> None:

@@ -221,6 +221,28 @@ def test_committed_reports_agree_with_their_summary(name: str, tmp_path: Path) -
     check(s, (rep / "field_note.md").read_text(), (rep / "issue_comment.md").read_text(), page)
 
 
+@pytest.mark.parametrize("name", COMMITTED)
+def test_each_claims_replay_ratio_is_its_cross_check_tables(name: str) -> None:
+    """replay_ratio: ours over the control by the cross-check's graph-replay medians at that shape,
+    read here from tables/cross_check.csv directly; null where the table did not compare both (with
+    a kernel time and a replay each)."""
+    s = summary.read(ROOT / "artifacts" / name / "summary.json")
+    table = ROOT / "artifacts" / name / "tables" / "cross_check.csv"
+    graph: dict[tuple[str, str, str], float] = {}
+    if table.is_file():
+        import pandas as pd
+
+        cc = pd.read_csv(table, dtype={"op": str, "shape": str, "impl": str})
+        for _, r in cc[(cc["status"] == "ok") & cc["kernel_time_us"].notna() & cc["graph_median_us"].notna()].iterrows():
+            graph[(r["op"], r["shape"], r["impl"])] = float(r["graph_median_us"])
+    for c in s["claims"]:
+        ours, ctl = graph.get((c["op"], c["shape"], c["ours"])), graph.get((c["op"], c["shape"], c["control"]))
+        if ours is None or not ctl:
+            assert c["replay_ratio"] is None, c
+        else:
+            assert c["replay_ratio"] == pytest.approx(ours / ctl, abs=1e-6), c
+
+
 def test_h200_ops_4_says_what_its_tables_say() -> None:
     """The reviewer's findings on h200-ops-4, as its summary now has them."""
     if "h200-ops-4" not in COMMITTED:

@@ -589,17 +589,21 @@ def headline(ctx: Mapping[str, Any]) -> dict[str, Any]:
     """What the first screen of every report says, as data for summary.json: the flag lines, one
     claim per (operation, shape) with the verdict a reader sees ('not ranked' and its reason where
     the pairing is not rankable), the counts, the disturbed captures and the kernel times the
-    cross-check distrusts. The reports print these same values."""
+    cross-check distrusts. The reports print these same values; each claim also carries ours over
+    the control by graph replay a call (`replay_ratio`, the cross-check section's), null where the
+    cross-check did not compare both."""
+    cross = ctx.get("cross_check") or {}
+    replayed = {(str(r["op"]), str(r["shape"])): round(float(r["replay"]), 6) for r in cross.get("ratios", [])}
     claims = []
     for o in ctx["operations"]:
         for i, c in enumerate(o["claims"]):
+            replay = replayed.get((str(c["op"]), str(c["shape"])))
             claims.append({"op": c["op"], "shape": c["shape"], "default": i == 0, "ours": OURS, "control": ctx["control"],
                            "library": LIBRARY, "ours_us": c["ours_us"], "control_us": c["control_us"],
                            "library_us": c["library_us"], "ratio": c["ratio_value"], "lo": c["lo"], "hi": c["hi"],
                            "verdict": c["shown"], "verdict_recorded": c["recorded"], "rankable": c["rankable"],
                            "reason": c["reason"] or None, "note": c["note"] or None, "disturbed": bool(c["disturbed"]),
-                           "distrusted": list(c["distrusted"])})
-    cross = ctx.get("cross_check") or {}
+                           "distrusted": list(c["distrusted"]), "replay_ratio": replay})
     return {
         "flags": list(ctx["flags"]),
         "checked": list(ctx["clean"]),

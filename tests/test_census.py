@@ -382,6 +382,22 @@ def test_narrow_block_switch_sets_the_narrow_paths_threads() -> None:
         cuda_instance(768)
 
 
+def test_fixed_width_switch_compiles_the_width_into_the_vec4_block_paths() -> None:
+    """LN_FIXED_WIDTH (the variant fixed_width) serves each vec4 block-path width with its own
+    instance, the width a template argument; the warp and scalar paths and the default keep n a
+    run-time argument."""
+    assert cuda_instance(768).kernel == "layernorm_fwd_vec4<128, 2, true>"
+    with cuda_module.variant_options(("-DLN_FIXED_WIDTH=1",)):
+        v = cuda_instance(768)
+        assert v == CudaInstance("rows128", 4, 128, 2, True, 768)
+        assert v.kernel == "layernorm_fwd_vec4_fixed<128, 2, true, 768>" and v.specialization.endswith(" n=768")
+        assert cuda_instance(4096).kernel == "layernorm_fwd_vec4_fixed<256, 4, true, 4096>"
+        assert cuda_instance(770).fixed_width == 0 and cuda_instance(770).kernel.startswith("layernorm_fwd_scalar<")
+        assert cuda_instance(772).kernel != cuda_instance(768).kernel  # one instance a width
+    with cuda_module.variant_options(("-DLN_FIXED_WIDTH=1", "-DLN_WARP_ROWS=1")):
+        assert cuda_instance(768).kernel == "layernorm_fwd_warp_vec4<6, 4>"
+
+
 def test_warp_path_holds_every_width_it_serves() -> None:
     with cuda_module.variant_options(("-DLN_WARP_ROWS=1",)):
         for n in range(4, 1025, 4):

@@ -300,6 +300,18 @@ layernorm_fwd_vec4(const float* __restrict__ x, const float* __restrict__ w,
     plant_delay();
 }
 
+// n == N, a compile-time width (n % 4 == 0): as layernorm_fwd_vec4 with the width folded into the
+// code, so the row's offsets and which slots hold vectors are constants (the launch's n is N).
+template <int BLOCK, int SLOTS, bool LATE_WB, int N>
+__global__ void LN_BOUNDS(BLOCK)
+layernorm_fwd_vec4_fixed(const float* __restrict__ x, const float* __restrict__ w,
+                         const float* __restrict__ b, float* __restrict__ y, const int /* n == N */,
+                         const float eps) {
+    static_assert(N % 4 == 0 && N <= 4 * BLOCK * SLOTS, "the row must fill at most SLOTS float4 a thread");
+    ln_row<4, BLOCK, SLOTS, LATE_WB>(x, w, b, y, N, eps);
+    plant_delay();
+}
+
 // Any n: the row as single floats.
 template <int BLOCK, int SLOTS, bool LATE_WB>
 __global__ void LN_BOUNDS(BLOCK)

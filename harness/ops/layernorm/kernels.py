@@ -13,7 +13,8 @@ CUDA paths (kernels/layernorm/layernorm.cu), one thread block per row, the row h
 or, where the warp-per-row path is on (n % 4 == 0, n <= 1024): one warp per row, 4 rows per
 128-thread block, SLOTS = ceil(n / 128). Each block path loads w and b either with x or late, just
 before the store (LATE_WB). The choices are `DEFAULT_LATE_WB` and `DEFAULT_WARP_ROWS`;
-the variants' defines LN_LATE_WB and LN_WARP_ROWS override them for one run, LN_BLOCK (64, 128,
+the variants' defines LN_LATE_WB, LN_WARP_ROWS and LN_FIXED_WIDTH (the width compiled into a vec4
+block path's kernel, `DEFAULT_FIXED_WIDTH`) override them for one run, LN_BLOCK (64, 128,
 256, 512 or 1024) sets the vec4 wide path's threads and LN_NARROW_BLOCK the narrow path's, each where
 the row then fits 8 slots (kernels/layernorm/notebook.md).
 Triton (kernels/layernorm/layernorm_triton.py): one program per row, BLOCK_N = next power of two >= n,
@@ -68,6 +69,10 @@ DEFAULT_LATE_WB = True
 """Whether the block paths load w and b late, unless LN_LATE_WB says otherwise: late loads hold
 fewer registers and were faster or no different at every sweep shape (kernels/layernorm/notebook.md)."""
 
+DEFAULT_FIXED_WIDTH = False
+"""Whether the vec4 block paths compile the row width into the kernel (one instance a width), unless
+LN_FIXED_WIDTH says otherwise: off, the width read at run time (kernels/layernorm/notebook.md)."""
+
 DEFAULT_WARP_ROWS = False
 """Whether the warp-per-row path serves the widths it can (n % 4 == 0, n <= WARP_MAX_WIDTH), unless
 LN_WARP_ROWS says otherwise: off, as it measured no different from the block path at width 768
@@ -92,6 +97,8 @@ class CudaInstance:
     """Vectors each thread holds in registers."""
     late_wb: bool = False
     """w and b loaded just before the store instead of with x (always so on the warp path)."""
+    fixed_width: int = 0
+    """The row width compiled into the kernel (`layernorm_fwd_vec4_fixed`), or 0: read at run time."""
 
     source: str = CUDA_SOURCE
     dynamic_smem: int = 0
@@ -110,14 +117,18 @@ class CudaInstance:
         """The name expression that instantiates it, e.g. 'layernorm_fwd_vec4<128, 2, false>'."""
         if self.path == "warp":
             return f"layernorm_fwd_warp_vec4<{self.slots}, {self.rows_per_block}>"
+        late = "true" if self.late_wb else "false"
+        if self.fixed_width:
+            return f"layernorm_fwd_vec4_fixed<{self.block}, {self.slots}, {late}, {self.fixed_width}>"
         name = "layernorm_fwd_vec4" if self.vec == 4 else "layernorm_fwd_scalar"
-        return f"{name}<{self.block}, {self.slots}, {'true' if self.late_wb else 'false'}>"
+        return f"{name}<{self.block}, {self.slots}, {late}>"
 
     @property
     def specialization(self) -> str:
         """Short description for tables, e.g. 'rows128 vec4 block=128 slots=2 late_wb'."""
         late = " late_wb" if self.late_wb else ""
-        return f"{self.path} vec{self.vec} block={self.block} slots={self.slots}{late}"
+        fixed = f" n={self.fixed_width}" if self.fixed_width else ""
+        return f"{self.path} vec{self.vec} block={self.block} slots={self.slots}{late}{fixed}"
 
 
 @dataclass(frozen=True)
@@ -190,7 +201,7 @@ def cuda_instance(n: int) -> CudaInstance:
         # The variants' LN_NARROW_BLOCK sets the threads of the narrow path, LN_BLOCK the wide's.
         block = block_override("LN_NARROW_BLOCK" if n <= 1024 else "LN_BLOCK", n, 4, block, "Layer-norm")
         return CudaInstance("rows128" if n <= 1024 else "wide", 4, block, math.ceil(n / (4 * block)),
-                           late)
+                           late, n if _switch("LN_FIXED_WIDTH", DEFAULT_FIXED_WIDTH) else 0)
     block = 128 if n <= 1024 else (256 if n <= 2048 else (512 if n <= 4096 else 1024))
     return CudaInstance("scalar", 1, block, math.ceil(n / block), late)
 

@@ -247,3 +247,22 @@ def test_the_legibility_check_fails_on_the_old_layout(tmp_path: Path) -> None:
     assert 8 * figures.page_scale(17 * 72) < figures.LEGIBLE_PX
     assert all(PLAIN.match(f"{t:g}") for t in figures.plain_log_ticks(0.55, 0.65))
     assert len(figures.plain_log_ticks(0.55, 0.65)) >= 3
+
+
+def test_compact_rounds_coordinates_and_leaves_text_and_styles() -> None:
+    svg = ('<svg>\n <g id="a">\n  <path d="M 98.727273 111049.625696 \nL 134.779798 -0.0004 \nz\n" '
+           'style="stroke-width: 1.234567"/>\n  <text transform="translate(98.511417 298.403786) rotate(-15)">1.03456</text>\n'
+           '  <use xlink:href="#m1" x="12.5" y="7.123456"/>\n </g>\n</svg>\n')
+    out = figures.compact(svg)
+    assert '<path d="M 98.73 111049.63 L 134.78 0 z" style="stroke-width: 1.234567"/>' in out
+    assert '<text transform="translate(98.51 298.4) rotate(-15)">1.03456</text>' in out
+    assert '<use xlink:href="#m1" x="12.5" y="7.12"/>' in out
+    assert "\n <" not in out and out.count("\n") == svg.count("\n") - 3  # the path's own lines joined
+
+
+def test_a_written_figure_is_compact_and_parses(tmp_path: Path) -> None:
+    import xml.dom.minidom
+
+    text = render(table(), tmp_path / "f.svg").decode()
+    xml.dom.minidom.parseString(text)
+    assert figures.compact(text) == text and not re.search(r'd="[^"]*\d\.\d{3}', text)

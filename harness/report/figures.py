@@ -19,6 +19,7 @@ for the same table: fixed hash salt, no date, text as text.
 from __future__ import annotations
 
 import contextlib
+import io
 import math
 import re
 from collections.abc import Collection, Iterator, Mapping
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from harness.errors import EvidenceError
+from harness.io import write_text
 from harness.report.words import number
 from harness.tables.derive import SWEEP_PAIRS
 
@@ -96,10 +98,35 @@ def ratio_series(table: Any, impl: str, control: str) -> tuple[list[float], list
     return ratios, [math.nan] * len(ratios), [math.nan] * len(ratios)
 
 
+_GEOMETRY = re.compile(r'(\s(?:d|transform|x|y|x1|x2|y1|y2|width|height|points)=")([^"]*)(")')
+"""An SVG attribute that holds coordinates (not text a reader sees, not a style)."""
+
+_LONG = re.compile(r"-?\d+\.\d{3,}")
+
+_INDENT = re.compile(r"\n[ \t]+<")
+"""The indentation before a tag, which an SVG viewer ignores."""
+
+
+def compact(svg: str) -> str:
+    """The SVG with its coordinates at 0.01 of a point, each path on one line and no indentation
+    before its tags: the figure looks the same (a point is 1/72 inch) in a fifth less room, in
+    every committed report. Text a reader sees and styles are left as matplotlib wrote them."""
+    def short(m: re.Match[str]) -> str:
+        text = f"{float(m.group(0)):.2f}".rstrip("0").rstrip(".")
+        return "0" if text in ("-0", "") else text
+
+    def attribute(m: re.Match[str]) -> str:
+        return m.group(1) + " ".join(_LONG.sub(short, m.group(2)).split()) + m.group(3)
+
+    return _INDENT.sub("\n<", _GEOMETRY.sub(attribute, svg))
+
+
 def _save(fig: Any, out_svg: Path | str) -> None:
     out = Path(out_svg)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, format="svg", metadata={"Date": None})
+    buffer = io.StringIO()
+    fig.savefig(buffer, format="svg", metadata={"Date": None})
+    write_text(compact(buffer.getvalue()), out)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,36 @@
+"""scripts/trim_wheels.py on a made-up wheelhouse: the wheels not loaded on the GPU machine go, the
+SQLAlchemy wheel loses its compiled extensions and their RECORD lines, the rest is left alone."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+from script_module import load_script
+
+
+def wheel(path: Path, members: dict[str, str]) -> Path:
+    with zipfile.ZipFile(path, "w") as z:
+        for name, text in members.items():
+            z.writestr(name, text)
+    return path
+
+
+def test_a_wheelhouse_is_trimmed_once(tmp_path: Path) -> None:
+    trim = load_script("trim_wheels")
+    record = "sqlalchemy/__init__.py,sha256=a,1\nsqlalchemy/cyextension/util.cpython-312-x86_64-linux-gnu.so,sha256=b,2\n"
+    sa = wheel(tmp_path / "sqlalchemy-2.0.58-cp312-cp312-manylinux2014_x86_64.whl",
+               {"sqlalchemy/__init__.py": "x", "sqlalchemy/cyextension/util.cpython-312-x86_64-linux-gnu.so": "bin",
+                "sqlalchemy/cyextension/util.pyx": "src", "sqlalchemy-2.0.58.dist-info/RECORD": record})
+    wheel(tmp_path / "tzdata-2026.6-py2.py3-none-any.whl", {"tzdata/__init__.py": ""})
+    wheel(tmp_path / "greenlet-3.5.6-cp312-cp312-manylinux_2_24_x86_64.whl", {"greenlet/__init__.py": ""})
+    kept = wheel(tmp_path / "snakemake-9.27.1-py3-none-any.whl", {"snakemake/__init__.py": ""})
+    before = kept.read_bytes()
+    done = trim.trim(tmp_path)
+    assert len(done) == 3 and sorted(p.name for p in tmp_path.glob("*.whl")) == [kept.name, sa.name]
+    with zipfile.ZipFile(sa) as z:
+        assert sorted(z.namelist()) == ["sqlalchemy-2.0.58.dist-info/RECORD", "sqlalchemy/__init__.py",
+                                        "sqlalchemy/cyextension/util.pyx"]
+        assert z.read("sqlalchemy-2.0.58.dist-info/RECORD").decode() == "sqlalchemy/__init__.py,sha256=a,1\n"
+    assert kept.read_bytes() == before
+    assert trim.trim(tmp_path) == []

@@ -8,8 +8,9 @@ It removes what the pipeline never loads there: the tzdata wheel (the machine's 
 own), the greenlet wheel (SQLAlchemy imports it only for asyncio, which Snakemake's sqlmodel does
 not use) and SQLAlchemy's compiled speed-ups (`sqlalchemy/cyextension/*.so`: SQLAlchemy falls
 back to the same code in Python), rewriting that wheel's RECORD to match. Run it once after
-building the wheelhouse; running it again changes nothing (docs/gpu-machine.md says what ran on the
-device with the trimmed wheelhouse).
+building the wheelhouse; running it again changes nothing. Seen on an H100 with the trimmed
+wheelhouse: the imports, a dry run of the main command and the smoke tier's end-to-end test
+(docs/gpu-machine.md).
 """
 
 from __future__ import annotations

@@ -22,8 +22,9 @@ import argparse
 import csv
 import statistics
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -78,9 +79,9 @@ def main() -> int:
         for _ in range(3):
             bound[impl]()
 
-    def spaced(call: object) -> object:
+    def spaced(call: Callable[[], Any]) -> Callable[[], None]:
         def run() -> None:
-            call()  # type: ignore[operator]
+            call()
             torch.cuda._sleep(args.spin)
         return run
 

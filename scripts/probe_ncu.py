@@ -17,28 +17,45 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness import config, ops  # noqa: E402
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def group_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments that name one group of a probe: the config, the operation, the shape, the
+    implementations and the variants they need (scripts/probe_spacing.py takes them too)."""
     parser.add_argument("--config", default=str(config.ROOT / "config.yaml"))
     parser.add_argument("--op", required=True)
     parser.add_argument("--shape", required=True)
     parser.add_argument("--impls", nargs="+", required=True, help="implementations or 'cuda.<variant>' names")
     parser.add_argument("--variants", nargs="*", default=[], help="'op.variant' names from the config")
-    parser.add_argument("--calls", type=int, default=4)
-    args = parser.parse_args()
-    import torch
 
-    cfg = config.validate({**config.load(args.config), "variants": args.variants})
+
+def group_config(args: argparse.Namespace) -> dict[str, Any]:
+    """The config with the listed variants in place of its own, validated like any config."""
+    return config.validate({**config.load(args.config), "variants": args.variants})
+
+
+def warm_group(args: argparse.Namespace, cfg: dict[str, Any]) -> dict[str, Any]:
+    """The implementations bound together on one input set (hot cache), each called three times."""
     bound = ops.bind_group(args.op, args.impls, args.shape, cfg["operations"][args.op], cfg["seed"], "hot")
     for impl in args.impls:
         for _ in range(3):
             bound[impl]()
+    return bound
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    group_arguments(parser)
+    parser.add_argument("--calls", type=int, default=4)
+    args = parser.parse_args()
+    import torch
+
+    bound = warm_group(args, group_config(args))
     torch.cuda.synchronize()
     order = []
     torch.cuda.nvtx.range_push("probe")

@@ -8,12 +8,12 @@ spaced replay's less a replay of the spins alone.
     python3 scripts/probe_spacing.py --op layernorm --shape 4096x768 --impls cuda triton \\
         --calls 50 --rounds 15 --spin 4000 --out spacing.csv
 
-The implementations are bound together on one input set (harness.ops.bind_group, hot cache) and
-checked against the float64 reference first (harness.measure.check.run_check); each round replays
-every graph in turn (order rotating), once untimed and once between CUDA events
-(harness.measure.graph_replay.replay_rounds). It prints, per implementation, the median time per
-call back to back and spaced, and each one's ratio to the first implementation. Screening numbers
-for a kernel notebook, not evidence.
+The implementations are bound together on one input set (scripts/probe_ncu.py's warm_group:
+harness.ops.bind_group, hot cache) and checked against the float64 reference first
+(harness.measure.check.run_check); each round replays every graph in turn (order rotating), once
+untimed and once between CUDA events (harness.measure.graph_replay.replay_rounds). It prints, per
+implementation, the median time per call back to back and spaced, and each one's ratio to the first
+implementation. Screening numbers for a kernel notebook, not evidence.
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import config, ops  # noqa: E402
+from probe_ncu import group_arguments, group_config, warm_group  # noqa: E402
 
 SPIN = "spin"
 """The key of the spins-alone replays."""
@@ -52,11 +53,7 @@ def summarize(back_to_back: Mapping[str, Sequence[float]], spaced: Mapping[str, 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default=str(config.ROOT / "config.yaml"))
-    parser.add_argument("--op", required=True)
-    parser.add_argument("--shape", required=True)
-    parser.add_argument("--impls", nargs="+", required=True, help="implementations or 'cuda.<variant>' names")
-    parser.add_argument("--variants", nargs="*", default=[], help="'op.variant' names from the config")
+    group_arguments(parser)
     parser.add_argument("--calls", type=int, default=50, help="calls in one replay")
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--spin", type=int, default=4000, help="clock cycles of the spin after each spaced call")
@@ -67,17 +64,13 @@ def main() -> int:
     from harness.measure import graph_replay
     from harness.measure.check import run_check
 
-    cfg = config.validate({**config.load(args.config), "variants": args.variants})
-    params = cfg["operations"][args.op]
+    cfg = group_config(args)
     for impl in args.impls:
-        record = run_check(args.op, args.shape, impl, params, cfg["seed"])
+        record = run_check(args.op, args.shape, impl, cfg["operations"][args.op], cfg["seed"])
         if not record["passed"]:
             print(f"probe_spacing: {impl} failed its check: {record.get('reason', record)}", file=sys.stderr)
             return 2
-    bound = ops.bind_group(args.op, args.impls, args.shape, params, cfg["seed"], "hot")
-    for impl in args.impls:
-        for _ in range(3):
-            bound[impl]()
+    bound = warm_group(args, cfg)
 
     def spaced(call: Callable[[], Any]) -> Callable[[], None]:
         def run() -> None:

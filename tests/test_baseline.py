@@ -89,8 +89,10 @@ def test_the_build_compiles_another_revisions_kernels_with_this_dispatch(tmp_pat
     (rev,) = baseline.resolve(f"{CHANGED}^")
     root = baseline.extract(rev.commit, tmp_path / "at", ["layernorm"])
     shapes = [(4096, 768)]
-    now = build_census("layernorm", "cuda", shapes)
-    then = build_census("layernorm", "cuda", shapes, sources_root=root)
+    # that revision has no kernel with the width compiled in: both take the one that reads it
+    runtime = ("cuda.runtime_width", ("-DLN_FIXED_WIDTH=0",))
+    now = build_census("layernorm", "cuda", shapes, variant=runtime)
+    then = build_census("layernorm", "cuda", shapes, sources_root=root, variant=runtime)
     old_sha = hashlib.sha256((root / "kernels" / "layernorm" / "layernorm.cu").read_bytes()).hexdigest()
     assert [r["source_sha256"] for r in then] == [old_sha] * len(then)
     assert {r["source_sha256"] for r in now}.isdisjoint({old_sha})
@@ -99,6 +101,20 @@ def test_the_build_compiles_another_revisions_kernels_with_this_dispatch(tmp_pat
     triton_then = build_census("layernorm", "triton", shapes, sources_root=root)
     triton_sha = hashlib.sha256((root / "kernels" / "layernorm" / "layernorm_triton.py").read_bytes()).hexdigest()
     assert triton_then and {r["source_sha256"] for r in triton_then} == {triton_sha}
+
+
+@needs_history
+@pytest.mark.skipif(toolchain.load_nvrtc() is None, reason="no NVRTC here to build with")
+def test_a_kernel_the_revision_lacks_is_one_sentence_before_the_compiler(tmp_path: Path) -> None:
+    """This dispatch chooses layernorm_fwd_vec4_fixed, which the earlier revision does not define:
+    the build says so in one sentence, naming the kernel and the way out, not NVRTC's log."""
+    (rev,) = baseline.resolve(f"{CHANGED}^")
+    root = baseline.extract(rev.commit, tmp_path / "at", ["layernorm"])
+    with pytest.raises(EvidenceError, match=r"defines no layernorm_fwd_vec4_fixed, which this checkout's "
+                                            r"dispatch launches .*as a variant of this checkout\)\.$") as info:
+        build_census("layernorm", "cuda", [(4096, 768)], sources_root=root)
+    assert "\n" not in str(info.value) and str(root) in str(info.value)
+    assert build_census("layernorm", "cuda", [(64, 771)], sources_root=root)  # the scalar kernel is there
 
 
 def test_a_module_the_tree_lacks_is_one_sentence(tmp_path: Path) -> None:

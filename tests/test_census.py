@@ -307,14 +307,15 @@ def test_sass_access_bits() -> None:
 
 
 @pytest.mark.parametrize(("n", "expected"), [
-    (768, CudaInstance("rows128", 4, 128, 2, True)), (1024, CudaInstance("rows128", 4, 128, 2, True)),
-    (4, CudaInstance("rows128", 4, 128, 1, True)), (1000, CudaInstance("rows128", 4, 128, 2, True)),
-    (2048, CudaInstance("wide", 4, 256, 2, True)), (4096, CudaInstance("wide", 4, 256, 4, True)),
-    (8192, CudaInstance("wide", 4, 512, 4, True)), (771, CudaInstance("scalar", 1, 128, 7, True)),
+    (768, CudaInstance("rows128", 4, 128, 2, True, 768)), (1024, CudaInstance("rows128", 4, 128, 2, True, 1024)),
+    (4, CudaInstance("rows128", 4, 128, 1, True, 4)), (1000, CudaInstance("rows128", 4, 128, 2, True, 1000)),
+    (2048, CudaInstance("wide", 4, 256, 2, True, 2048)), (4096, CudaInstance("wide", 4, 256, 4, True, 4096)),
+    (8192, CudaInstance("wide", 4, 512, 4, True, 8192)), (771, CudaInstance("scalar", 1, 128, 7, True)),
     (33, CudaInstance("scalar", 1, 128, 1, True)), (8191, CudaInstance("scalar", 1, 1024, 8, True)),
 ])
 def test_cuda_variant(n: int, expected: CudaInstance) -> None:
-    """The dispatch: block paths with w and b loaded late at every width (h200-dispatch-1)."""
+    """The dispatch: block paths with w and b loaded late at every width (h200-dispatch-1), the
+    vec4 ones with the width compiled in (fixed_width, h200-ops-29 and -30); the scalar path reads it."""
     assert cuda_instance(n) == expected
 
 
@@ -332,8 +333,8 @@ def test_switches_override_the_dispatch() -> None:
     """LN_LATE_WB and LN_WARP_ROWS (the variants early_params and warp_rows) replace the dispatch's
     choice for one run; the warp path serves only n % 4 == 0 up to 1024, 4 rows per block."""
     with cuda_module.variant_options(("-DLN_LATE_WB=1",)):
-        assert cuda_instance(768) == CudaInstance("rows128", 4, 128, 2, late_wb=True)
-        assert cuda_instance(771).late_wb and cuda_instance(4096).kernel == "layernorm_fwd_vec4<256, 4, true>"
+        assert cuda_instance(768) == CudaInstance("rows128", 4, 128, 2, late_wb=True, fixed_width=768)
+        assert cuda_instance(771).late_wb and cuda_instance(4096).kernel == "layernorm_fwd_vec4_fixed<256, 4, true, 4096>"
     with cuda_module.variant_options(("-DLN_LATE_WB=0",)):
         assert not any(cuda_instance(n).late_wb for n in (768, 2048, 4096, 771))
     with cuda_module.variant_options(("-DLN_WARP_ROWS=1",)):
@@ -351,14 +352,14 @@ def test_switches_override_the_dispatch() -> None:
 def test_block_switch_sets_the_wide_paths_threads() -> None:
     """LN_BLOCK (the variants block512 and block128) sets the threads of the vec4 wide path where
     the row then fits 8 slots; narrower rows, the scalar path and rows too wide keep the dispatch."""
-    assert cuda_instance(4096) == CudaInstance("wide", 4, 256, 4, late_wb=True)
+    assert cuda_instance(4096) == CudaInstance("wide", 4, 256, 4, late_wb=True, fixed_width=4096)
     with cuda_module.variant_options(("-DLN_BLOCK=512",)):
-        assert cuda_instance(4096) == CudaInstance("wide", 4, 512, 2, late_wb=True)
-        assert cuda_instance(2048) == CudaInstance("wide", 4, 512, 1, late_wb=True)
+        assert cuda_instance(4096) == CudaInstance("wide", 4, 512, 2, late_wb=True, fixed_width=4096)
+        assert cuda_instance(2048) == CudaInstance("wide", 4, 512, 1, late_wb=True, fixed_width=2048)
         assert cuda_instance(768).block == 128 and cuda_instance(4095).block == 512  # scalar: its own
     with cuda_module.variant_options(("-DLN_BLOCK=128",)):
-        assert cuda_instance(4096) == CudaInstance("wide", 4, 128, 8, late_wb=True)
-        assert cuda_instance(8192) == CudaInstance("wide", 4, 512, 4, late_wb=True)  # 16 slots: no
+        assert cuda_instance(4096) == CudaInstance("wide", 4, 128, 8, late_wb=True, fixed_width=4096)
+        assert cuda_instance(8192) == CudaInstance("wide", 4, 512, 4, late_wb=True, fixed_width=8192)  # 16 slots: no
         for n in range(1028, MAX_WIDTH + 1, 4):
             v = cuda_instance(n)
             assert (v.slots - 1) * 4 * v.block < n <= v.slots * 4 * v.block <= 4 * 8 * v.block, n
@@ -369,11 +370,11 @@ def test_block_switch_sets_the_wide_paths_threads() -> None:
 def test_narrow_block_switch_sets_the_narrow_paths_threads() -> None:
     """LN_NARROW_BLOCK (the variant narrow64) sets the threads of the vec4 path at widths up to 1024
     where the row then fits 8 slots; wider rows and the scalar path keep the dispatch."""
-    assert cuda_instance(768) == CudaInstance("rows128", 4, 128, 2, late_wb=True)
+    assert cuda_instance(768) == CudaInstance("rows128", 4, 128, 2, late_wb=True, fixed_width=768)
     with cuda_module.variant_options(("-DLN_NARROW_BLOCK=64",)):
-        assert cuda_instance(768) == CudaInstance("rows128", 4, 64, 3, late_wb=True)
-        assert cuda_instance(1024) == CudaInstance("rows128", 4, 64, 4, late_wb=True)
-        assert cuda_instance(4) == CudaInstance("rows128", 4, 64, 1, late_wb=True)
+        assert cuda_instance(768) == CudaInstance("rows128", 4, 64, 3, late_wb=True, fixed_width=768)
+        assert cuda_instance(1024) == CudaInstance("rows128", 4, 64, 4, late_wb=True, fixed_width=1024)
+        assert cuda_instance(4) == CudaInstance("rows128", 4, 64, 1, late_wb=True, fixed_width=4)
         assert cuda_instance(2048).block == 256 and cuda_instance(770).block == 128  # wide, scalar: theirs
         for n in range(4, 1025, 4):
             v = cuda_instance(n)
@@ -383,17 +384,22 @@ def test_narrow_block_switch_sets_the_narrow_paths_threads() -> None:
 
 
 def test_fixed_width_switch_compiles_the_width_into_the_vec4_block_paths() -> None:
-    """LN_FIXED_WIDTH (the variant fixed_width) serves each vec4 block-path width with its own
-    instance, the width a template argument; the warp and scalar paths and the default keep n a
-    run-time argument."""
-    assert cuda_instance(768).kernel == "layernorm_fwd_vec4<128, 2, true>"
-    with cuda_module.variant_options(("-DLN_FIXED_WIDTH=1",)):
+    """By default (DEFAULT_FIXED_WIDTH, and LN_FIXED_WIDTH=1) each vec4 block-path width has its own
+    instance, the width a template argument; LN_FIXED_WIDTH=0 (the variant runtime_width) gives
+    the kernel that reads it at run time, one instance for the widths of a path; the warp and
+    scalar paths read it at run time either way."""
+    for options in ((), ("-DLN_FIXED_WIDTH=1",)):
+        with cuda_module.variant_options(options):
+            v = cuda_instance(768)
+            assert v == CudaInstance("rows128", 4, 128, 2, True, 768)
+            assert v.kernel == "layernorm_fwd_vec4_fixed<128, 2, true, 768>" and v.specialization.endswith(" n=768")
+            assert cuda_instance(4096).kernel == "layernorm_fwd_vec4_fixed<256, 4, true, 4096>"
+            assert cuda_instance(770).fixed_width == 0 and cuda_instance(770).kernel.startswith("layernorm_fwd_scalar<")
+            assert cuda_instance(772).kernel != cuda_instance(768).kernel  # one instance a width
+    with cuda_module.variant_options(("-DLN_FIXED_WIDTH=0",)):
         v = cuda_instance(768)
-        assert v == CudaInstance("rows128", 4, 128, 2, True, 768)
-        assert v.kernel == "layernorm_fwd_vec4_fixed<128, 2, true, 768>" and v.specialization.endswith(" n=768")
-        assert cuda_instance(4096).kernel == "layernorm_fwd_vec4_fixed<256, 4, true, 4096>"
-        assert cuda_instance(770).fixed_width == 0 and cuda_instance(770).kernel.startswith("layernorm_fwd_scalar<")
-        assert cuda_instance(772).kernel != cuda_instance(768).kernel  # one instance a width
+        assert v == CudaInstance("rows128", 4, 128, 2, True) and v.kernel == "layernorm_fwd_vec4<128, 2, true>"
+        assert cuda_instance(772).kernel == v.kernel and " n=" not in v.specialization
     with cuda_module.variant_options(("-DLN_FIXED_WIDTH=1", "-DLN_WARP_ROWS=1")):
         assert cuda_instance(768).kernel == "layernorm_fwd_warp_vec4<6, 4>"
 
@@ -424,8 +430,8 @@ def test_variants_for_groups_shapes_by_specialization() -> None:
     shapes = [(4096, 768), (8192, 768), (1024, 2048), (4096, 4096), (4096, 768)]
     cuda = instances_for("cuda", shapes)
     assert [v.instance.kernel for v in cuda] == [
-        "layernorm_fwd_vec4<128, 2, true>", "layernorm_fwd_vec4<256, 2, true>",
-        "layernorm_fwd_vec4<256, 4, true>"]
+        "layernorm_fwd_vec4_fixed<128, 2, true, 768>", "layernorm_fwd_vec4_fixed<256, 2, true, 2048>",
+        "layernorm_fwd_vec4_fixed<256, 4, true, 4096>"]
     assert cuda[0].shapes_text == "4096x768;8192x768"
     triton = instances_for("triton", shapes)
     assert [v.instance.specialization for v in triton] == [
@@ -468,7 +474,7 @@ def test_build_census_cuda(tmp_path: Path, compiler: str) -> None:
                            cuda_compiler=compiler)
     assert [tuple(r) for r in rows] == [CENSUS_COLUMNS] * 2
     vec4, scalar = rows
-    assert vec4["kernel"] == "layernorm_fwd_vec4<128, 2, true>" and vec4["shapes"] == "4096x768;8192x768"
+    assert vec4["kernel"] == "layernorm_fwd_vec4_fixed<128, 2, true, 768>" and vec4["shapes"] == "4096x768;8192x768"
     assert vec4["compiler"].lower().startswith(compiler)
     assert "-ftz=true" in vec4["options"] and "-arch=sm_90" in vec4["options"]
     assert (vec4["ld_global_128"], vec4["ld_global_32"], vec4["st_global_128"]) == (6, 1, 2)
@@ -481,7 +487,7 @@ def test_build_census_cuda(tmp_path: Path, compiler: str) -> None:
             (sources.kernels_dir() / "layernorm/layernorm.cu").read_bytes()).hexdigest()
     written = {p.name for p in tmp_path.iterdir()}
     for suffix in ("ptx", "sass", "ptxas.log", "res-usage.txt", "cubin"):
-        assert f"cuda_layernorm_fwd_vec4_128_2_true.{suffix}" in written
+        assert f"cuda_layernorm_fwd_vec4_fixed_128_2_true_768.{suffix}" in written
 
 
 def test_build_census_triton(tmp_path: Path) -> None:
@@ -552,7 +558,8 @@ def test_census_survives_a_compile_with_an_empty_ptxas_log(tmp_path: Path,
 
 
 @pytest.mark.parametrize(("op", "shape", "variant"), [
-    ("layernorm", (64, 4096), ("cuda.full_occupancy", ("-DLN_MIN_BLOCKS=-1",))),  # 12 B of spills
+    # 12 B of spills with the width read at run time (compiled in, the 32 registers hold it all)
+    ("layernorm", (64, 4096), ("cuda.full_occupancy", ("-DLN_MIN_BLOCKS=-1", "-DLN_FIXED_WIDTH=0"))),
     ("matmul", (4096, 4096, 4096), None),  # matmul_f32_tiled<128, 128, 16, 8>: 36 B
 ])
 def test_an_empty_ptxas_log_with_spills_gives_ptxas_figures(op: str, shape: tuple[int, ...], variant: tuple[str, tuple[str, ...]] | None,

@@ -249,7 +249,7 @@ def _compile_nvrtc(nvrtc: _Nvrtc, filename: str, name_expressions: Sequence[str]
                    opts: tuple[str, ...]) -> CudaBuild:
     """NVRTC with -arch=sm_XX: PTX, the cubin CuPy would load, and ptxas's -v log."""
     full = (*opts, "-Xptxas=-v")  # -v only reports: the code is the run-time compile's
-    source = read_source(filename)
+    source = read_source(filename, name_expressions)
     ptx, cubin, log, lowered = nvrtc.compile(source, filename, full, name_expressions)
     major, minor = nvrtc.version()
     if len(name_expressions) == 1:  # the run loads this cubin instead of compiling it again
@@ -273,7 +273,7 @@ def _compile_nvcc(filename: str, name_expressions: Sequence[str], arch: str,
     nvcc_opts = tuple(o for o in opts if o not in NVCC_DROPPED_OPTIONS)
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / Path(filename).name
-        src.write_text(read_source(filename) + _instantiations(name_expressions))
+        src.write_text(read_source(filename, name_expressions) + _instantiations(name_expressions))
         ptx_path, cubin_path = Path(tmp) / "kernel.ptx", Path(tmp) / "kernel.cubin"
         run_tool([nvcc, "-ptx", *nvcc_opts, src, "-o", ptx_path], f"nvcc -ptx {filename}")
         proc = run_tool([ptxas, "-v", f"-arch={arch}", ptx_path, "-o", cubin_path],

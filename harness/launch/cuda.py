@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import re
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -44,9 +45,22 @@ def source_path(filename: str) -> Path:
     return path
 
 
-def read_source(filename: str) -> str:
-    """Text of a kernel source under `kernels/`."""
-    return source_path(filename).read_text()
+def read_source(filename: str, name_expressions: Sequence[str] = ()) -> str:
+    """Text of a kernel source under the `kernels/` in force, which must define the kernel of each
+    of `name_expressions` ('layernorm_fwd_vec4<128, 2, true>' needs a function
+    layernorm_fwd_vec4): where it does not, one sentence (EvidenceError) says so before a compiler
+    gives its log. Another revision's kernels are built and launched with this checkout's host
+    code (harness.baseline), whose dispatch may choose a kernel that revision does not have."""
+    path = source_path(filename)
+    text = path.read_text()
+    missing = [name for name in dict.fromkeys(expr.split("<", 1)[0].strip() for expr in name_expressions)
+               if not re.search(rf"\b{re.escape(name)}\s*\(", text)]
+    if missing:
+        where = "this checkout's" if not sources.tag() else f"the sources under {sources.kernels_dir().parent}"
+        raise EvidenceError(f"kernels/{filename} of {where} defines no {', '.join(missing)}, which this checkout's "
+                            "dispatch launches (another revision's kernels are built and launched with this "
+                            "checkout's host code; measure the earlier choice as a variant of this checkout).")
+    return text
 
 
 def source_sha256(filename: str) -> str:
@@ -101,7 +115,7 @@ def _raw_module(filename: str, options: tuple[str, ...], name_expressions: tuple
     build left one for exactly this compile (harness.launch.modules), else compiled through CuPy."""
     import cupy
 
-    source = read_source(filename)
+    source = read_source(filename, name_expressions)
     if len(name_expressions) == 1:
         expr = name_expressions[0]
         key = _module_key(source, options, expr, _device_arch(), _nvrtc_version())

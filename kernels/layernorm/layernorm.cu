@@ -21,6 +21,9 @@
 // cancellation. Butterfly all-reduces with + give bitwise-identical results in all lanes.
 
 // Entry points (name expressions; the host picks BLOCK, SLOTS, LATE_WB from the width n):
+//     layernorm_fwd_vec4_fixed<BLOCK, SLOTS, LATE_WB, N>
+//                                                  n == N, n % 4 == 0 (the default there): as
+//                                                  layernorm_fwd_vec4 with the width a constant.
 //     layernorm_fwd_vec4<BLOCK, SLOTS, LATE_WB>   n % 4 == 0: 128-bit loads and stores
 //                                                  (ld/st.global.v4.f32); needs x, w, b, y
 //                                                  16-byte aligned.
@@ -51,11 +54,13 @@
 //                  -1: as many blocks as fill the SM's 2048 threads (32 registers per thread).
 //   LN_ONE_PASS    0: exact two-pass statistics (below); 1: one pass, sum and sum of squares of the
 //                  shifted row, fewer shuffles and instructions.
-// Two more switches are read by the host's dispatch (harness/ops/layernorm/kernels.py), which picks
+// Three more switches are read by the host's dispatch (harness/ops/layernorm/kernels.py), which picks
 // the entry point and template arguments per width; the device code does not test them:
 //   LN_LATE_WB     0 or 1: LATE_WB at every width instead of the dispatch's choice.
 //   LN_WARP_ROWS   0 or 1: the warp-per-row kernel off or on (for n % 4 == 0, n <= 1024) instead of
 //                  the dispatch's choice.
+//   LN_FIXED_WIDTH 0 or 1: the vec4 block paths' width read at run time (layernorm_fwd_vec4) or
+//                  compiled in (layernorm_fwd_vec4_fixed, the default) instead of the dispatch's choice.
 #ifndef LN_LOAD_NC
 #define LN_LOAD_NC 1
 #endif

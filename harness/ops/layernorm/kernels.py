@@ -12,9 +12,11 @@ CUDA paths (kernels/layernorm/layernorm.cu), one thread block per row, the row h
                                    1024 / 2048 / 4096 / 8192 (at most 8 slots)
 or, where the warp-per-row path is on (n % 4 == 0, n <= 1024): one warp per row, 4 rows per
 128-thread block, SLOTS = ceil(n / 128). Each block path loads w and b either with x or late, just
-before the store (LATE_WB). The choices are `DEFAULT_LATE_WB` and `DEFAULT_WARP_ROWS`;
-the variants' defines LN_LATE_WB, LN_WARP_ROWS and LN_FIXED_WIDTH (the width compiled into a vec4
-block path's kernel, `DEFAULT_FIXED_WIDTH`) override them for one run, LN_BLOCK (64, 128,
+before the store (LATE_WB), and the vec4 block paths serve each width with its own instance, the
+width a template argument (`layernorm_fwd_vec4_fixed<BLOCK, SLOTS, LATE_WB, N>`). The choices are
+`DEFAULT_LATE_WB`, `DEFAULT_WARP_ROWS` and `DEFAULT_FIXED_WIDTH`; the variants' defines LN_LATE_WB,
+LN_WARP_ROWS and LN_FIXED_WIDTH (0: the width read at run time, `layernorm_fwd_vec4<BLOCK, SLOTS,
+LATE_WB>`) override them for one run, LN_BLOCK (64, 128,
 256, 512 or 1024) sets the vec4 wide path's threads and LN_NARROW_BLOCK the narrow path's, each where
 the row then fits 8 slots (kernels/layernorm/notebook.md).
 Triton (kernels/layernorm/layernorm_triton.py): one program per row, BLOCK_N = next power of two >= n,
@@ -69,9 +71,10 @@ DEFAULT_LATE_WB = True
 """Whether the block paths load w and b late, unless LN_LATE_WB says otherwise: late loads hold
 fewer registers and were faster or no different at every sweep shape (kernels/layernorm/notebook.md)."""
 
-DEFAULT_FIXED_WIDTH = False
+DEFAULT_FIXED_WIDTH = True
 """Whether the vec4 block paths compile the row width into the kernel (one instance a width), unless
-LN_FIXED_WIDTH says otherwise: off, the width read at run time (kernels/layernorm/notebook.md)."""
+LN_FIXED_WIDTH says otherwise: on, as it was faster at 4096x4096 and no slower elsewhere in two
+full runs, the variant runtime_width (LN_FIXED_WIDTH=0) the kernel before (kernels/layernorm/notebook.md)."""
 
 DEFAULT_WARP_ROWS = False
 """Whether the warp-per-row path serves the widths it can (n % 4 == 0, n <= WARP_MAX_WIDTH), unless

@@ -9,6 +9,7 @@ file is replaced unless the user said `--force`."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import secrets
@@ -81,13 +82,19 @@ def write_text(text: str, path: str | Path) -> None:
     _atomic(lambda tmp: tmp.write_text(text), path)
 
 
+def write_bytes(data: bytes, path: str | Path) -> None:
+    _atomic(lambda tmp: tmp.write_bytes(data), path)
+
+
 def write_json(obj: Any, path: str | Path) -> None:
     """`obj` as indented JSON, atomically (values JSON cannot hold are written as text)."""
     write_text(json.dumps(obj, indent=1, default=str) + "\n", path)
 
 
 def write_csv(rows: Iterable[Mapping[str, Any]], columns: list[str], path: str | Path) -> pd.DataFrame:
-    """Write rows with exactly these columns, atomically (temporary name, then rename)."""
+    """Write rows with exactly these columns, atomically (temporary name, then rename); a `path`
+    ending in '.gz' is gzip-compressed, byte for byte the same for the same rows (no time or name
+    in its header), which pandas reads back by its name alone."""
     import pandas as pd  # deferred: half a second that GPU jobs writing only JSON need not pay
 
     frame = pd.DataFrame(list(rows))
@@ -96,7 +103,11 @@ def write_csv(rows: Iterable[Mapping[str, Any]], columns: list[str], path: str |
             frame[col] = pd.NA
     frame = frame[columns]
     written = _whole_numbers_exact(frame)
-    _atomic(lambda tmp: written.to_csv(tmp, index=False, float_format="%.6g"), path)
+    if str(path).endswith(".gz"):
+        text = written.to_csv(index=False, float_format="%.6g", lineterminator="\n")
+        write_bytes(gzip.compress(text.encode(), compresslevel=9, mtime=0), path)
+    else:
+        _atomic(lambda tmp: written.to_csv(tmp, index=False, float_format="%.6g"), path)
     return frame
 
 

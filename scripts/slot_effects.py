@@ -5,7 +5,7 @@
 
 For each namespace and the operation's groups:
 
-* **slow rounds** (tables/rounds.csv, committed): per implementation, the rounds whose value lies
+* **slow rounds** (tables/rounds.csv.gz, committed): per implementation, the rounds whose value lies
   more than `--slow` (2%) above the implementation's median, marked '#' in round order ('+' above
   1%), so rounds in which several implementations were slow together line up;
 * **calls per round** (rounds.csv's `calls`): the number the run's warm-up set;
@@ -25,6 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness import ROOT  # noqa: E402
+from harness.tables.table_files import table_file, table_path  # noqa: E402
 
 
 def marks(values: list[float], slow: float) -> str:
@@ -37,7 +38,7 @@ def report(ns_dir: Path, op: str, slow: float, positions: int = 6, drop: int = 0
            b: str = "triton") -> list[str]:
     import pandas as pd
 
-    rounds = pd.read_csv(ns_dir / "tables" / "rounds.csv", dtype={"op": str, "shape": str, "impl": str})
+    rounds = pd.read_csv(table_path(ns_dir / "tables", "rounds"), dtype={"op": str, "shape": str, "impl": str})
     lines = []
     for shape, grp in rounds[rounds["op"] == op].groupby("shape", sort=False):
         wide = grp.pivot_table(index="round", columns="impl", values="kernel_time_us", aggfunc="first").sort_index()
@@ -73,8 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     for name in args.namespaces:
         ns_dir = Path(args.artifacts) / name
-        if not (ns_dir / "tables" / "rounds.csv").is_file():
-            print(f"slot_effects: {name} has no tables/rounds.csv under {args.artifacts}.", file=sys.stderr)
+        if not table_path(ns_dir / "tables", "rounds").is_file():
+            print(f"slot_effects: {name} has no tables/{table_file('rounds')} under {args.artifacts}.", file=sys.stderr)
             return 2
         print("\n".join(report(ns_dir, args.op, args.slow, drop=args.drop, a=args.a, b=args.b)))
     return 0

@@ -122,7 +122,7 @@ def test_bundle_holds_the_namespace_and_verifies(made: tuple[Path, Path], capsys
         assert f"{GROUP}/{name}" in files
     assert f"{GROUP}/capture.nsys-rep" not in files  # raw reports only when asked for
     for want in (f"{art}/provenance.json", f"{art}/summary.json", f"{art}/tables/kernel_time.csv",
-                 f"{art}/tables/rounds.csv", f"{art}/tables/ceilings.csv", f"report/{NS}/field_note.md",
+                 f"{art}/tables/rounds.csv.gz", f"{art}/tables/ceilings.csv", f"report/{NS}/field_note.md",
                  f"report/{NS}/issue_comment.md", f"report/{NS}/index.html", f"report/{NS}/figures/layernorm_sweep.svg",
                  f"report/{NS}/figures/overview.svg"):
         assert want in files

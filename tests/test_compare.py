@@ -4,6 +4,7 @@ the evidence rules (one GPU; the library only with one torch version)."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import random
 from pathlib import Path
@@ -87,7 +88,7 @@ def write_ns(root: Path, name: str, rows: list[dict], torch_version: str,
     if per_round:
         write_csv([{"op": "layernorm", "shape": "4096x768", "impl": impl, "round": r, "kernel_time_us": v}
                    for impl, values in per_round.items() for r, v in enumerate(values)],
-                  ["op", "shape", "impl", "round", "kernel_time_us"], folder / "tables" / "rounds.csv")
+                  ["op", "shape", "impl", "round", "kernel_time_us"], folder / "tables" / "rounds.csv.gz")
     (folder / "provenance.json").write_text(json.dumps({"namespace": name, "versions": {"torch": torch_version}}))
 
 
@@ -234,7 +235,12 @@ def test_a_bad_table_is_one_sentence(tmp_path: Path, capsys: pytest.CaptureFixtu
 def test_a_bad_rounds_table_is_one_sentence(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     write_ns(tmp_path, "one", [row("cuda", 10.0)], "2.11.0", {"cuda": rounds(10.0)})
     write_ns(tmp_path, "two", [row("cuda", 10.0)], "2.11.0", {"cuda": rounds(10.0)})
-    (tmp_path / "two" / "tables" / "rounds.csv").write_text("op,shape,impl,round\nlayernorm,4096x768,cuda,0\n")
+    bad = b"op,shape,impl,round\nlayernorm,4096x768,cuda,0\n"
+    (tmp_path / "two" / "tables" / "rounds.csv.gz").write_bytes(gzip.compress(bad))
+    assert cli(["compare", "one", "two", "--artifacts", str(tmp_path)]) == 2
+    assert "rounds.csv.gz lacks the column kernel_time_us" in capsys.readouterr().err
+    (tmp_path / "two" / "tables" / "rounds.csv.gz").unlink()  # a namespace from before: its plain table
+    (tmp_path / "two" / "tables" / "rounds.csv").write_bytes(bad)
     assert cli(["compare", "one", "two", "--artifacts", str(tmp_path)]) == 2
     assert "rounds.csv lacks the column kernel_time_us" in capsys.readouterr().err
 

@@ -80,7 +80,7 @@ def test_the_main_command_on_the_smoke_config_renders_with_every_counter(tmp_pat
     for sweep in sweeps:
         assert sweep["cuda_vs_triton"] in stats.VERDICTS
         assert sweep["cuda_over_triton_lo"] <= sweep["cuda_over_triton"] <= sweep["cuda_over_triton_hi"]
-    assert len(pd.read_csv(copy / "artifacts" / NS / "tables" / "rounds.csv")) == 2 * 3 * ROUNDS
+    assert len(pd.read_csv(copy / "artifacts" / NS / "tables" / "rounds.csv.gz")) == 2 * 3 * ROUNDS
     reports = [p for p in written if p.name == "session.nsys-rep"]
     # the raw report is kept where nsys runs in a process namespace of its own (harness.tools.isolation)
     assert bool(reports) == bool(tools.isolation()), tools.isolation_note()

@@ -48,7 +48,8 @@ def test_the_main_command_leaves_the_reports_tables_and_summary(run) -> None:  #
     assert "cuda.block512" in note and "bootstrap interval over interleaved rounds" in note
     assert "cuda.wrong" in note  # its failed check is in the report, and it was not timed
     assert "cuda.wrong" not in {r["impl"] for r in s["rows"] if r.get("kernel_time_us") is not None}
-    assert (art / "tables" / "rounds.csv").is_file()
+    assert (art / "tables" / "rounds.csv.gz").is_file() and not (art / "tables" / "rounds.csv").exists()
+    assert set(pd.read_csv(art / "tables" / "rounds.csv.gz")["impl"]) >= {"cuda", "triton", "cuda.block512"}
     (command,) = runlog.commands(art / "commands.jsonl")
     assert command["command"] == "snakemake --cores 1 report" and command["status"] == "success"
     assert command["jobs"] == sum(counts.values()) and command["seconds"] >= 0

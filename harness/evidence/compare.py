@@ -41,7 +41,7 @@ from harness.errors import EvidenceError, shown
 from harness.io import check_out, row_dicts, write_csv
 from harness.namespaces import namespace_dir
 from harness.report import summary as summary_json
-from harness.tables import derive, history, stats
+from harness.tables import derive, history, stats, table_files
 
 COMPARE_COLUMNS = ["op", "shape", "impl", "a_us", "b_us", "change_pct", "b_over_a", "b_over_a_lo", "b_over_a_hi",
                    "verdict", "interval", "reason"]
@@ -136,7 +136,7 @@ def _interval(row: dict[str, Any]) -> tuple[float, float] | None:
 
 
 def _rounds(ns_dir: Path) -> dict[tuple[str, str, str], list[float]]:
-    path = ns_dir / "tables" / "rounds.csv"
+    path = table_files.table_path(ns_dir / "tables", "rounds")
     if not path.is_file():
         return {}
     frame = history.read_table(path, required=("op", "shape", "impl", "round", "kernel_time_us"),

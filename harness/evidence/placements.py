@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from harness.errors import EvidenceError
 from harness.measure.order import round_placements
-from harness.tables import stats
+from harness.tables import stats, table_files
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -81,9 +81,9 @@ def placed_rounds(ns_dir: Path, cfg: dict) -> Iterator[tuple[str, str, pd.DataFr
     """(op, shape, its rounds as a table of round x implementation, the placement of every round
     by round number) for each group of the namespace's rounds.csv, in its order; the placements are
     None where the run used one (cold mode, or `capture.placements` 1)."""
-    table = ns_dir / "tables" / "rounds.csv"
+    table = table_files.table_path(ns_dir / "tables", "rounds")
     if not table.is_file():
-        raise EvidenceError(f"placements: {ns_dir.name} has no tables/rounds.csv.")
+        raise EvidenceError(f"placements: {ns_dir.name} has no tables/{table_files.table_file('rounds')}.")
     import pandas as pd
 
     count = int((cfg.get("capture") or {}).get("placements") or 1)

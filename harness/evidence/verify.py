@@ -69,7 +69,7 @@ from harness.evidence.bundle import (
 from harness.io import row_dicts, write_csv
 from harness.measure.capture import GROUP_REPORT, SESSION_REPORT
 from harness.report.render import output_paths, render_reports, table_inputs
-from harness.tables import derive, nsys
+from harness.tables import derive, nsys, table_files
 
 MAX_TOTAL_BYTES = 2 * 1024**3
 """Largest total of the members' sizes verify accepts (checked from the headers, before extracting)."""
@@ -377,11 +377,12 @@ def _check_tables(dest: Path, cfg: Mapping[str, Any], ns: str, work: Path, drift
         return problems + [f"The tables cannot be re-derived from the bundle's groups "
                            f"({type(exc).__name__}: {_show(exc, 120)})."]
     for name, frame in tables.items():
-        if frame.empty and not (tdir / f"{name}.csv").is_file():
+        bundled = table_files.table_path(tdir, name)
+        if frame.empty and not bundled.is_file():
             continue  # a table the exports give no row of, which an older namespace never wrote
-        again = work / f"{name}.csv"
+        again = work / table_files.table_file(name)
         write_csv(row_dicts(frame), list(frame.columns), again)
-        problems += _compare_table(f"{name}.csv", tdir / f"{name}.csv", again, TABLE_KEYS[name], derivable, drift)
+        problems += _compare_table(bundled.name, bundled, again, TABLE_KEYS[name], derivable, drift)
     return problems
 
 
@@ -399,7 +400,7 @@ def unaccounted(names: list[str], ns: str, cfg: Mapping[str, Any]) -> list[str]:
     op_re = "|".join(re.escape(op) for op in ops) or "(?!)"
     tables = "|".join(re.escape(t) for t in (*derive.TABLES, *OTHER_TABLES))
     a, r = re.escape(f"artifacts/{ns}/"), re.escape(f"report/{ns}/")
-    patterns = [rf"{a}(?:provenance|summary)\.json", rf"{a}commands\.jsonl", rf"{a}tables/(?:{tables})\.csv",
+    patterns = [rf"{a}(?:provenance|summary)\.json", rf"{a}commands\.jsonl", rf"{a}tables/(?:{tables})\.csv(?:\.gz)?",
                 rf"{a}tables/sweep_(?:{op_re})(?:_kernel_time|_variants)?\.csv", rf"{a}tables/sweep_(?:{op_re})_provenance\.json",
                 rf"{a}tables/shape/(?:{op_re})/{SHAPE_NAME}\.csv",
                 rf"{a}measure/(?:{op_re})/{SHAPE_NAME}/(?:{'|'.join(re.escape(g) for g in GROUP_MEMBERS)})",

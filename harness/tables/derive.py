@@ -406,7 +406,7 @@ def cross_check_rows(group: Group, kt_rows: list[dict[str, Any]], rtol: float, a
 
 TABLES = ("kernel_time_detail", "kernel_time", "rounds", "span", "check", "sweep", "variants", "change", "cross_check",
           "gpu_state")
-"""The tables `namespace_tables` derives (tables/<name>.csv)."""
+"""The tables `namespace_tables` derives (tables/<name>.csv, or as harness.tables.table_files names them)."""
 
 COLUMNS = {"kernel_time_detail": KERNEL_TIME_DETAIL_COLUMNS, "kernel_time": KERNEL_TIME_COLUMNS, "rounds": ROUND_COLUMNS,
            "span": SPAN_COLUMNS, "check": CHECK_COLUMNS, "sweep": SWEEP_COLUMNS, "variants": VARIANT_COLUMNS,

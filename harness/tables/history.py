@@ -36,6 +36,7 @@ from sqlite_utils.db import Table
 from harness import ROOT
 from harness.errors import EvidenceError, shown
 from harness.io import check_out, partial_path, row_dicts
+from harness.tables import table_files
 
 DEFAULT_ARTIFACTS = ROOT / "artifacts"
 DEFAULT_OUT = DEFAULT_ARTIFACTS / "history.sqlite"
@@ -157,7 +158,7 @@ def namespace_row(ns_dir: str | Path, order: int | None = None) -> dict[str, Any
         config_sha = hashlib.sha256(json.dumps(prov["config"], sort_keys=True).encode()).hexdigest()
     dirty = git.get("dirty")
     when = provenance_date(prov)
-    tables = sorted(p.stem for p in (ns_dir / "tables").glob("*.csv"))
+    tables = sorted(name for p in table_files.in_folder(ns_dir / "tables") if (name := table_files.table_name(p.name)))
     return {
         "name": ns_dir.name,
         "position": order,
@@ -226,11 +227,11 @@ def build_index(artifacts: str | Path = DEFAULT_ARTIFACTS, out: str | Path = DEF
     for i, name in enumerate(order):
         ns_dir = artifacts / name
         ns_rows.append(namespace_row(ns_dir, i))
-        for csv in sorted((ns_dir / "tables").glob("*.csv")):
+        for csv in table_files.in_folder(ns_dir / "tables"):
             frame = read_table(csv)
             frame = frame.drop(columns=["namespace"], errors="ignore")
             frame.insert(0, "namespace", name)
-            table = _table_name(csv.stem)
+            table = _table_name(table_files.table_name(csv.name) or csv.stem)
             frames.setdefault(table, []).append(frame)
             files.append({"namespace": name, "path": csv.relative_to(artifacts).as_posix(), "table": table,
                           "rows": len(frame), "sha256": _sha256(csv)})

@@ -18,6 +18,7 @@ from harness.tables import trust  # noqa: E402
 from harness.report import results  # noqa: E402
 from harness.errors import ConfigError  # noqa: E402
 from harness.tables.derive import TABLES as TABLE_NAMES  # noqa: E402
+from harness.tables.table_files import table_file  # noqa: E402
 
 try:
     # each --configfile, as `python -m harness config` reads it

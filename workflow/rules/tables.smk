@@ -16,12 +16,12 @@ rule tables:
         **{
             name: (
                 report(
-                    f"{A}/tables/{name}.csv",
+                    f"{A}/tables/{table_file(name)}",
                     caption=results.caption(name),
                     category=results.category(name),
                 )
                 if name in results.TABLES
-                else f"{A}/tables/{name}.csv"
+                else f"{A}/tables/{table_file(name)}"
             )
             for name in TABLES
         },

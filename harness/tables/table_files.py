@@ -1,0 +1,43 @@
+"""Where a namespace's tables lie under its `tables/` folder: '<name>.csv', or, for the tables
+written compressed, '<name>.csv.gz' (pandas reads either by its name). Every reader and writer of a
+namespace table by name goes through here, so a table's file name is decided once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+COMPRESSED = ("rounds",)
+"""Tables written gzip-compressed (tables/<name>.csv.gz): rounds.csv, a row for every round of every
+implementation, is the largest a namespace commits, and a tenth of its size compressed; the tree
+that travels to a lent GPU machine has a limit (docs/gpu-machine.md)."""
+
+
+def table_file(name: str) -> str:
+    """The file name of the namespace table `name` under tables/: '<name>.csv', or '<name>.csv.gz'
+    for the COMPRESSED ones."""
+    return f"{name}.csv.gz" if name in COMPRESSED else f"{name}.csv"
+
+
+def table_path(tables_dir: str | Path, name: str) -> Path:
+    """Where the table `name` lies in the folder `tables_dir`: `table_file(name)`, or the
+    uncompressed '<name>.csv' where only that is there (a namespace written before the table was
+    compressed)."""
+    path = Path(tables_dir) / table_file(name)
+    legacy = Path(tables_dir) / f"{name}.csv"
+    return legacy if not path.is_file() and legacy.is_file() else path
+
+
+def table_name(file_name: str) -> str | None:
+    """The table a file of tables/ holds ('rounds.csv.gz' -> 'rounds'), None for another file."""
+    for suffix in (".csv.gz", ".csv"):
+        if file_name.endswith(suffix):
+            return file_name[: -len(suffix)]
+    return None
+
+
+def in_folder(tables_dir: str | Path) -> list[Path]:
+    """The table files directly in `tables_dir` ('*.csv' and '*.csv.gz'), sorted by name; none
+    where there is no such folder."""
+    folder = Path(tables_dir)
+    return sorted((p for p in folder.iterdir() if p.is_file() and table_name(p.name)), key=lambda p: p.name) \
+        if folder.is_dir() else []

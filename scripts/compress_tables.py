@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Compress the tables of namespaces written before those tables were (harness.tables.table_files's
+COMPRESSED: '<name>.csv' becomes '<name>.csv.gz', the same bytes inside, no time or name in the
+gzip header), so the tree that travels to a lent GPU machine stays under its limit
+(docs/gpu-machine.md). Each file is checked to read back byte for byte before the uncompressed one
+is removed; a namespace that has both is refused in one sentence (exit 2).
+
+    python3 scripts/compress_tables.py [--artifacts artifacts] [NAMESPACE ...]
+
+Without namespaces, every folder under --artifacts. Prints one line per file compressed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from harness import ROOT  # noqa: E402
+from harness.errors import EvidenceError  # noqa: E402
+from harness.io import write_bytes  # noqa: E402
+from harness.tables.table_files import COMPRESSED, table_file  # noqa: E402
+
+
+def compress(ns_dir: Path) -> list[tuple[Path, int, int]]:
+    """Compress the COMPRESSED tables of one namespace folder that are still plain CSV; returns
+    (compressed file, bytes before, bytes after) for each."""
+    done = []
+    for name in COMPRESSED:
+        plain, packed = ns_dir / "tables" / f"{name}.csv", ns_dir / "tables" / table_file(name)
+        if not plain.is_file():
+            continue
+        if packed.exists():
+            raise EvidenceError(f"{ns_dir.name} has both tables/{plain.name} and tables/{packed.name}: remove the one "
+                                "that is not its table.")
+        data = plain.read_bytes()
+        blob = gzip.compress(data, compresslevel=9, mtime=0)
+        write_bytes(blob, packed)
+        if gzip.decompress(packed.read_bytes()) != data:
+            packed.unlink()
+            raise EvidenceError(f"{packed} does not read back as {plain.name}; nothing was removed.")
+        plain.unlink()
+        done.append((packed, len(data), len(blob)))
+    return done
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("namespaces", nargs="*")
+    parser.add_argument("--artifacts", default=str(ROOT / "artifacts"))
+    args = parser.parse_args(argv)
+    root = Path(args.artifacts)
+    names = args.namespaces or sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    try:
+        for name in names:
+            if not (root / name).is_dir():
+                raise EvidenceError(f"there is no namespace {name} under {root}.")
+            for packed, before, after in compress(root / name):
+                print(f"{packed}: {before} -> {after} bytes")
+    except EvidenceError as exc:
+        print(f"compress_tables: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -340,6 +340,7 @@ def build_context(cfg: Mapping[str, Any], tables: Mapping[str, Any], provenance:
     git = provenance.get("git") or {}
     cross = cross_check_context(tables.get("cross_check"), cfg.get("cross_check") or {}, _control_of(cfg),
                                 float((cfg.get("verdict") or {}).get("margin") or 0.01))
+    _replay_into_claims(operations, cross)
     commands = summary.commands(provenance)
     counters_states = {o["counters"]["state"] for o in operations}
     # each check raises its flags or, where it ran and raised none, says so in the "No flags" line
@@ -585,25 +586,38 @@ def render_reports(cfg: Mapping[str, Any], inputs: Mapping[str, str], field_note
         _write_summary(cfg, loaded, provenance, summary, ctx)
 
 
+def _replay_into_claims(operations: Sequence[Mapping[str, Any]], cross: Mapping[str, Any] | None) -> None:
+    """Each claim gets ours over the control by graph replay a call at its shape (`replay_value`,
+    rounded to 6 digits; `replay`, as printed) from the cross-check's ratios, and whether it parts
+    from the kernel-time ratio by more than the margin (`replay_differs`): the claim then says it,
+    since a verdict by kernel time alone would hide time a call spends at the kernels' edges."""
+    replayed = {(str(r["op"]), str(r["shape"])): r for r in (cross or {}).get("ratios", [])}
+    for o in operations:
+        for c in o["claims"]:
+            r = replayed.get((str(c["op"]), str(c["shape"])))
+            c["replay_value"] = round(float(r["replay"]), 6) if r else None
+            c["replay"] = num(c["replay_value"], 3) if r else None
+            c["replay_differs"] = bool(r and r["differ"]) and c["kind"] == "ratio"
+
+
 def headline(ctx: Mapping[str, Any]) -> dict[str, Any]:
     """What the first screen of every report says, as data for summary.json: the flag lines, one
     claim per (operation, shape) with the verdict a reader sees ('not ranked' and its reason where
     the pairing is not rankable), the counts, the disturbed captures and the kernel times the
     cross-check distrusts. The reports print these same values; each claim also carries ours over
     the control by graph replay a call (`replay_ratio`, the cross-check section's), null where the
-    cross-check did not compare both."""
-    cross = ctx.get("cross_check") or {}
-    replayed = {(str(r["op"]), str(r["shape"])): round(float(r["replay"]), 6) for r in cross.get("ratios", [])}
+    cross-check did not compare both, and whether it parts from the kernel-time ratio by more than
+    the margin (`replay_differs`; the claim line then gives it)."""
     claims = []
     for o in ctx["operations"]:
         for i, c in enumerate(o["claims"]):
-            replay = replayed.get((str(c["op"]), str(c["shape"])))
             claims.append({"op": c["op"], "shape": c["shape"], "default": i == 0, "ours": OURS, "control": ctx["control"],
                            "library": LIBRARY, "ours_us": c["ours_us"], "control_us": c["control_us"],
                            "library_us": c["library_us"], "ratio": c["ratio_value"], "lo": c["lo"], "hi": c["hi"],
                            "verdict": c["shown"], "verdict_recorded": c["recorded"], "rankable": c["rankable"],
                            "reason": c["reason"] or None, "note": c["note"] or None, "disturbed": bool(c["disturbed"]),
-                           "distrusted": list(c["distrusted"]), "replay_ratio": replay})
+                           "distrusted": list(c["distrusted"]), "replay_ratio": c["replay_value"],
+                           "replay_differs": c["replay_differs"]})
     return {
         "flags": list(ctx["flags"]),
         "checked": list(ctx["clean"]),
@@ -614,7 +628,7 @@ def headline(ctx: Mapping[str, Any]) -> dict[str, Any]:
         "cross_check_disagree": [{"op": r.get("op"), "shape": r.get("shape"), "impl": r.get("impl"),
                                   "kernel_time_us": summary.number(r.get("kernel_time_us")),
                                   "graph_median_us": summary.number(r.get("graph_median_us"))}
-                                 for r in cross.get("disagree", [])],
+                                 for r in (ctx.get("cross_check") or {}).get("disagree", [])],
     }
 
 

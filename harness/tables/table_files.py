@@ -1,6 +1,7 @@
 """Where a namespace's tables lie under its `tables/` folder: '<name>.csv', or, for the tables
-written compressed, '<name>.csv.gz' (pandas reads either by its name). Every reader and writer of a
-namespace table by name goes through here, so a table's file name is decided once."""
+written compressed, '<name>.csv.gz' (pandas reads either by its name). The pipeline's tables rule,
+verify, the history index and every reader of a compressed table take the file name from here, so
+it is decided once."""
 
 from __future__ import annotations
 

@@ -86,6 +86,14 @@ def write_bytes(data: bytes, path: str | Path) -> None:
     _atomic(lambda tmp: tmp.write_bytes(data), path)
 
 
+def write_gzip(data: bytes, path: str | Path) -> bytes:
+    """`data` gzip-compressed into `path`, atomically, with no time or name in the gzip header, so
+    the same data give the same bytes; returns what was written."""
+    blob = gzip.compress(data, compresslevel=9, mtime=0)
+    write_bytes(blob, path)
+    return blob
+
+
 def write_json(obj: Any, path: str | Path) -> None:
     """`obj` as indented JSON, atomically (values JSON cannot hold are written as text)."""
     write_text(json.dumps(obj, indent=1, default=str) + "\n", path)
@@ -105,7 +113,7 @@ def write_csv(rows: Iterable[Mapping[str, Any]], columns: list[str], path: str |
     written = _whole_numbers_exact(frame)
     if str(path).endswith(".gz"):
         text = written.to_csv(index=False, float_format="%.6g", lineterminator="\n")
-        write_bytes(gzip.compress(text.encode(), compresslevel=9, mtime=0), path)
+        write_gzip(text.encode(), path)
     else:
         _atomic(lambda tmp: written.to_csv(tmp, index=False, float_format="%.6g"), path)
     return frame

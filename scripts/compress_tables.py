@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness import ROOT  # noqa: E402
 from harness.errors import EvidenceError  # noqa: E402
-from harness.io import write_bytes  # noqa: E402
+from harness.io import write_gzip  # noqa: E402
 from harness.tables.table_files import COMPRESSED, table_file  # noqa: E402
 
 
@@ -37,8 +37,7 @@ def compress(ns_dir: Path) -> list[tuple[Path, int, int]]:
             raise EvidenceError(f"{ns_dir.name} has both tables/{plain.name} and tables/{packed.name}: remove the one "
                                 "that is not its table.")
         data = plain.read_bytes()
-        blob = gzip.compress(data, compresslevel=9, mtime=0)
-        write_bytes(blob, packed)
+        blob = write_gzip(data, packed)
         if gzip.decompress(packed.read_bytes()) != data:
             packed.unlink()
             raise EvidenceError(f"{packed} does not read back as {plain.name}; nothing was removed.")

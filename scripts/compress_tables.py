@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--artifacts", default=str(ROOT / "artifacts"))
     args = parser.parse_args(argv)
     root = Path(args.artifacts)
-    names = args.namespaces or sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    names = args.namespaces or (sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else [])
     try:
         for name in names:
             if not (root / name).is_dir():

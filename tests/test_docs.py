@@ -92,6 +92,9 @@ SKIP: list[tuple[str, str]] = [
      "reads committed namespaces this copy does not hold; tests/test_slot_effects.py runs the script"),
     (r"^python3 scripts/trim_wheels\.py \.whl$",
      "trims the device wheelhouse, which this copy does not hold; tests/test_trim_wheels.py runs it on a made-up one"),
+    (r"^python3 scripts/compress_tables\.py$",
+     "compresses committed namespaces' tables, which this copy does not hold; tests/test_table_files.py runs it on "
+     "made-up ones"),
 ]
 
 

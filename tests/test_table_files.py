@@ -72,6 +72,8 @@ def test_the_script_compresses_an_earlier_namespace_byte_for_byte(tmp_path: Path
     assert script.main(["--artifacts", str(tmp_path), "old"]) == 2
     assert "has both tables/rounds.csv and tables/rounds.csv.gz" in capsys.readouterr().err
     assert script.main(["--artifacts", str(tmp_path), "nosuch"]) == 2
+    assert script.main(["--artifacts", str(tmp_path / "none"), "old"]) == 2  # a name, and no such folder
+    assert script.main(["--artifacts", str(tmp_path / "none")]) == 0  # nothing to do
 
 
 def test_every_committed_namespace_holds_its_compressed_tables_compressed() -> None:

@@ -34,7 +34,8 @@ def test_names_paths_and_the_table_a_file_holds(tmp_path: Path) -> None:
     assert table_files.table_path(tmp_path, "rounds") == tmp_path / "rounds.csv.gz"
     assert [table_files.table_name(n) for n in ("rounds.csv.gz", "sweep.csv", "notes.txt")] == ["rounds", "sweep", None]
     (tmp_path / "notes.txt").write_text("x")
-    assert [p.name for p in table_files.in_folder(tmp_path)] == ["rounds.csv", "rounds.csv.gz"]
+    assert [(n, p.name) for n, p in table_files.in_folder(tmp_path)] == [("rounds", "rounds.csv"),
+                                                                          ("rounds", "rounds.csv.gz")]
     assert table_files.in_folder(tmp_path / "none") == []
 
 
@@ -52,8 +53,9 @@ def test_a_compressed_table_is_the_same_bytes_for_the_same_rows(tmp_path: Path) 
 def test_the_history_index_reads_a_compressed_table_under_its_name(tmp_path: Path) -> None:
     tables = tmp_path / "artifacts" / "n" / "tables"
     write_csv(ROWS, COLUMNS, tables / "rounds.csv.gz")
+    write_csv(ROWS[:1], COLUMNS, tables / "sweep.csv")
     row = history.namespace_row(tmp_path / "artifacts" / "n", 0)
-    assert "rounds" in str(row.get("tables", ""))
+    assert row["tables"] == "rounds;sweep"
 
 
 def test_the_script_compresses_an_earlier_namespace_byte_for_byte(tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -158,7 +158,7 @@ def namespace_row(ns_dir: str | Path, order: int | None = None) -> dict[str, Any
         config_sha = hashlib.sha256(json.dumps(prov["config"], sort_keys=True).encode()).hexdigest()
     dirty = git.get("dirty")
     when = provenance_date(prov)
-    tables = sorted(name for p in table_files.in_folder(ns_dir / "tables") if (name := table_files.table_name(p.name)))
+    tables = sorted(name for name, _ in table_files.in_folder(ns_dir / "tables"))
     return {
         "name": ns_dir.name,
         "position": order,
@@ -227,11 +227,11 @@ def build_index(artifacts: str | Path = DEFAULT_ARTIFACTS, out: str | Path = DEF
     for i, name in enumerate(order):
         ns_dir = artifacts / name
         ns_rows.append(namespace_row(ns_dir, i))
-        for csv in table_files.in_folder(ns_dir / "tables"):
+        for stem, csv in table_files.in_folder(ns_dir / "tables"):
             frame = read_table(csv)
             frame = frame.drop(columns=["namespace"], errors="ignore")
             frame.insert(0, "namespace", name)
-            table = _table_name(table_files.table_name(csv.name) or csv.stem)
+            table = _table_name(stem)
             frames.setdefault(table, []).append(frame)
             files.append({"namespace": name, "path": csv.relative_to(artifacts).as_posix(), "table": table,
                           "rows": len(frame), "sha256": _sha256(csv)})

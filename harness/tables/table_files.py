@@ -36,9 +36,9 @@ def table_name(file_name: str) -> str | None:
     return None
 
 
-def in_folder(tables_dir: str | Path) -> list[Path]:
-    """The table files directly in `tables_dir` ('*.csv' and '*.csv.gz'), sorted by name; none
-    where there is no such folder."""
+def in_folder(tables_dir: str | Path) -> list[tuple[str, Path]]:
+    """(table, file) for each table file directly in `tables_dir` ('*.csv' and '*.csv.gz'), sorted
+    by file name; none where there is no such folder."""
     folder = Path(tables_dir)
-    return sorted((p for p in folder.iterdir() if p.is_file() and table_name(p.name)), key=lambda p: p.name) \
-        if folder.is_dir() else []
+    files = sorted((p for p in folder.iterdir() if p.is_file()), key=lambda p: p.name) if folder.is_dir() else []
+    return [(name, p) for p in files if (name := table_name(p.name)) is not None]

@@ -3,10 +3,13 @@ beside this checkout's in the same run (a pull request's kernels against its bas
 
 `resolve` turns what a user wrote (a branch, tag or commit) into a `Revision` with its full commit
 and the label its implementations carry (`cuda@main`); a name git does not know is one sentence.
-`extract` writes that commit's `kernels/` into a folder from git's objects alone (`git ls-tree`
-and `git cat-file`), so neither the work tree nor the index is touched. The kernels there are
-built and launched with this checkout's host code (harness.launch.sources), so a kernel whose
-launcher changed since cannot be measured at that revision, and says why.
+`extract` writes that commit's `kernels/<op>/` and each operation's dispatch
+(`harness/ops/<op>/kernels.py`) into a folder from git's objects alone (`git ls-tree` and `git
+cat-file`), so neither the work tree nor the index is touched. The kernels there are built and
+launched by that dispatch (harness.ops.dispatch), which imports this checkout's launch layer
+(harness.launch); inputs, reference and checks are this checkout's, so both revisions are
+measured on the same problems. A revision whose dispatch no longer fits this checkout's launch
+layer cannot be measured, and says why.
 """
 
 from __future__ import annotations
@@ -111,12 +114,15 @@ def _is_source(name: str) -> bool:
 
 def extract(commit: str, dest: Path, ops: Sequence[str], repo: Path = ROOT) -> Path:
     """`commit`'s kernel sources under kernels/<op>/ of each of `ops` (every file but Markdown and
-    data/ folders) under `dest`/kernels/, from git's objects (module docstring), with the commit
-    in `dest`/COMMIT and its committer date (ISO 8601) in `dest`/DATE; returns `dest`. Written into a partial folder and renamed whole; an
-    existing `dest` is replaced. EvidenceError (one sentence) where git cannot read them, or the
-    commit has no kernels/<op>/ for one of `ops`."""
+    data/ folders) under `dest`/kernels/, and its dispatch harness/ops/<op>/kernels.py where it
+    has one, from git's objects (module docstring), with the commit in `dest`/COMMIT and its
+    committer date (ISO 8601) in `dest`/DATE; returns `dest`. Written into a partial folder and
+    renamed whole; an existing `dest` is replaced. EvidenceError (one sentence) where git cannot
+    read them, or the commit has no kernels/<op>/ for one of `ops`."""
     paths = [f"kernels/{op}" for op in ops]
-    proc = _git(["ls-tree", "-r", "-z", "--full-tree", commit, "--", *paths], repo, f"the kernels of {commit[:12]}")
+    dispatches = [f"harness/ops/{op}/kernels.py" for op in ops]
+    proc = _git(["ls-tree", "-r", "-z", "--full-tree", commit, "--", *paths, *dispatches], repo,
+                f"the kernels of {commit[:12]}")
     if proc.returncode != 0:
         why = (proc.stderr.decode(errors="replace").strip().splitlines() or ["no reason given"])[0]
         raise EvidenceError(f"git cannot list the kernels of {commit[:12]}: {why}.")

@@ -1,12 +1,15 @@
 """Baseline revisions (harness.baseline) on the CPU: revisions resolve to full commits with a label
 or are refused in one sentence; a commit's kernels are read from git's objects without touching
 the work tree or the index; and the offline build compiles the kernels of another revision with
-this checkout's dispatch (harness.launch.sources), CUDA through NVRTC and Triton through its
-compiler, where the two revisions' sources differ (layer norm's CUDA kernel changed in 0fcfb63)."""
+that revision's own dispatch (harness.ops.dispatch, harness.launch.sources), CUDA through NVRTC and
+Triton through its compiler, where the two revisions' sources differ (layer norm's CUDA kernel
+changed in 0fcfb63)."""
 
 from __future__ import annotations
 
 import hashlib
+import importlib
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -85,19 +88,22 @@ def test_an_operation_the_commit_lacks_is_one_sentence(tmp_path: Path) -> None:
 
 @needs_history
 @pytest.mark.skipif(toolchain.load_nvrtc() is None, reason="no NVRTC here to build with")
-def test_the_build_compiles_another_revisions_kernels_with_this_dispatch(tmp_path: Path) -> None:
+def test_the_build_compiles_another_revisions_kernels_with_its_own_dispatch(tmp_path: Path) -> None:
     (rev,) = baseline.resolve(f"{CHANGED}^")
     root = baseline.extract(rev.commit, tmp_path / "at", ["layernorm"])
+    assert (root / "harness" / "ops" / "layernorm" / "kernels.py").read_text() == git(
+        "show", f"{rev.commit}:harness/ops/layernorm/kernels.py")
     shapes = [(4096, 768)]
-    # that revision has no kernel with the width compiled in: both take the one that reads it
-    runtime = ("cuda.runtime_width", ("-DLN_FIXED_WIDTH=0",))
-    now = build_census("layernorm", "cuda", shapes, variant=runtime)
-    then = build_census("layernorm", "cuda", shapes, sources_root=root, variant=runtime)
+    now = build_census("layernorm", "cuda", shapes)
+    then = build_census("layernorm", "cuda", shapes, sources_root=root)
     old_sha = hashlib.sha256((root / "kernels" / "layernorm" / "layernorm.cu").read_bytes()).hexdigest()
     assert [r["source_sha256"] for r in then] == [old_sha] * len(then)
     assert {r["source_sha256"] for r in now}.isdisjoint({old_sha})
-    assert [r["kernel"] for r in then] == [r["kernel"] for r in now]  # the same dispatch chose them
-    assert sources.kernels_dir() == ROOT / "kernels"  # the build's sources are this checkout's again
+    # that revision's dispatch reads the width at run time (it has no kernel with the width compiled
+    # in); this checkout's compiles it in: each build names the kernels its own dispatch chose
+    assert [r["kernel"].split("<")[0] for r in then] == ["layernorm_fwd_vec4"]
+    assert [r["kernel"].split("<")[0] for r in now] == ["layernorm_fwd_vec4_fixed"]
+    assert sources.kernels_dir() == ROOT / "kernels" and sources.tree() is None  # this checkout's again
     triton_then = build_census("layernorm", "triton", shapes, sources_root=root)
     triton_sha = hashlib.sha256((root / "kernels" / "layernorm" / "layernorm_triton.py").read_bytes()).hexdigest()
     assert triton_then and {r["source_sha256"] for r in triton_then} == {triton_sha}
@@ -105,16 +111,42 @@ def test_the_build_compiles_another_revisions_kernels_with_this_dispatch(tmp_pat
 
 @needs_history
 @pytest.mark.skipif(toolchain.load_nvrtc() is None, reason="no NVRTC here to build with")
-def test_a_kernel_the_revision_lacks_is_one_sentence_before_the_compiler(tmp_path: Path) -> None:
-    """This dispatch chooses layernorm_fwd_vec4_fixed, which the earlier revision does not define:
-    the build says so in one sentence, naming the kernel and the way out, not NVRTC's log."""
+def test_sources_extracted_without_a_dispatch_are_built_with_this_one(tmp_path: Path) -> None:
+    """A revision's folder extracted before dispatches were (kernels/ alone) is dispatched by this
+    checkout, which chooses layernorm_fwd_vec4_fixed, a kernel that revision does not define: the
+    build says so in one sentence, naming the kernel and the way out, not NVRTC's log."""
     (rev,) = baseline.resolve(f"{CHANGED}^")
     root = baseline.extract(rev.commit, tmp_path / "at", ["layernorm"])
+    shutil.rmtree(root / "harness")
     with pytest.raises(EvidenceError, match=r"defines no layernorm_fwd_vec4_fixed, which this checkout's "
                                             r"dispatch launches .*as a variant of this checkout\)\.$") as info:
         build_census("layernorm", "cuda", [(4096, 768)], sources_root=root)
     assert "\n" not in str(info.value) and str(root) in str(info.value)
     assert build_census("layernorm", "cuda", [(64, 771)], sources_root=root)  # the scalar kernel is there
+
+
+def test_a_dispatch_that_does_not_load_is_one_sentence(tmp_path: Path) -> None:
+    """A revision's kernels.py that no longer fits this checkout's launch layer (here it imports a
+    name the launch layer does not have) stops the build, and the bind, in one sentence."""
+    import torch
+
+    from harness import ops
+
+    shutil.copytree(ROOT / "kernels" / "layernorm", tmp_path / "kernels" / "layernorm")
+    dispatch = ops.dispatch_file("layernorm", tmp_path)
+    dispatch.parent.mkdir(parents=True)
+    dispatch.write_text("from harness.launch.cuda import launch_of_a_later_age\n")
+    with pytest.raises(EvidenceError, match=r"kernels\.py does not load: ImportError: cannot import name "
+                                            r"'launch_of_a_later_age'") as info:
+        build_census("layernorm", "cuda", [(4096, 768)], sources_root=tmp_path)
+    assert "\n" not in str(info.value)
+    params = {"eps": 1e-5, "baselines": {"old": str(tmp_path)}}
+    x = torch.ones(4, 8)
+    with pytest.raises(baseline.CannotMeasure, match=r"^cuda@old cannot be measured at old: EvidenceError: .*"
+                                                     r"kernels\.py does not load: ImportError"):
+        ops.launcher(ops.get("layernorm"), "cuda@old", params)({"x": x, "w": torch.ones(8), "b": torch.ones(8)},
+                                                              torch.empty(4, 8), params)
+    assert ops.dispatch("layernorm") is importlib.import_module("harness.ops.layernorm.kernels")
 
 
 def test_a_module_the_tree_lacks_is_one_sentence(tmp_path: Path) -> None:
@@ -169,3 +201,28 @@ def test_a_copy_without_the_history_takes_the_sources_already_extracted(tmp_path
     assert again == rev
     with pytest.raises(ConfigError, match="is no commit of the repository"):
         baseline.resolve("main-of-nothing", bare, tmp_path / "baseline")
+
+
+def test_the_build_cache_keys_a_revisions_build_by_its_kernels_and_its_dispatch(tmp_path: Path) -> None:
+    """The cache key of a build at a revision follows that revision's kernels and, where its folder
+    holds one, its dispatch; not this checkout's kernels (harness.build.cache.key)."""
+    from harness import ops
+    from harness.build import cache
+
+    shutil.copytree(ROOT / "kernels" / "layernorm", tmp_path / "kernels" / "layernorm")
+
+    def key() -> str:
+        return cache.key("layernorm", "cuda", [(4096, 768)], "sm_90", sources_root=tmp_path)
+
+    without = key()
+    dispatch = ops.dispatch_file("layernorm", tmp_path)
+    dispatch.parent.mkdir(parents=True)
+    shutil.copyfile(ops.dispatch_file("layernorm"), dispatch)
+    own = key()
+    assert own != without  # the revision's own dispatch now decides
+    dispatch.write_text(dispatch.read_text() + "\n# changed\n")
+    assert key() not in (own, without)
+    cu = tmp_path / "kernels" / "layernorm" / "layernorm.cu"
+    before = key()
+    cu.write_text(cu.read_text() + "\n// changed\n")
+    assert key() != before

@@ -1,7 +1,8 @@
 """The main command with a baseline revision (--config baseline=HEAD), on the CPU with the
 stand-in device, in a copy of the repository made a git repository of its own whose layer-norm
-CUDA kernel was then changed: the revision's kernels are read from git into the namespace, built
-and censused from that source, and measured as cuda@HEAD and triton@HEAD in the same groups as the
+CUDA kernel was then changed: the revision's kernels and dispatch are read from git into the
+namespace, built and censused from that source by that dispatch (another copy changes the dispatch
+alone), and measured as cuda@HEAD and triton@HEAD in the same groups as the
 current ones; the work tree is not touched; a revision git does not know stops the run first."""
 
 from __future__ import annotations
@@ -58,8 +59,35 @@ def test_the_revisions_kernels_are_read_from_git_and_built_from_that_source(
     now = census[census["impl"] == "cuda"]
     assert len(at_head) > 0 and set(at_head["source_sha256"]) == {base_sha}
     assert base_sha not in set(now["source_sha256"])
-    assert list(at_head["kernel"]) == list(now["kernel"])  # this checkout's dispatch chose the same instances
+    assert list(at_head["kernel"]) == list(now["kernel"])  # the two dispatches, the same, chose the same instances
+    dispatch = Path("harness", "ops", "layernorm", "kernels.py")
+    assert (root / dispatch).read_bytes() == (copy / dispatch).read_bytes()  # the revision's own dispatch
+    record = json.loads((copy / "artifacts" / NS / "measure" / "layernorm" / "4096x768" / "record.json").read_text())
+    assert record["baseline_dispatch"] == {"HEAD": "its own"} and record["baselines"] == {"HEAD": head}
     assert len(census[census["impl"] == "triton@HEAD"]) > 0
+
+
+def test_the_revisions_own_dispatch_chooses_its_kernels(tmp_path: Path) -> None:
+    """A change of the dispatch alone (layer norm's width read at run time again, after a commit
+    that compiles it in): the revision's kernels are the ones its own dispatch chose, so the build
+    and census of the baseline (the census table as its target) name the kernel with the width
+    compiled in, and this checkout's the one that reads it."""
+    copy = repo_copy.copy_repo(tmp_path / "repo")
+    (copy / "config.yaml").write_text(repo_copy.pipeline_config())
+    git = ["git", "-c", "user.name=test", "-c", "user.email=test@example.com"]
+    subprocess.run(["git", "init", "-q"], cwd=copy, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=copy, check=True)
+    subprocess.run([*git, "commit", "-qm", "base"], cwd=copy, check=True)
+    dispatch = copy / "harness" / "ops" / "layernorm" / "kernels.py"
+    text = dispatch.read_text()
+    assert "DEFAULT_FIXED_WIDTH = True" in text
+    dispatch.write_text(text.replace("DEFAULT_FIXED_WIDTH = True", "DEFAULT_FIXED_WIDTH = False", 1))
+    proc = repo_copy.snakemake(copy, repo_copy.standin_env(copy, tmp_path), "--cores", "1",
+                               f"artifacts/{NS}/tables/census.csv", "--config", "baseline=HEAD")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    census = pd.read_csv(copy / "artifacts" / NS / "tables" / "census.csv")
+    kernels = {impl: {k.split("<")[0] for k in census.loc[census["impl"] == impl, "kernel"]} for impl in ("cuda", "cuda@HEAD")}
+    assert kernels == {"cuda": {"layernorm_fwd_vec4"}, "cuda@HEAD": {"layernorm_fwd_vec4_fixed"}}
 
 
 def test_the_revision_is_measured_in_the_same_groups(run: tuple[Path, subprocess.CompletedProcess[str], str]) -> None:

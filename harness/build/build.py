@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib
 import io
 import re
 import tempfile
@@ -45,13 +44,11 @@ IMPLS = ("cuda", "triton")
 
 
 def kernels_module(op: str) -> Any:
-    """The module that describes an operation's kernels (harness/ops/<op>/kernels.py)."""
-
-
-    try:
-        return importlib.import_module(ops.get(op).kernels)
-    except EvidenceError:
-        raise EvidenceError(f"The census knows operation(s) {', '.join(ops.known())}, not {op!r}.") from None
+    """The module that describes an operation's kernels in force (harness.ops.dispatch: this
+    checkout's harness/ops/<op>/kernels.py, or a baseline revision's inside sources.at)."""
+    if op not in ops.known():
+        raise EvidenceError(f"The census knows operation(s) {', '.join(ops.known())}, not {op!r}.")
+    return ops.dispatch(op)
 
 
 def build_census(op: str, impl: str, shapes: Sequence[Sequence[int]], arch: str = "sm_90",
@@ -67,7 +64,8 @@ def build_census(op: str, impl: str, shapes: Sequence[Sequence[int]], arch: str 
     the one CuPy uses at run time. `variant` = (implementation name, extra options) builds a named
     variant of the CUDA kernels (harness.ops.variants): the same specializations with its -D options,
     the rows named after the variant. `sources_root` builds the kernel sources under that tree's
-    kernels/ (another revision's, harness.baseline) with this checkout's dispatch. With `outdir`
+    kernels/ (another revision's, harness.baseline) with its own dispatch where the tree holds one
+    (harness.ops.dispatch). With `outdir`
     and `cache_key` (an instance -> its build cache key, harness.build.cache.key), each instance
     comes from the build cache where nothing it depends on changed, whatever other shapes the
     namespace has; each row's `build` says which ('cache <key>' or 'built'). Raises ToolMissing

@@ -76,10 +76,12 @@ def key(op: str, impl: str, shapes: Sequence[Sequence[int]], arch: str, *,
     same instance takes it from the cache."""
     code = sorted(str(p.relative_to(base)) for d in CODE_DIRS for p in (base / d).glob("*.py"))
     digest = ops.source_digest(op, base)
-    if sources_root is not None:
-        digest = {rel: sha for rel, sha in digest.items() if not rel.startswith("kernels/")}
-        digest.update({f"at:{rel}": sha for rel, sha in ops.source_digest(op, sources_root).items()
-                       if rel.startswith("kernels/")})
+    if sources_root is not None:  # the revision's kernels, and its dispatch where it has one (ops.dispatch)
+        theirs = {rel: sha for rel, sha in ops.source_digest(op, sources_root).items()
+                  if rel.startswith("kernels/") or rel == _dispatch_rel(op)}
+        mine = {rel: sha for rel, sha in digest.items()
+                if not rel.startswith("kernels/") and not (rel == _dispatch_rel(op) and rel in theirs)}
+        digest = {**mine, **{f"at:{rel}": sha for rel, sha in theirs.items()}}
     parts = {
         "op": op, "impl": impl, "shapes": [list(s) for s in shapes], "arch": arch,
         "variant": [variant[0], list(variant[1])] if variant else None, "cuda_compiler": cuda_compiler,
@@ -88,6 +90,10 @@ def key(op: str, impl: str, shapes: Sequence[Sequence[int]], arch: str, *,
     if instance is not None:
         parts["instance"] = instance_identity(instance)
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _dispatch_rel(op: str) -> str:
+    return str(ops.dispatch_file(op, ".")).removeprefix("./")
 
 
 INSTANCE_FIELDS = ("source", "kernel", "block", "specialization", "dynamic_smem", "num_warps")

@@ -49,8 +49,9 @@ def read_source(filename: str, name_expressions: Sequence[str] = ()) -> str:
     """Text of a kernel source under the `kernels/` in force, which must define the kernel of each
     of `name_expressions` ('layernorm_fwd_vec4<128, 2, true>' needs a function
     layernorm_fwd_vec4): where it does not, one sentence (EvidenceError) says so before a compiler
-    gives its log. Another revision's kernels are built and launched with this checkout's host
-    code (harness.baseline), whose dispatch may choose a kernel that revision does not have."""
+    gives its log. Another revision's kernels are built and launched with its own dispatch
+    (harness.ops.dispatch); where its folder holds none, with this checkout's, which may choose a
+    kernel that revision does not have."""
     path = source_path(filename)
     text = path.read_text()
     missing = [name for name in dict.fromkeys(expr.split("<", 1)[0].strip() for expr in name_expressions)
@@ -58,8 +59,9 @@ def read_source(filename: str, name_expressions: Sequence[str] = ()) -> str:
     if missing:
         where = "this checkout's" if not sources.tag() else f"the sources under {sources.kernels_dir().parent}"
         raise EvidenceError(f"kernels/{filename} of {where} defines no {', '.join(missing)}, which this checkout's "
-                            "dispatch launches (another revision's kernels are built and launched with this "
-                            "checkout's host code; measure the earlier choice as a variant of this checkout).")
+                            "dispatch launches (that folder holds no dispatch of its own, harness/ops/<op>/kernels.py, "
+                            "so this checkout's chose; extract the revision again, or measure the earlier choice "
+                            "as a variant of this checkout).")
     return text
 
 
@@ -71,15 +73,22 @@ def source_sha256(filename: str) -> str:
 # ----------------------------------------------------------------------------- run time
 
 
-_LOADED: dict[tuple[str, str, tuple[str, ...]], str] = {}
-"""(source, name expression, options) -> where its module came from, for this process."""
+_LOADED: dict[tuple[str, str, tuple[str, ...], str], str] = {}
+"""(source, name expression, options, sources in force) -> where its module came from, for this process."""
 
 
 def loaded() -> list[dict[str, str]]:
     """Every kernel module this process loaded and where from: 'build cache <key>' (the build's
     cubin, harness.launch.modules) or 'compiled' (NVRTC through CuPy, whose own disk cache may
-    have answered)."""
-    return [{"source": f, "kernel": e, "options": " ".join(o), "module": how} for (f, e, o), how in _LOADED.items()]
+    have answered); `at` is '' for this checkout's sources, else the name of the folder of a
+    revision's (harness.baseline: its label), so a kernel of both is listed twice."""
+    return [{"source": f, "kernel": e, "options": " ".join(o), "at": at, "module": how}
+            for (f, e, o, at), how in _LOADED.items()]
+
+
+def _at() -> str:
+    tree = sources.tree()
+    return "" if tree is None else tree.name
 
 
 def _device_arch() -> str:
@@ -121,11 +130,11 @@ def _raw_module(filename: str, options: tuple[str, ...], name_expressions: tuple
         key = _module_key(source, options, expr, _device_arch(), _nvrtc_version())
         found = modules.load(key)
         if found is not None:
-            _LOADED[(filename, expr, options)] = f"build cache {key[:16]}"
+            _LOADED[(filename, expr, options, _at())] = f"build cache {key[:16]}"
             return cupy.RawModule(path=str(found[0])), {expr: found[1]}
     module = cupy.RawModule(code=source, options=options, backend="nvrtc", name_expressions=name_expressions)
     for expr in name_expressions:
-        _LOADED[(filename, expr, options)] = "compiled"
+        _LOADED[(filename, expr, options, _at())] = "compiled"
     return module, {}
 
 

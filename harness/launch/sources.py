@@ -1,12 +1,13 @@
 """Where our kernel sources are read from: `kernels/` of this checkout, or, inside `at(root)`, the
 `kernels/` folder under `root` (the sources of another revision, harness.baseline), so that the
-same launchers and build compile and launch the kernels as they were there.
+build compiles and the launchers launch the kernels as they were there.
 
 Everything that reads a kernel source goes through here: the CUDA sources CuPy and the census
 compile (`kernels_dir`), and the Triton modules, kernels and heuristics alike (`module`): inside
 `at(root)` a module is loaded from its file under `root` under a name of its own, so the two
 revisions' kernels live side by side in one process, and Triton's JIT and cache see each one's
-own source. `tag()` names the sources in force, for caches keyed by them.
+own source. The same loader serves a revision's dispatch (`harness/ops/<op>/kernels.py` under
+`root`, chosen by harness.ops.dispatch). `tag()` names the sources in force, for caches keyed by them.
 """
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ def at(root: str | Path | None) -> Iterator[None]:
         _ROOT = saved
 
 
+def tree() -> Path | None:
+    """The tree whose sources are in force, or None for this checkout's."""
+    return _ROOT
+
+
 def kernels_dir() -> Path:
     """The kernels/ folder in force."""
     return (_ROOT or ROOT) / "kernels"
@@ -49,12 +55,18 @@ def tag() -> str:
     return "" if _ROOT is None else hashlib.sha256(str(_ROOT).encode()).hexdigest()[:12]
 
 
+LOADABLE = ("kernels.", "harness.ops.")
+"""What `module` loads from a tree: kernel modules, and an operation's dispatch (its kernels.py)."""
+
+
 def module(name: str) -> ModuleType:
-    """The Python module `name` under kernels/ ('kernels.layernorm.layernorm_triton') of the
-    sources in force: imported as usual for this checkout's, else loaded from its file under the
-    tree in force as `_sources_<tag>.<name>`. EvidenceError (one sentence) where that tree lacks it."""
-    if not name.startswith("kernels."):
-        raise EvidenceError(f"{name!r} is not a module under kernels/.")
+    """The Python module `name` under kernels/ ('kernels.layernorm.layernorm_triton') or an
+    operation's dispatch ('harness.ops.layernorm.kernels') of the sources in force: imported as
+    usual for this checkout's, else loaded from its file under the tree in force as
+    `_sources_<tag>.<name>` (its own imports are this checkout's modules). EvidenceError (one
+    sentence) where that tree lacks it or it does not load."""
+    if not name.startswith(LOADABLE):
+        raise EvidenceError(f"{name!r} is not a module under kernels/ nor an operation's dispatch.")
     if _ROOT is None:
         return importlib.import_module(name)
     key = f"_sources_{tag()}.{name}"

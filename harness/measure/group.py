@@ -342,7 +342,7 @@ def _prepare(torch: Any, plan: Mapping[str, Any], progress: Progress) -> _Prepar
     cross-checks; what its capture needs is kept."""
     p = _Prepared(plan)
     seconds = p.seconds
-    before = {(m["source"], m["kernel"], m["options"]) for m in cuda_launch.loaded()}
+    before = {(m["source"], m["kernel"], m["options"], m["at"]) for m in cuda_launch.loaded()}
     t0 = time.perf_counter()
     op, shape = plan["op"], plan["shape"]
     cap, span, cc = plan["capture"], plan["span"], plan["cross_check"]
@@ -397,7 +397,7 @@ def _prepare(torch: Any, plan: Mapping[str, Any], progress: Progress) -> _Prepar
                 for row in p.graphs:
                     row.update(idle.get(row["impl"], {}))
                 seconds["idle_starts"] = time.perf_counter() - t
-    p.modules = [m for m in cuda_launch.loaded() if (m["source"], m["kernel"], m["options"]) not in before]
+    p.modules = [m for m in cuda_launch.loaded() if (m["source"], m["kernel"], m["options"], m["at"]) not in before]
     return p
 
 

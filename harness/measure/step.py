@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness import ops
 from harness.errors import EvidenceError, ToolMissing
 from harness.gpu import device
 from harness.gpu.device import gpu_state
@@ -233,6 +234,7 @@ def _group_record(g: Mapping[str, Any], folder: Path, export: Path | None, alone
         "isolation": (info or {}).get("isolation"),
         "versions": versions(), "host": platform.node(), "cache_mode": plan["cache_mode"],
         "baselines": _baseline_commits(plan), "baseline_dates": _baseline_commits(plan, "DATE"),
+        "baseline_dispatch": _baseline_dispatch(op, plan),
     }, dict(results.get("session_seconds") or {})
 
 
@@ -246,6 +248,14 @@ def _baseline_commits(plan: Mapping[str, Any], name: str = "COMMIT") -> dict[str
         except OSError:
             out[label] = "unknown"
     return out
+
+
+def _baseline_dispatch(op: str, plan: Mapping[str, Any]) -> dict[str, str]:
+    """label -> whose dispatch chose and launched the revision's kernels: 'its own' where its
+    sources' folder holds its harness/ops/<op>/kernels.py (harness.ops.dispatch), else 'this checkout's'."""
+    roots = (plan.get("params") or {}).get("baselines") or {}
+    return {label: "its own" if ops.dispatch_file(op, root).is_file() else "this checkout's"
+            for label, root in roots.items()}
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -31,6 +31,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from harness import ROOT, baseline
@@ -147,6 +148,26 @@ def define(module_name: str) -> Operation:
                      grow=getattr(module, "grow", None))
 
 
+def dispatch_file(name: str, root: str | Path = ROOT) -> Path:
+    """Where operation `name`'s dispatch and launchers lie under `root`: harness/ops/<name>/kernels.py."""
+    return Path(root) / "harness" / "ops" / name / "kernels.py"
+
+
+def dispatch(name: str) -> ModuleType:
+    """The module of operation `name`'s kernel dispatch and launchers in force (`bind_cuda`,
+    `bind_triton`, `instances_for`): this checkout's, or inside harness.launch.sources.at(root) the
+    revision's own under `root` (harness.baseline.extract copies it), loaded beside this checkout's
+    and importing this checkout's harness.launch; where `root` holds none (sources extracted before
+    dispatches were), this checkout's. EvidenceError (one sentence) where it does not load."""
+    module = get(name).kernels
+    if not module:
+        raise EvidenceError(f"operation {name!r} has no kernels of ours, so it has no dispatch.")
+    root = kernel_sources.tree()
+    if root is not None and dispatch_file(name, root).is_file():
+        return kernel_sources.module(module)
+    return importlib.import_module(module)
+
+
 SOURCE_SUFFIXES = (".cu", ".cuh", ".h", ".py", ".ptx")
 
 
@@ -198,7 +219,8 @@ def launcher(op: Operation, impl: str, params: Params | None = None, shape: str 
     geometry evaluated on the dimensions of `shape`; a variant ('cuda.block512') binds its base
     with the variant's defines in force, so its dispatch and compile see them; ours at a baseline
     revision ('cuda@main') binds ours with that revision's kernel sources in force (the folder
-    `params['baselines'][label]` names, harness.launch.sources), dispatched by this checkout."""
+    `params['baselines'][label]` names, harness.launch.sources), dispatched and launched by that
+    revision's own kernels.py where its folder holds one (`dispatch`)."""
     if impl == "external":
         if not params or "external" not in params:
             raise EvidenceError(f"operation {op.name!r} has no 'external' block in the config, so it has no external implementation.")
@@ -214,12 +236,11 @@ def launcher(op: Operation, impl: str, params: Params | None = None, shape: str 
                                 f"not build (its baselines: {', '.join(roots) or 'none'}).")
         root = Path(roots[revision])
         root = root if root.is_absolute() else ROOT / root
-        at_bind = launcher(op, ours, params, shape)
 
         def bind_at_revision(inputs: Tensors, out: Tensor, p: Params) -> Call:
             try:
-                with kernel_sources.at(root):  # that revision's kernel sources, compiled and loaded now
-                    return at_bind(inputs, out, p)
+                with kernel_sources.at(root):  # that revision's dispatch and kernels, compiled and loaded now
+                    return launcher(op, ours, params, shape)(inputs, out, p)
             except Exception as exc:  # a kernel that does not compile there, a launcher that no longer fits
                 first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
                 raise baseline.CannotMeasure(f"{impl} cannot be measured at {revision}: {type(exc).__name__}: "
@@ -252,6 +273,11 @@ def launcher(op: Operation, impl: str, params: Params | None = None, shape: str 
 
         bind_variant.__name__ = f"{impl} ({' '.join(options) or 'no defines'})"
         return bind_variant
+    if impl in OURS and kernel_sources.tree() is not None:  # inside bind_at_revision: the revision's dispatch
+        bind = getattr(dispatch(op.name), f"bind_{impl}", None)
+        if bind is None:
+            raise EvidenceError(f"the dispatch of {op.name} at that revision defines no bind_{impl}.")
+        return cast(Bind, bind)
     try:
         return op.implementations[impl]
     except KeyError:

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness import ROOT  # noqa: E402
 from harness.errors import EvidenceError  # noqa: E402
 from harness.io import write_gzip  # noqa: E402
-from harness.tables.table_files import COMPRESSED, table_file  # noqa: E402
+from harness.tables.table_files import COMPRESSED, plain_file, table_file  # noqa: E402
 
 
 def compress(ns_dir: Path) -> list[tuple[Path, int, int]]:
@@ -30,7 +30,7 @@ def compress(ns_dir: Path) -> list[tuple[Path, int, int]]:
     (compressed file, bytes before, bytes after) for each."""
     done = []
     for name in COMPRESSED:
-        plain, packed = ns_dir / "tables" / f"{name}.csv", ns_dir / "tables" / table_file(name)
+        plain, packed = ns_dir / "tables" / plain_file(name), ns_dir / "tables" / table_file(name)
         if not plain.is_file():
             continue
         if packed.exists():

@@ -16,15 +16,21 @@ that travels to a lent GPU machine has a limit (docs/gpu-machine.md)."""
 def table_file(name: str) -> str:
     """The file name of the namespace table `name` under tables/: '<name>.csv', or '<name>.csv.gz'
     for the COMPRESSED ones."""
-    return f"{name}.csv.gz" if name in COMPRESSED else f"{name}.csv"
+    return f"{plain_file(name)}.gz" if name in COMPRESSED else plain_file(name)
+
+
+def plain_file(name: str) -> str:
+    """The uncompressed file name of the table `name`, '<name>.csv': how a COMPRESSED table was
+    written before it was compressed."""
+    return f"{name}.csv"
 
 
 def table_path(tables_dir: str | Path, name: str) -> Path:
     """Where the table `name` lies in the folder `tables_dir`: `table_file(name)`, or the
-    uncompressed '<name>.csv' where only that is there (a namespace written before the table was
-    compressed)."""
+    uncompressed `plain_file(name)` where only that is there (a namespace written before the table
+    was compressed)."""
     path = Path(tables_dir) / table_file(name)
-    legacy = Path(tables_dir) / f"{name}.csv"
+    legacy = Path(tables_dir) / plain_file(name)
     return legacy if not path.is_file() and legacy.is_file() else path
 
 

@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -161,11 +162,13 @@ def machine() -> dict[str, str]:
 
 
 def section(tier: str, facts: dict[str, str], wall_s: float, summary: str, rc: int,
-            slow: list[str] | None = None, primed: str = "") -> str:
-    """The evidence file's section for one tier run."""
+            slow: list[str] | None = None, primed: str = "", narrowed: Sequence[str] = ()) -> str:
+    """The evidence file's section for one tier run; `narrowed`: the pytest arguments that narrowed
+    it (after --), named so that a part of a tier never reads as the whole."""
     packages = ", ".join(f"{k} {v}" for k, v in versions().items())
     return (f"tier: {tier} (pytest -m '{TIERS[tier]}'; meant to take at most {TARGET_S[tier]} s)\n"
-            f"date: {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n"
+            + (f"narrowed to (not the whole tier): {' '.join(narrowed)}\n" if narrowed else "")
+            + f"date: {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n"
             f"gpu: {facts['gpu']}\ndriver: {facts['driver']}\nnsys: {facts['nsys']}\nncu: {facts['ncu']}\n"
             f"packages: {packages}\n"
             + (f"primed before the tier, outside its wall time: {primed}\n" if primed else "")
@@ -205,7 +208,7 @@ def main(argv: list[str]) -> int:
     print(f"gpu tests, {args.tier} tier: {wall:.1f} s (meant to take at most {TARGET_S[args.tier]} s): {summary}")
     at = commit()
     header = f"commit: {at}\n"
-    text = section(args.tier, machine(), wall, summary, proc.returncode, slowest("".join(lines)), primed)
+    text = section(args.tier, machine(), wall, summary, proc.returncode, slowest("".join(lines)), primed, passed_on)
     folders = [Path(args.evidence_dir)] + ([Path(args.out)] if args.out else [])
     for folder in folders:
         folder.mkdir(parents=True, exist_ok=True)

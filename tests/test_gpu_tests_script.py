@@ -109,3 +109,11 @@ def test_a_primed_tier_says_so_in_its_section() -> None:
     text = gpu_tests.section("smoke", facts, 50.0, "1 passed in 49.0s", 0, [], "first nsys start 4.0 s")
     assert "primed before the tier, outside its wall time: first nsys start 4.0 s\nwall time: 50.0 s\n" in text
     assert "primed" not in gpu_tests.section("smoke", facts, 50.0, "", 0)
+
+
+def test_a_narrowed_tier_says_so_in_its_section() -> None:
+    gpu_tests = load_script("gpu_tests")
+    facts = {"gpu": "g", "driver": "d", "nsys": "n", "ncu": "c"}
+    text = gpu_tests.section("full", facts, 50.0, "3 passed in 49.0s", 0, [], "", ["tests/test_baseline_gpu.py"])
+    assert "narrowed to (not the whole tier): tests/test_baseline_gpu.py\n" in text
+    assert "narrowed" not in gpu_tests.section("full", facts, 50.0, "", 0)

@@ -8,6 +8,7 @@ current ones; the work tree is not touched; a revision git does not know stops t
 from __future__ import annotations
 
 import hashlib
+import html
 import json
 import subprocess
 import sys
@@ -64,6 +65,8 @@ def test_the_revisions_kernels_are_read_from_git_and_built_from_that_source(
     assert (root / dispatch).read_bytes() == (copy / dispatch).read_bytes()  # the revision's own dispatch
     record = json.loads((copy / "artifacts" / NS / "measure" / "layernorm" / "4096x768" / "record.json").read_text())
     assert record["baseline_dispatch"] == {"HEAD": "its own"} and record["baselines"] == {"HEAD": head}
+    change = pd.read_csv(copy / "artifacts" / NS / "tables" / "change.csv")
+    assert set(change["dispatch"]) == {"its own"}
     assert len(census[census["impl"] == "triton@HEAD"]) > 0
 
 
@@ -143,6 +146,9 @@ def test_every_report_opens_with_the_change_and_summary_json_holds_it(
     want = [(r["op"], r["shape"], r["impl"], r["revision"], r["commit"], r["ratio"], r["verdict"])
             for r in change.to_dict("records")]
     assert got == want and got
+    assert {r["dispatch"] for r in summary["change"]} == {"its own"}
+    said = "The revision's kernels ran as its own dispatch chose and launched them"
+    assert said in note.split("## Claims")[0] and said in comment and said in html.unescape(page)
     section = note.split("## This change against HEAD")[1].split("## Claims")[0]
     for r in summary["change"]:  # each row of the note's table is the summary's row, as printed
         assert f"| {r['op']} | {r['shape']} | {r['impl']} |" in section

@@ -103,3 +103,30 @@ def test_the_stage_table_says_which_builds_run_this_checkout_s_code() -> None:
         ("v1", "its own"), ("v2", "this checkout's"), ("this checkout", "")]
     (stage,) = change.stages(rows, None, None, "triton", "head")
     assert {b["binary"] for b in stage["builds"]} == {""}
+
+
+def test_the_change_section_says_whose_dispatch_chose_the_revisions_kernels() -> None:
+    """change.csv's `dispatch`, per operation: every one 'its own' says a change of which kernel
+    serves a shape is in the rows; any "this checkout's" names those operations and says it is not
+    there; a table from before the column says nothing; summary.json's rows carry each value."""
+    from harness.report import change
+
+    def frame(dispatch: dict[str, object]) -> pd.DataFrame:
+        return pd.DataFrame([{"revision": "main", "commit": "c", "op": op, "shape": shape, "impl": "cuda",
+                              "dispatch": d, "verdict": "same"} for op, d in dispatch.items() for shape in ("a", "b")])
+
+    def said(table: pd.DataFrame) -> str:
+        ctx = change.context(table)
+        assert ctx is not None
+        return str(ctx["revisions"][0]["dispatch"])
+
+    assert said(frame({"softmax": "its own", "layernorm": "its own"})).startswith(
+        "The revision's kernels ran as its own dispatch chose and launched them")
+    mixed = said(frame({"softmax": "its own", "layernorm": "this checkout's", "matmul": "this checkout's"}))
+    assert mixed.startswith("At layernorm, matmul this checkout's dispatch chose and launched the revision's kernels")
+    assert "is not in these rows" in mixed
+    assert said(frame({"softmax": float("nan")})) == ""
+    assert said(frame({"softmax": "its own", "layernorm": None})) == ""  # not every operation known
+    assert said(frame({"softmax": "its own"}).drop(columns=["dispatch"])) == ""
+    assert [r["dispatch"] for r in change.rows(frame({"softmax": "its own", "matmul": None}))] == [
+        "its own", "its own", None, None]

@@ -36,8 +36,31 @@ def rows(change: Any) -> list[dict[str, Any]]:
                     "shape": text(r.get("shape")), "impl": text(r.get("impl")),
                     "current_us": number(r.get("current_us")), "baseline_us": number(r.get("baseline_us")),
                     "ratio": number(r.get("ratio")), "lo": number(r.get("ratio_lo")), "hi": number(r.get("ratio_hi")),
-                    "verdict": verdict(r.get("verdict"))})
+                    "verdict": verdict(r.get("verdict")), "dispatch": dispatch(r.get("dispatch"))})
     return out
+
+
+OWN, THIS = "its own", "this checkout's"
+"""change.csv's `dispatch`: whose dispatch chose and launched a revision's kernels."""
+
+
+def dispatch(value: Any) -> str | None:
+    """A dispatch cell as OWN or THIS, or None (a namespace measured before the table said)."""
+    said = text(value)
+    return said if said in (OWN, THIS) else None
+
+
+def dispatch_sentence(by_op: Mapping[str, str | None]) -> str:
+    """What the reports say of whose dispatch chose and launched a revision's kernels, from each
+    operation's `dispatch` (op -> OWN, THIS or None): '' where no operation's is known."""
+    this = [op for op, d in by_op.items() if d == THIS]
+    if this:
+        return (f"At {', '.join(this)} this checkout's dispatch chose and launched the revision's kernels (its "
+                "sources came without a dispatch of their own), so a change of the dispatch there is not in these rows.")
+    if by_op and all(d == OWN for d in by_op.values()):
+        return ("The revision's kernels ran as its own dispatch chose and launched them (harness/ops/<op>/kernels.py "
+                "at that commit), so a change of which kernel serves a shape is in these rows.")
+    return ""
 
 
 def _unchanged(code: binaries.Serving, r: Mapping[str, Any]) -> bool | None:
@@ -108,7 +131,8 @@ def context(change: Any, controls: Any = None, order: Mapping[str, int] | None =
     'unchanged' where `code` (the census's code map, binaries.serving) shows the kernels serving
     the shape run the revision's code (their SASS, instruction for instruction), so that the row is
     an A/A pair and "same" the right verdict, 'changed', or None where the census does not say),
-    the operations in `order` (name -> position), the counts of each verdict, and per revision `unchanged` (how many
+    the operations in `order` (name -> position), the counts of each verdict, and per revision `dispatch`
+    (dispatch_sentence: whose dispatch chose its kernels, '' where the table does not say), `unchanged` (how many
     rows are A/A pairs), `unchanged_wrong` (how many of those came out faster or slower: a bias of
     the session, which the flag names too, through `aa_pairs`) and `binaries_known`."""
     found = records(change)
@@ -120,7 +144,8 @@ def context(change: Any, controls: Any = None, order: Mapping[str, int] | None =
         label = str(r.get("revision"))
         rev = revisions.setdefault(label, {"label": label, "commit": text(r.get("commit")) or "unknown", "rows": [],
                                            "counts": {v: 0 for v in stats.VERDICTS}, "unchanged": 0,
-                                           "unchanged_wrong": 0, "binaries_known": False})
+                                           "unchanged_wrong": 0, "binaries_known": False, "dispatch_by_op": {}})
+        rev["dispatch_by_op"].setdefault(str(r.get("op")), dispatch(r.get("dispatch")))
         said = verdict(r.get("verdict"))
         if said is not None:
             rev["counts"][said] += 1
@@ -140,4 +165,5 @@ def context(change: Any, controls: Any = None, order: Mapping[str, int] | None =
     rank = order or {}
     for rev in revisions.values():
         rev["rows"].sort(key=lambda row: (rank.get(row["op"], len(rank)), row["op"]))
+        rev["dispatch"] = dispatch_sentence(rev.pop("dispatch_by_op"))
     return {"revisions": list(revisions.values()), "labels": list(revisions)}

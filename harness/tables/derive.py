@@ -80,11 +80,13 @@ SWEEP_COLUMNS = [
 VARIANT_COLUMNS = ["namespace", "op", "shape", "variant", "base", "description", "cache_mode", "base_us",
                    "variant_us", "ratio", "ratio_lo", "ratio_hi", "verdict", "half_width", "between_runs", "margin"]
 
-CHANGE_COLUMNS = ["namespace", "op", "shape", "impl", "revision", "commit", "commit_date", "cache_mode", "current_us",
-                  "baseline_us", "ratio", "ratio_lo", "ratio_hi", "verdict", "half_width", "between_runs", "margin"]
+CHANGE_COLUMNS = ["namespace", "op", "shape", "impl", "revision", "commit", "commit_date", "dispatch", "cache_mode",
+                  "current_us", "baseline_us", "ratio", "ratio_lo", "ratio_hi", "verdict", "half_width", "between_runs",
+                  "margin"]
 """change.csv: each implementation of ours against itself at a baseline revision, measured in the
 same group: ratio = current / baseline (below 1: the change made it faster), its paired interval
-over the rounds and the verdict."""
+over the rounds and the verdict; `dispatch` says whose dispatch chose and launched the revision's
+kernels ('its own' or "this checkout's", the group record's `baseline_dispatch`)."""
 
 
 # ----------------------------------------------------------------------------------- one group
@@ -342,6 +344,7 @@ def _change_rows(group: Group, kt_rows: list[dict[str, Any]], namespace: str, ca
     per_round = round_values(group)
     t = {r["impl"]: r["kernel_time_us"] for r in kt_rows}
     commits, dates = group.record.get("baselines") or {}, group.record.get("baseline_dates") or {}
+    dispatch = group.record.get("baseline_dispatch") or {}
     out = []
     for impl in per_round:
         ours, revision = baseline.split(impl)
@@ -349,7 +352,8 @@ def _change_rows(group: Group, kt_rows: list[dict[str, Any]], namespace: str, ca
             continue
         r = ratio(per_round, ours, impl, (op, shape), margin, placements(group), between_runs)
         out.append({"namespace": namespace, "op": op, "shape": shape, "impl": ours, "revision": revision,
-                    "commit": commits.get(revision), "commit_date": dates.get(revision), "cache_mode": cache_mode,
+                    "commit": commits.get(revision), "commit_date": dates.get(revision),
+                    "dispatch": dispatch.get(revision), "cache_mode": cache_mode,
                     "current_us": t.get(ours), "baseline_us": t.get(impl), **r, "margin": margin})
     return out
 

@@ -158,6 +158,19 @@ def test_packages_depend_downward_only() -> None:
     assert wrong == []
 
 
+DISPATCH_MAY_IMPORT = ("harness.errors", "harness.launch")
+"""What an operation's dispatch (harness/ops/<op>/kernels.py) may import of ours: a baseline
+revision's copy of it is loaded beside this checkout's (harness.ops.dispatch) and imports this
+checkout's modules, so it leans only on the launch layer, never on its own operation's folder."""
+
+
+def test_a_dispatch_imports_only_the_launch_layer() -> None:
+    found = {name: sorted({t for t, _, _ in imports(path, name) if t.startswith("harness")
+                           and not any(t == m or t.startswith(m + ".") for m in DISPATCH_MAY_IMPORT)})
+             for name, path in MODULES.items() if re.fullmatch(r"harness\.ops\.\w+\.kernels", name)}
+    assert len(found) >= 5 and not any(found.values()), found
+
+
 LAZY_DISPATCH = {"harness.__main__"}
 """`python -m harness <command>` imports only the command it runs: the capture target (under nsys,
 once per measurement group) must not pay for pandas, Jinja2 and matplotlib."""

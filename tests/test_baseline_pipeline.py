@@ -147,7 +147,8 @@ def test_every_report_opens_with_the_change_and_summary_json_holds_it(
             for r in change.to_dict("records")]
     assert got == want and got
     assert {r["dispatch"] for r in summary["change"]} == {"its own"}
-    said = "The revision's kernels ran as its own dispatch chose and launched them"
+    said = ("The revision's kernels ran as its own dispatch chose and launched them (harness/ops/layernorm/kernels.py "
+            "at that commit), so a change of which kernel serves a shape is in these rows.")
     assert said in note.split("## Claims")[0] and said in comment and said in html.unescape(page)
     section = note.split("## This change against HEAD")[1].split("## Claims")[0]
     for r in summary["change"]:  # each row of the note's table is the summary's row, as printed

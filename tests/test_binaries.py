@@ -121,7 +121,8 @@ def test_the_change_section_says_whose_dispatch_chose_the_revisions_kernels() ->
         return str(ctx["revisions"][0]["dispatch"])
 
     assert said(frame({"softmax": "its own", "layernorm": "its own"})).startswith(
-        "The revision's kernels ran as its own dispatch chose and launched them")
+        "The revision's kernels ran as its own dispatch chose and launched them (harness/ops/softmax/kernels.py, "
+        "harness/ops/layernorm/kernels.py at that commit)")
     mixed = said(frame({"softmax": "its own", "layernorm": "this checkout's", "matmul": "this checkout's"}))
     assert mixed.startswith("At layernorm, matmul this checkout's dispatch chose and launched the revision's kernels")
     assert "is not in these rows" in mixed

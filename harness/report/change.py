@@ -58,8 +58,9 @@ def dispatch_sentence(by_op: Mapping[str, str | None]) -> str:
         return (f"At {', '.join(this)} this checkout's dispatch chose and launched the revision's kernels (its "
                 "sources came without a dispatch of their own), so a change of the dispatch there is not in these rows.")
     if by_op and all(d == OWN for d in by_op.values()):
-        return ("The revision's kernels ran as its own dispatch chose and launched them (harness/ops/<op>/kernels.py "
-                "at that commit), so a change of which kernel serves a shape is in these rows.")
+        files = ", ".join(f"harness/ops/{op}/kernels.py" for op in by_op)
+        return (f"The revision's kernels ran as its own dispatch chose and launched them ({files} at that commit), "
+                "so a change of which kernel serves a shape is in these rows.")
     return ""
 
 

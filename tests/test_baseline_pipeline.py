@@ -21,15 +21,22 @@ import repo_copy
 NS = repo_copy.PIPELINE_NS
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str], str]:
-    work = tmp_path_factory.mktemp("baseline")
+def committed_copy(work: Path) -> Path:
+    """A copy of the repository under `work`/repo with the pipeline config, made a git repository
+    of its own whose one commit ('base') holds it as it is."""
     copy = repo_copy.copy_repo(work / "repo")
     (copy / "config.yaml").write_text(repo_copy.pipeline_config())
     git = ["git", "-c", "user.name=test", "-c", "user.email=test@example.com"]
     subprocess.run(["git", "init", "-q"], cwd=copy, check=True)
     subprocess.run(["git", "add", "-A"], cwd=copy, check=True)
     subprocess.run([*git, "commit", "-qm", "base"], cwd=copy, check=True)
+    return copy
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str], str]:
+    work = tmp_path_factory.mktemp("baseline")
+    copy = committed_copy(work)
     source = copy / "kernels" / "layernorm" / "layernorm.cu"
     base_sha = hashlib.sha256(source.read_bytes()).hexdigest()
     source.write_text(source.read_text() + "\n// changed after the base commit\n")
@@ -75,12 +82,7 @@ def test_the_revisions_own_dispatch_chooses_its_kernels(tmp_path: Path) -> None:
     that compiles it in): the revision's kernels are the ones its own dispatch chose, so the build
     and census of the baseline (the census table as its target) name the kernel with the width
     compiled in, and this checkout's the one that reads it."""
-    copy = repo_copy.copy_repo(tmp_path / "repo")
-    (copy / "config.yaml").write_text(repo_copy.pipeline_config())
-    git = ["git", "-c", "user.name=test", "-c", "user.email=test@example.com"]
-    subprocess.run(["git", "init", "-q"], cwd=copy, check=True)
-    subprocess.run(["git", "add", "-A"], cwd=copy, check=True)
-    subprocess.run([*git, "commit", "-qm", "base"], cwd=copy, check=True)
+    copy = committed_copy(tmp_path)
     dispatch = copy / "harness" / "ops" / "layernorm" / "kernels.py"
     text = dispatch.read_text()
     assert "DEFAULT_FIXED_WIDTH = True" in text

@@ -93,7 +93,7 @@ def key(op: str, impl: str, shapes: Sequence[Sequence[int]], arch: str, *,
 
 
 def _dispatch_rel(op: str) -> str:
-    return str(ops.dispatch_file(op, ".")).removeprefix("./")
+    return str(ops.dispatch_file(op, "."))  # Path('.') / 'harness' is 'harness': relative to a root
 
 
 INSTANCE_FIELDS = ("source", "kernel", "block", "specialization", "dynamic_smem", "num_warps")

@@ -251,11 +251,9 @@ def _baseline_commits(plan: Mapping[str, Any], name: str = "COMMIT") -> dict[str
 
 
 def _baseline_dispatch(op: str, plan: Mapping[str, Any]) -> dict[str, str]:
-    """label -> whose dispatch chose and launched the revision's kernels: 'its own' where its
-    sources' folder holds its harness/ops/<op>/kernels.py (harness.ops.dispatch), else 'this checkout's'."""
+    """label -> whose dispatch chose and launched the revision's kernels (harness.ops.whose_dispatch)."""
     roots = (plan.get("params") or {}).get("baselines") or {}
-    return {label: "its own" if ops.dispatch_file(op, root).is_file() else "this checkout's"
-            for label, root in roots.items()}
+    return {label: ops.whose_dispatch(op, root) for label, root in roots.items()}
 
 
 def _read_json(path: Path) -> dict[str, Any]:

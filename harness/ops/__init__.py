@@ -153,6 +153,16 @@ def dispatch_file(name: str, root: str | Path = ROOT) -> Path:
     return Path(root) / "harness" / "ops" / name / "kernels.py"
 
 
+OWN_DISPATCH, THIS_DISPATCH = "its own", "this checkout's"
+"""Whose dispatch chooses and launches a baseline revision's kernels (`whose_dispatch`)."""
+
+
+def whose_dispatch(name: str, root: str | Path) -> str:
+    """OWN_DISPATCH where the revision's sources under `root` hold operation `name`'s dispatch
+    (`dispatch` loads it), else THIS_DISPATCH."""
+    return OWN_DISPATCH if dispatch_file(name, root).is_file() else THIS_DISPATCH
+
+
 def dispatch(name: str) -> ModuleType:
     """The module of operation `name`'s kernel dispatch and launchers in force (`bind_cuda`,
     `bind_triton`, `instances_for`): this checkout's, or inside harness.launch.sources.at(root) the
@@ -163,7 +173,7 @@ def dispatch(name: str) -> ModuleType:
     if not module:
         raise EvidenceError(f"operation {name!r} has no kernels of ours, so it has no dispatch.")
     root = kernel_sources.tree()
-    if root is not None and dispatch_file(name, root).is_file():
+    if root is not None and whose_dispatch(name, root) == OWN_DISPATCH:
         return kernel_sources.module(module)
     return importlib.import_module(module)
 

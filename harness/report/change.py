@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from harness import ops
 from harness.report import resolution
 from harness.report.words import number, ratio_text, records, text, us_text
 from harness.tables import binaries, stats
@@ -40,7 +41,7 @@ def rows(change: Any) -> list[dict[str, Any]]:
     return out
 
 
-OWN, THIS = "its own", "this checkout's"
+OWN, THIS = ops.OWN_DISPATCH, ops.THIS_DISPATCH
 """change.csv's `dispatch`: whose dispatch chose and launched a revision's kernels."""
 
 

@@ -12,6 +12,8 @@ Commands:
   regroup NAMESPACE [--dry-run]                                   clear the groups measured on more than one GPU, to re-measure them
   job-times NAMESPACE                                              where a run's time went (writes tables/job_times.csv)
   between-runs NAMESPACE ...                                       the between-run component of the ratios' intervals, for the config
+  targets NAMESPACE [--configfile FILE ...] [--strict]            judge a namespace's tables against the config's targets
+                                                                   (--strict: exit 1 unless every one is met)
   verify BUNDLE                                                    check a bundle: hashes, re-derived tables, report figures
                                                                    (exit 0 verified, 1 mismatches, 2 unusable input)
 
@@ -26,7 +28,8 @@ import sys
 
 from harness.errors import EvidenceError, shown
 
-USAGE = "usage: python -m harness {nsys,group,config,history,compare,retrust,rerender,regroup,bundle,verify,job-times,between-runs} ..."
+USAGE = ("usage: python -m harness {nsys,group,config,history,compare,retrust,rerender,regroup,bundle,verify,targets,"
+         "job-times,between-runs} ...")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,6 +73,10 @@ def main(argv: list[str] | None = None) -> int:
             from harness.evidence import verify
 
             return verify.main(rest)
+        if command == "targets":
+            from harness.evidence import targets
+
+            return targets.main(rest)
         if command == "job-times":
             from harness.tables import job_times
 

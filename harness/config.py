@@ -216,6 +216,7 @@ def validate(raw: Mapping[str, Any]) -> dict[str, Any]:
     if cfg.get("overwrite") is not None:
         check_name(cfg["overwrite"], "config: 'overwrite'")
     _semantic_checks(cfg)
+    _target_checks(cfg)
     if cfg.get("run_operations"):
         missing = [op for op in cfg["run_operations"] if op not in cfg["operations"]]
         if missing:
@@ -270,6 +271,44 @@ def _semantic_checks(cfg: dict[str, Any]) -> None:
                 raise ConfigError(
                     f"config: shape {shape!r} of operation '{op_name}' moves {moved / 2**30:.1f} GiB "
                     f"per call, over the {MAX_CALL_BYTES // 2**30} GiB limit.")
+
+
+def _target_checks(cfg: Mapping[str, Any]) -> None:
+    """What the schema cannot say of `targets` (harness.tables.targets), one sentence each: names
+    unique, operations that exist (harness/ops/) and shapes each of them accepts (a target holds
+    only where a run measures the operation, the shape and both sides of its ratio, so an overlay
+    that measures less leaves it out there), something asked, and a verdict only of a pair every
+    run compares (ops.PAIRS)."""
+    names: set[str] = set()
+    for target in cfg.get("targets") or []:
+        name = target["name"]
+        where = f"config: target {name!r}"
+        if name in names:
+            raise ConfigError(f"config: two targets are named {name!r}; each target needs a name of its own.")
+        names.add(name)
+        named = list(cfg["operations"]) if target["ops"] == "all" else list(target["ops"])
+        unknown = [op for op in named if op not in ops.known()]
+        if unknown:
+            raise ConfigError(f"{where} names {', '.join(unknown)}, which is no operation (harness/ops/ has "
+                              f"{', '.join(ops.known())}).")
+        a, b = target["ratio"].split("/")
+        if a == b:
+            raise ConfigError(f"{where} compares {a} with itself; its ratio needs two implementations.")
+        for op in named:
+            for shape in target["shapes"] if isinstance(target["shapes"], list) else ():
+                try:
+                    ops.get(op).validate_shape(shape)
+                except Exception as exc:  # the op's own one-sentence reason
+                    raise ConfigError(f"{where} names the shape {shape!r} of {op}: {exc}") from None
+        if target.get("at_most") is None and target.get("at_least") is None and not target.get("verdict"):
+            raise ConfigError(f"{where} asks nothing of its ratio: give at_most, at_least or verdict.")
+        if target.get("or_at_copy") is not None and not target.get("verdict"):
+            raise ConfigError(f"{where} gives or_at_copy without a verdict; it lets a 'same' verdict count as met.")
+        if target.get("verdict") and (target["metric"] != "kernel" or ((a, b) not in ops.PAIRS
+                                                                        and (b, a) not in ops.PAIRS)):
+            pairs = ", ".join(f"{x}/{y}" for x, y in ops.PAIRS)
+            raise ConfigError(f"{where} asks a verdict of the {target['metric']} ratio {target['ratio']}, which has "
+                              f"no interval; a verdict is of the kernel time of {pairs} (either way round).")
 
 
 def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
@@ -505,6 +544,14 @@ def report_params(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """The part of the config the render reads (REPORT_KEYS), without OPERATIONAL_KEYS."""
     kept = recorded(cfg)
     return {k: kept[k] for k in REPORT_KEYS if k in kept}
+
+
+def targets_plan(cfg: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """What judging the targets reads of each configured operation (harness.tables.targets):
+    its default, its sweep and its base implementations; from a run's config or the one a
+    namespace's provenance recorded."""
+    return {str(op): {"default": spec["default"], "sweep": list(spec["sweep"]),
+                      "implementations": base_implementations(cfg, op)} for op, spec in cfg["operations"].items()}
 
 
 def same_size_bytes(cfg: Mapping[str, Any]) -> list[int]:

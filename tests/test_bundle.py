@@ -249,6 +249,26 @@ def test_an_edited_table_byte_fails_the_hash_and_the_rederivation(made: tuple[Pa
             f"{edited} in the bundle, {value} from the exports.") in problems
 
 
+def test_a_targets_row_the_tables_do_not_give_is_named(made: tuple[Path, Path], tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """The targets table is judged again from the re-derived tables: a status edited into it (and
+    a manifest made for the edit) is named, cell by cell."""
+    _, out = made
+    files = members(out)
+    name = f"artifacts/{NS}/tables/targets.csv"
+    table = pd.read_csv(io.BytesIO(files[name]), dtype=str, keep_default_na=False)
+    row = table.iloc[0]
+    table.loc[0, "status"] = "met" if row["status"] != "met" else "missed"
+    files[name] = table.to_csv(index=False).encode()
+    scratch = tmp_path / "scratch"
+    broken = repack(files, tmp_path / "edited.tar.gz", scratch)
+
+    assert verifier.main([str(broken)]) == 1
+    problems = capsys.readouterr().out
+    assert (f"tables/targets.csv row ({row['target']}, {row['op']}, {row['shape']}), column status: "
+            f"{table.loc[0, 'status']} in the bundle, {row['status']} from the exports.") in problems
+
+
 def test_missing_and_extra_members_are_named(made: tuple[Path, Path], tmp_path: Path) -> None:
     _, out = made
     files = members(out)

@@ -55,6 +55,11 @@ def test_the_main_command_leaves_the_reports_tables_and_summary(run) -> None:  #
     assert command["jobs"] == sum(counts.values()) and command["seconds"] >= 0
     assert [p.name for p in (art / "benchmarks" / "measure").rglob("*.tsv")] == ["session.tsv"]
     assert len(list((art / "measure" / "layernorm").glob("*/record.json"))) == 2
+    # the config's targets judged at layer norm's shapes (the others' operations are not configured here)
+    judged = pd.read_csv(art / "tables" / "targets.csv")
+    assert set(judged["op"]) == {"layernorm"} and set(judged["shape"]) == {"4096x768", "8192x768"}
+    assert [r["status"] for r in s["targets"]] == list(judged["status"])
+    assert "## Targets" in note and judged["target"].iloc[0] in note
 
 
 def test_a_finished_run_reruns_nothing(run) -> None:  # type: ignore[no-untyped-def]
@@ -66,21 +71,24 @@ def test_a_finished_run_reruns_nothing(run) -> None:  # type: ignore[no-untyped-
 
 CHANGES = [
     # (what changes, config override or None, file edit or None, the rules that rerun)
-    ("capture.rounds", {"capture": {"rounds": 20}}, None, {"measure", "tables", "provenance", "trust", "render"}),
+    ("capture.rounds", {"capture": {"rounds": 20}}, None,
+     {"measure", "tables", "provenance", "trust", "targets", "render"}),
     ("the layernorm tolerance", {"operations": {"layernorm": {"tolerance": {"atol": 2.0e-4}}}}, None,
-     {"measure", "tables", "provenance", "trust", "render"}),
-    ("verdict.margin", {"verdict": {"margin": 0.02}}, None, {"tables", "provenance", "trust", "render"}),
-    ("trust.margin", {"trust": {"margin": 0.1}}, None, {"provenance", "trust", "render"}),
+     {"measure", "tables", "provenance", "trust", "targets", "render"}),
+    ("verdict.margin", {"verdict": {"margin": 0.02}}, None, {"tables", "provenance", "trust", "targets", "render"}),
+    ("trust.margin", {"trust": {"margin": 0.1}}, None, {"provenance", "trust", "targets", "render"}),
+    ("a target", {"targets": [{"name": "ours at most Triton's", "ops": ["layernorm"], "ratio": "cuda/triton",
+                               "at_most": 1.0}]}, None, {"provenance", "trust", "targets", "render"}),
     ("a new shape", {"operations": {"layernorm": {"sweep": ["4096x768", "8192x768", "1024x2048"]}}}, None,
-     {"build", "census_table", "ceilings", "measure", "tables", "provenance", "trust", "render"}),
+     {"build", "census_table", "ceilings", "measure", "tables", "provenance", "trust", "targets", "render"}),
     ("a planted slowdown", {"operations": {"layernorm": {"variants": {"block512": {"grow": 0.02}}}}}, None,
-     {"measure", "tables", "provenance", "trust", "render"}),
+     {"measure", "tables", "provenance", "trust", "targets", "render"}),
     ("span.exclusive", {"span": {"exclusive": False}}, None, set()),
     ("timeouts.measure_s", {"timeouts": {"measure_s": 100}}, None, set()),
     ("gpu_lock_timeout_s", {"gpu_lock_timeout_s": 50}, None, set()),
     ("the field note template", None, "report/templates/field_note.md.j2", {"render"}),
     ("the layernorm kernel", None, "kernels/layernorm/layernorm.cu", {"build", "census_table", "measure", "tables",
-                                                                       "provenance", "trust", "render"}),
+                                                                       "provenance", "trust", "targets", "render"}),
 ]
 
 

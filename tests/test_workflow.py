@@ -30,7 +30,7 @@ def test_dry_run_lists_every_job() -> None:
     assert counts["measure"] == 1  # one session: every (operation, shape) and implementation in one process
     assert counts["build"] == len(built)  # one per operation
     assert counts["counters"] == 1  # one ncu process over the session
-    for single in ("tables", "census_table", "ceilings", "provenance", "trust", "render", "report"):
+    for single in ("tables", "census_table", "ceilings", "provenance", "trust", "targets", "render", "report"):
         assert counts[single] == 1
     for gone in ("check", "capture", "kernel_time", "span"):
         assert gone not in counts

@@ -69,7 +69,7 @@ from harness.evidence.bundle import (
 from harness.io import row_dicts, write_csv
 from harness.measure.capture import GROUP_REPORT, SESSION_REPORT
 from harness.report.render import output_paths, render_reports, table_inputs
-from harness.tables import derive, nsys, table_files
+from harness.tables import derive, history, nsys, table_files, targets
 
 MAX_TOTAL_BYTES = 2 * 1024**3
 """Largest total of the members' sizes verify accepts (checked from the headers, before extracting)."""
@@ -383,10 +383,30 @@ def _check_tables(dest: Path, cfg: Mapping[str, Any], ns: str, work: Path, drift
         again = work / table_files.table_file(name)
         write_csv(row_dicts(frame), list(frame.columns), again)
         problems += _compare_table(bundled.name, bundled, again, TABLE_KEYS[name], derivable, drift)
-    return problems
+    return problems + _check_targets(tdir, cfg, ns, tables, work, drift)
 
 
-OTHER_TABLES = ("census", "ceilings", "counters", "controls", "drift", "job_times", "group_seconds")
+def _check_targets(tdir: Path, cfg: Mapping[str, Any], ns: str, tables: Mapping[str, Any], work: Path,
+                   drift: list[str]) -> list[str]:
+    """The bundled targets table against the config's targets judged again from the re-derived
+    sweep, kernel-time and span tables and the bundled controls table (nothing where the bundled
+    config has no targets and the bundle no targets table)."""
+    bundled = table_files.table_path(tdir, "targets")
+    if not cfg.get("targets") and not bundled.is_file():
+        return []
+    controls_csv = table_files.table_path(tdir, "controls")
+    try:
+        frame = targets.evaluate(ns, list(cfg.get("targets") or []), hconfig.targets_plan(cfg), tables.get("sweep"),
+                                 tables.get("kernel_time"), tables.get("span"),
+                                 history.read_table(controls_csv) if controls_csv.is_file() else None)
+    except Exception as exc:  # noqa: BLE001 - a malformed target or table: one finding
+        return [f"The targets cannot be judged again from the bundle's tables ({type(exc).__name__}: {_show(exc, 120)})."]
+    again = work / table_files.table_file("targets")
+    write_csv(row_dicts(frame), list(frame.columns), again)
+    return _compare_table(bundled.name, bundled, again, TABLE_KEYS["targets"], None, drift)
+
+
+OTHER_TABLES = ("census", "ceilings", "counters", "controls", "drift", "job_times", "group_seconds", "targets")
 """Tables of a namespace that the pipeline writes beside those `namespace_tables` derives."""
 GROUP_MEMBERS = ("record.json", "launches.csv", "spans.csv", "graph.csv", "capture.sqlite", GROUP_REPORT)
 SHAPE_NAME = r"[0-9]+(?:x[0-9]+)+(?:-[a-z]+)?"
@@ -414,7 +434,7 @@ def unaccounted(names: list[str], ns: str, cfg: Mapping[str, Any]) -> list[str]:
 TABLE_KEYS = {"kernel_time_detail": ["op", "shape", "impl", "kernel"], "kernel_time": ["op", "shape", "impl"],
               "rounds": ["op", "shape", "impl", "round"], "span": ["op", "shape", "impl"],
               "check": ["op", "shape", "impl"], "sweep": ["op", "shape"], "variants": ["op", "shape", "variant"],
-              "change": ["op", "shape", "impl", "revision"],
+              "change": ["op", "shape", "impl", "revision"], "targets": ["target", "op", "shape"],
               "cross_check": ["op", "shape", "impl"], "gpu_state": ["op", "shape", "impl"]}
 """How the rows of each derived table are matched."""
 

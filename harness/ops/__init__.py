@@ -79,6 +79,11 @@ KERNELS_DIR = ROOT / "kernels"
 OURS = ("cuda", "triton")
 """Our implementations: `bind_<impl>` in the operation's kernels.py, sources in kernels/<name>/."""
 
+PAIRS = (("cuda", "triton"), ("cuda", "torch"), ("external", "triton"))
+"""The pairs of implementations a/b every run compares at every shape, with an interval and a
+verdict: ours over the control, ours over the library, an external kernel over the control (the
+sweep table's `<a>_over_<b>`; a target's verdict may ask only these, either way round)."""
+
 SOURCE_FILES = {"cuda": "{name}.cu", "triton": "{name}_triton.py"}
 """Where an implementation of ours keeps its source under kernels/<name>/."""
 

@@ -26,7 +26,7 @@ from typing import Any
 from harness import ROOT
 from harness.errors import EvidenceError
 from harness.io import write_text
-from harness.report import change, resolution
+from harness.report import change, resolution, targets
 from harness.report import figures as figs
 from harness.report import safe, summary, trust_context
 from harness.report.sections import (_order, _rows, _span_facts, _trust_section, counters_context,
@@ -384,6 +384,7 @@ def build_context(cfg: Mapping[str, Any], tables: Mapping[str, Any], provenance:
                                  {str(op): i for i, op in enumerate(cfg["operations"])}, code),
         "stages": change.stages(tables.get("change"), tables.get("kernel_time"), tables.get("span"), control,
                                 git.get("commit"), {str(op): i for i, op in enumerate(cfg["operations"])}, code),
+        "targets": targets.context(tables.get("targets"), tables.get("controls")),
         "gpu_groups": gpu_groups(tables.get("kernel_time")),
         "counters_read": "ok" in counters_states, "counters_states": sorted(counters_states),
         "not_ranked": [c for o in operations for c in o["claims"] if c["kind"] != "ratio"],
@@ -398,7 +399,7 @@ def build_context(cfg: Mapping[str, Any], tables: Mapping[str, Any], provenance:
 
 
 TABLES = ("kernel_time", "kernel_time_detail", "span", "check", "sweep", "census", "ceilings", "controls", "drift",
-          "gpu_state", "counters", "cross_check", "variants", "change")
+          "gpu_state", "counters", "cross_check", "variants", "change", "targets")
 """Every table a report is rendered from (tables/<name>.csv)."""
 
 

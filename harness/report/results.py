@@ -10,11 +10,12 @@ CAPTIONS = ROOT / "workflow" / "report"
 """The captions (reStructuredText), one per result, and workflow.rst for the report's front page."""
 
 TABLES = ("kernel_time", "sweep", "check")
-"""The main tables of the tables rule shown as results; the trust rule adds controls and drift."""
+"""The main tables of the tables rule shown as results; the trust rule adds controls and drift, the
+targets rule targets."""
 
 CATEGORY = {"field_note": "Report", "page": "Report", "summary": "Report", "overview": "Figures",
             "sweep_figure": "Figures", "kernel_time": "Tables", "sweep": "Tables", "check": "Tables",
-            "controls": "Tables", "drift": "Tables"}
+            "controls": "Tables", "drift": "Tables", "targets": "Tables"}
 
 
 def caption(name: str) -> str:

@@ -26,7 +26,7 @@ from typing import Any
 
 from harness.errors import EvidenceError
 from harness.io import write_text
-from harness.report import change, resolution
+from harness.report import change, resolution, targets
 from harness.report.words import NOT_RANKED, integer, missing, number, records, text, truth
 from harness.tables import stats, trust
 from harness.tables.derive import SWEEP_PAIRS
@@ -217,6 +217,9 @@ def build(tables: Mapping[str, Any], provenance: Mapping[str, Any], *, control: 
     changed = change.rows(tables.get("change"))
     if changed:  # with a baseline revision: each kernel of ours against itself there, first in every report
         out["change"] = changed
+    target_rows = targets.rows(tables.get("targets"))
+    if target_rows:  # with targets in the config: each judged at each shape it names
+        out["targets"] = target_rows
     known = resolution.rows(cfg, variants, tables.get("cross_check"), tables.get("census"))
     if known:  # with A/A twins or planted slowdowns: how the verdicts came out where the answer is known
         out["resolution"] = known

@@ -68,7 +68,7 @@ ROUND_COLUMNS = ["namespace", "op", "shape", "impl", "round", "calls", "kernel_t
 intervals resample; `python -m harness compare` reads it across namespaces)."""
 RATIO_COLUMNS = ["ratio", "ratio_lo", "ratio_hi", "half_width", "verdict", "between_runs"]
 SWEEP_IMPLS = ("cuda", "triton", "torch", "external")
-SWEEP_PAIRS = (("cuda", "triton"), ("cuda", "torch"), ("external", "triton"))
+SWEEP_PAIRS = ops.PAIRS
 """The ratios a/b the sweep table holds (`<a>_over_<b>`, its `_lo`/`_hi` and the verdict `<a>_vs_<b>`)."""
 SWEEP_COLUMNS = [
     "namespace", "op", "shape", "cache_mode", "bytes_moved", "flops", "cuda_us", "triton_us", "torch_us",

@@ -11,7 +11,8 @@ from typing import Any
 import pandas as pd
 
 from harness.io import row_dicts, write_csv
-from harness.tables import derive, nsys, trust
+from harness.tables import derive, history, nsys, trust
+from harness.tables import targets as tg
 
 
 def _groups(group_files: Sequence[str]) -> list[derive.Group]:
@@ -84,3 +85,16 @@ def controls_and_drift(*, namespace: str, control: str, margin: float, earlier: 
     bound = out["bound"]
     print(f"drift: {bound.get('sentence') or bound.get('summary')}" if out["earlier"]
           else "drift: no earlier namespace shares a shape on this GPU model.")
+
+
+def targets_table(*, namespace: str, targets: Sequence[Mapping[str, Any]], operations: Mapping[str, Mapping[str, Any]],
+                  sweep: str, kernel_time: str, span: str, controls: str, out: str) -> None:
+    """tables/targets.csv: the config's targets judged from this namespace's tables
+    (harness.tables.targets); each row said in the job's log."""
+    frame = tg.evaluate(namespace, targets, operations, *(history.read_table(p) for p in (sweep, kernel_time, span,
+                                                                                           controls)))
+    write_csv(row_dicts(frame), list(frame.columns), out)
+    for r in row_dicts(frame):
+        value = "n/a" if r["value"] is None or r["value"] != r["value"] else f"{r['value']:.4f}"
+        print(f"target: {r['target']}: {r['op']} {r['shape']} {r['ratio']} {value}: {r['status']}"
+              + (f" ({r['reason']})" if r["reason"] else ""))

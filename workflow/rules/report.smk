@@ -36,6 +36,7 @@ rule render:
         cross_check=f"{A}/tables/cross_check.csv",
         variants=f"{A}/tables/variants.csv",
         change=f"{A}/tables/change.csv",
+        targets=f"{A}/tables/targets.csv",
         provenance=f"{A}/provenance.json",
         field_note_template="report/templates/field_note.md.j2",
         issue_comment_template="report/templates/issue_comment.md.j2",

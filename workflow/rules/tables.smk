@@ -151,3 +151,27 @@ rule trust:
         earlier=CFG["trust"]["earlier"],
     script:
         "../scripts/trust.py"
+
+
+rule targets:
+    input:
+        sweep=f"{A}/tables/sweep.csv",
+        kernel_time=f"{A}/tables/kernel_time.csv",
+        span=f"{A}/tables/span.csv",
+        controls=f"{A}/tables/controls.csv",
+    output:
+        targets=report(
+            f"{A}/tables/targets.csv",
+            caption=results.caption("targets"),
+            category=results.category("targets"),
+        ),
+    log:
+        f"{A}/logs/tables/targets.log",
+    benchmark:
+        f"{A}/benchmarks/targets.tsv"
+    params:
+        namespace=NS,
+        targets=CFG["targets"],
+        operations=hconfig.targets_plan(CFG),
+    script:
+        "../scripts/targets.py"

@@ -18,7 +18,8 @@ from harness import ROOT, config
 from harness.__main__ import main as cli
 from harness.errors import ConfigError
 from harness.evidence import rerender
-from harness.io import row_dicts
+from harness.evidence import verify as verifier
+from harness.io import row_dicts, write_csv
 from harness.report import step as report_step
 from harness.report import targets as report_targets
 from harness.report.render import output_paths, table_inputs
@@ -257,3 +258,31 @@ def test_a_namespace_with_a_targets_table_reports_it_in_every_report(tmp_path: P
     assert rerender.renders_as_it_is(RETAINED, ROOT / "artifacts" / RETAINED, prov, ROOT / "report")
 
 
+
+
+def test_verify_judges_the_rederived_tables_as_written_so_an_inverted_ratio_matches(tmp_path: Path) -> None:
+    """The pipeline judges its tables as written (six significant digits): torch/cuda inverted from a
+    written cuda/torch of 1.12846 is 0.886163, from the exact 1.128464 it would be 0.886160, so
+    verify judges its re-derived tables as written too (the bug a device run's verify found)."""
+    ns, tdir, work = "t-1", tmp_path / "tables", tmp_path / "work"
+    tdir.mkdir()
+    exact = sweep([("64x64", 1.0, 0.99, 1.01, "same")], torch=(1.128464, 1.127009, 1.129919, "slower"))
+    write_csv(row_dicts(exact), list(exact.columns), tdir / "sweep.csv")
+    for name, column in (("kernel_time", "kernel_time_us"), ("span", "span_median_us")):
+        times(name, column, {("64x64", "cuda"): 1.0}).to_csv(tdir / f"{name}.csv", index=False)
+    controls({"64x64": True}).to_csv(tdir / "controls.csv", index=False)
+    cfg: dict[str, Any] = {"targets": [target(ratio="torch/cuda", at_least=0.95, shapes="default")],
+                           "operations": {"transpose": {"default": "64x64", "sweep": ["64x64"]}},
+                           "implementations": ["cuda", "triton", "torch"]}
+    step.targets_table(namespace=ns, targets=cfg["targets"], operations=config.targets_plan(cfg),
+                       sweep=str(tdir / "sweep.csv"), kernel_time=str(tdir / "kernel_time.csv"),
+                       span=str(tdir / "span.csv"), controls=str(tdir / "controls.csv"), out=str(tdir / "targets.csv"))
+    assert "%.6g" % (1 / 1.12846) != "%.6g" % (1 / 1.128464)  # the case is the one the device run met
+    rederived = {"sweep": exact, "kernel_time": pd.read_csv(tdir / "kernel_time.csv"),
+                 "span": pd.read_csv(tdir / "span.csv")}
+    assert verifier._check_targets(tdir, cfg, ns, rederived, work, []) == []
+    edited = pd.read_csv(tdir / "targets.csv")
+    edited.loc[0, "value"] = 0.9
+    edited.to_csv(tdir / "targets.csv", index=False)
+    (problem,) = verifier._check_targets(tdir, cfg, ns, rederived, work, [])
+    assert "column value: 0.9 in the bundle, 0.886163 from the exports" in problem

@@ -390,14 +390,25 @@ def _check_targets(tdir: Path, cfg: Mapping[str, Any], ns: str, tables: Mapping[
                    drift: list[str]) -> list[str]:
     """The bundled targets table against the config's targets judged again from the re-derived
     sweep, kernel-time and span tables and the bundled controls table (nothing where the bundled
-    config has no targets and the bundle no targets table)."""
+    config has no targets and the bundle no targets table). The re-derived tables are judged as
+    the pipeline judges its own, as written to CSV and read back: a ratio the sweep table holds the
+    other way round is inverted from its written digits, so the same digits give the same row."""
     bundled = table_files.table_path(tdir, "targets")
     if not cfg.get("targets") and not bundled.is_file():
         return []
     controls_csv = table_files.table_path(tdir, "controls")
+
+    def written(name: str) -> pd.DataFrame | None:
+        frame = tables.get(name)
+        if frame is None:
+            return None
+        path = work / "targets-inputs" / f"{name}.csv"
+        write_csv(row_dicts(frame), list(frame.columns), path)
+        return history.read_table(path)
+
     try:
-        frame = targets.evaluate(ns, list(cfg.get("targets") or []), hconfig.targets_plan(cfg), tables.get("sweep"),
-                                 tables.get("kernel_time"), tables.get("span"),
+        frame = targets.evaluate(ns, list(cfg.get("targets") or []), hconfig.targets_plan(cfg), written("sweep"),
+                                 written("kernel_time"), written("span"),
                                  history.read_table(controls_csv) if controls_csv.is_file() else None)
     except Exception as exc:  # noqa: BLE001 - a malformed target or table: one finding
         return [f"The targets cannot be judged again from the bundle's tables ({type(exc).__name__}: {_show(exc, 120)})."]

@@ -23,7 +23,7 @@ from harness import config as hconfig
 from harness.errors import EvidenceError, shown
 from harness.io import row_dicts
 from harness.namespaces import namespace_dir
-from harness.report.targets import counts_text
+from harness.report.words import ratio_text
 from harness.tables import history, table_files
 from harness.tables import targets as tg
 
@@ -54,9 +54,7 @@ def markdown(frame: pd.DataFrame) -> str:
     lines = ["| target | operation | shape | ratio | value [interval] | asked | status |",
              "|---|---|---|---|---|---|---|"]
     for r in row_dicts(frame):
-        value = "n/a" if pd.isna(r["value"]) else f"{r['value']:.3f}"
-        if not pd.isna(r["lo"]) and not pd.isna(r["hi"]):
-            value += f" [{r['lo']:.3f}, {r['hi']:.3f}]"
+        value = ratio_text(r["value"], r["lo"], r["hi"])
         status = r["status"] + (f" ({r['reason']})" if isinstance(r["reason"], str) and r["reason"] else "")
         lines.append(f"| {shown(r['target'])} | {r['op']} | {r['shape']} | {r['ratio']} {r['metric']} | {value} | "
                      f"{r['asked']} | {status} |")
@@ -76,11 +74,10 @@ def main(argv: list[str] | None = None) -> int:
         raise EvidenceError("targets: the config has no targets to judge (config.yaml's `targets`).")
     frame = judge(args.namespace, cfg, args.artifacts)
     print(markdown(frame))
-    counts = {s: int((frame["status"] == s).sum()) for s in tg.STATUSES}
-    said = counts_text(counts)
-    print(f"\n{shown(args.namespace)}: {said or 'no target names a shape it measured'} "
+    counted = tg.counts(frame["status"])
+    print(f"\n{shown(args.namespace)}: {tg.counts_text(counted) or 'no target names a shape it measured'} "
           f"(of {len(frame)} targets at a shape).")
-    return 0 if not args.strict or (len(frame) and counts[tg.MET] == len(frame)) else 1
+    return 0 if not args.strict or (len(frame) and counted[tg.MET] == len(frame)) else 1
 
 
 if __name__ == "__main__":

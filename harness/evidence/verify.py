@@ -376,39 +376,36 @@ def _check_tables(dest: Path, cfg: Mapping[str, Any], ns: str, work: Path, drift
     except Exception as exc:  # noqa: BLE001 - an unknown operation, a malformed record: one finding
         return problems + [f"The tables cannot be re-derived from the bundle's groups "
                            f"({type(exc).__name__}: {_show(exc, 120)})."]
+    written: dict[str, Path] = {}
     for name, frame in tables.items():
         bundled = table_files.table_path(tdir, name)
         if frame.empty and not bundled.is_file():
             continue  # a table the exports give no row of, which an older namespace never wrote
-        again = work / table_files.table_file(name)
+        again = written[name] = work / table_files.table_file(name)
         write_csv(row_dicts(frame), list(frame.columns), again)
         problems += _compare_table(bundled.name, bundled, again, TABLE_KEYS[name], derivable, drift)
-    return problems + _check_targets(tdir, cfg, ns, tables, work, drift)
+    return problems + _check_targets(tdir, cfg, ns, written, work, drift)
 
 
-def _check_targets(tdir: Path, cfg: Mapping[str, Any], ns: str, tables: Mapping[str, Any], work: Path,
+def _check_targets(tdir: Path, cfg: Mapping[str, Any], ns: str, written: Mapping[str, Path], work: Path,
                    drift: list[str]) -> list[str]:
     """The bundled targets table against the config's targets judged again from the re-derived
-    sweep, kernel-time and span tables and the bundled controls table (nothing where the bundled
-    config has no targets and the bundle no targets table). The re-derived tables are judged as
-    the pipeline judges its own, as written to CSV and read back: a ratio the sweep table holds the
-    other way round is inverted from its written digits, so the same digits give the same row."""
+    sweep, kernel-time and span tables (`written`: name -> the CSV _check_tables wrote of each) and
+    the bundled controls table (nothing where the bundled config has no targets and the bundle no
+    targets table). The re-derived tables are judged as the pipeline judges its own, as written
+    and read back: a ratio the sweep table holds the other way round is inverted from its written
+    digits, so the same digits give the same row."""
     bundled = table_files.table_path(tdir, "targets")
     if not cfg.get("targets") and not bundled.is_file():
         return []
     controls_csv = table_files.table_path(tdir, "controls")
 
-    def written(name: str) -> pd.DataFrame | None:
-        frame = tables.get(name)
-        if frame is None:
-            return None
-        path = work / "targets-inputs" / f"{name}.csv"
-        write_csv(row_dicts(frame), list(frame.columns), path)
-        return history.read_table(path)
+    def read(name: str) -> pd.DataFrame | None:
+        return history.read_table(written[name]) if name in written else None
 
     try:
-        frame = targets.evaluate(ns, list(cfg.get("targets") or []), hconfig.targets_plan(cfg), written("sweep"),
-                                 written("kernel_time"), written("span"),
+        frame = targets.evaluate(ns, list(cfg.get("targets") or []), hconfig.targets_plan(cfg), read("sweep"),
+                                 read("kernel_time"), read("span"),
                                  history.read_table(controls_csv) if controls_csv.is_file() else None)
     except Exception as exc:  # noqa: BLE001 - a malformed target or table: one finding
         return [f"The targets cannot be judged again from the bundle's tables ({type(exc).__name__}: {_show(exc, 120)})."]

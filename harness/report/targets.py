@@ -13,9 +13,6 @@ from typing import Any
 from harness.report.words import not_ranked_reason, number, ratio_text, records, text
 from harness.tables import targets as tg
 
-LABEL = {"kernel": "kernel time", "span": "event span (median)"}
-
-
 def rows(table: Any) -> list[dict[str, Any]]:
     """summary.json's `targets`: one object per (target, op, shape), in the table's order."""
     return [{"target": text(r.get("target")), "op": text(r.get("op")), "shape": text(r.get("shape")),
@@ -23,15 +20,6 @@ def rows(table: Any) -> list[dict[str, Any]]:
              "lo": number(r.get("lo")), "hi": number(r.get("hi")), "verdict": text(r.get("verdict")),
              "asked": text(r.get("asked")), "status": text(r.get("status"))}
             for r in records(table)]
-
-
-def _counts(found: list[dict[str, Any]]) -> dict[str, int]:
-    return {s: sum(1 for r in found if r["status"] == s) for s in tg.STATUSES}
-
-
-def counts_text(counts: dict[str, int]) -> str:
-    """'3 met, 2 missed, 1 not judged' (the statuses that occur, in STATUSES' order)."""
-    return ", ".join(f"{counts[s]} {s}" for s in tg.STATUSES if counts.get(s))
 
 
 def context(table: Any, controls: Any = None) -> dict[str, Any] | None:
@@ -49,7 +37,7 @@ def context(table: Any, controls: Any = None) -> dict[str, Any] | None:
     for r in found:
         name = str(r.get("target"))
         block = blocks.setdefault(name, {"name": name, "ratio": text(r.get("ratio")) or "",
-                                         "metric": LABEL.get(str(r.get("metric")), str(r.get("metric"))),
+                                         "metric": tg.METRICS.get(str(r.get("metric")), str(r.get("metric"))),
                                          "asked": text(r.get("asked")) or "", "rows": []})
         status = str(r.get("status"))
         reason = text(r.get("reason")) or ""
@@ -65,8 +53,8 @@ def context(table: Any, controls: Any = None) -> dict[str, Any] | None:
             missed.append({"name": name, "op": key[0], "shape": key[1], "ratio": block["ratio"], "value": value,
                            "asked": block["asked"]})
     for block in blocks.values():
-        block["counts"] = _counts(block["rows"])
-        block["summary"] = counts_text(block["counts"])
-    total = _counts(every)
-    return {"targets": list(blocks.values()), "counts": total, "summary": counts_text(total), "missed": missed,
+        block["counts"] = tg.counts(row["status"] for row in block["rows"])
+        block["summary"] = tg.counts_text(block["counts"])
+    total = tg.counts(row["status"] for row in every)
+    return {"targets": list(blocks.values()), "counts": total, "summary": tg.counts_text(total), "missed": missed,
             "rows": len(every)}

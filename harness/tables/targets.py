@@ -23,7 +23,7 @@ has no interval.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
@@ -36,8 +36,20 @@ COLUMNS = ["namespace", "target", "op", "shape", "metric", "ratio", "value", "lo
            "status", "reason"]
 MET, MISSED, CANT_TELL, NOT_JUDGED, NOT_MEASURED = "met", "missed", "can't tell", "not judged", "not measured"
 STATUSES = (MET, MISSED, CANT_TELL, NOT_JUDGED, NOT_MEASURED)
-METRICS = {"kernel": "kernel time", "span": "event span"}
+METRICS = {"kernel": "kernel time", "span": "event span (median)"}
+"""What each metric is, as the reports and the reasons name it."""
 FLIP = {stats.FASTER: stats.SLOWER, stats.SLOWER: stats.FASTER}
+
+
+def counts(statuses: Iterable[Any]) -> dict[str, int]:
+    """How many of `statuses` read each of STATUSES."""
+    said = [str(s) for s in statuses]
+    return {s: said.count(s) for s in STATUSES}
+
+
+def counts_text(counted: Mapping[str, int]) -> str:
+    """'3 met, 2 missed, 1 not judged' (the statuses that occur, in STATUSES' order)."""
+    return ", ".join(f"{counted[s]} {s}" for s in STATUSES if counted.get(s))
 
 
 def shapes_of(target: Mapping[str, Any], spec: Mapping[str, Any]) -> list[str]:

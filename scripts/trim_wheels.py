@@ -6,8 +6,10 @@ smaller, so that the working tree and what a device call carries stay under the 
 
 It removes what the pipeline never loads there: the tzdata wheel (the machine's pandas brings its
 own), the greenlet wheel (SQLAlchemy imports it only for asyncio, which Snakemake's sqlmodel does
-not use) and SQLAlchemy's compiled speed-ups (`sqlalchemy/cyextension/*.so`: SQLAlchemy falls
-back to the same code in Python), rewriting that wheel's RECORD to match. Run it once after
+not use), SQLAlchemy's compiled speed-ups (`sqlalchemy/cyextension/*.so`: SQLAlchemy falls
+back to the same code in Python) and the CBC solvers PuLP ships for other machines than the
+GPU machine's (`pulp/solverdir/cbc/` but `linux/i64/`: 13 of the wheel's 16 MB; Snakemake's
+scheduler runs the x86-64 Linux one), rewriting each such wheel's RECORD to match. Run it once after
 building the wheelhouse; running it again changes nothing. Seen on an H100 with the trimmed
 wheelhouse: the imports, a dry run of the main command and the smoke tier's end-to-end test
 (docs/gpu-machine.md).
@@ -19,20 +21,24 @@ import os
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 DROP = ("tzdata-", "greenlet-")
 """Wheels the pipeline does not load on the GPU machine (file-name prefixes)."""
 
-STRIP = ("sqlalchemy-", "/cyextension/", ".so")
-"""In the wheel whose name starts with the first, the members under the second ending in the third."""
+STRIP: dict[str, Callable[[str], bool]] = {
+    "sqlalchemy-": lambda name: "/cyextension/" in name and name.endswith(".so"),
+    "pulp-": lambda name: name.startswith("pulp/solverdir/cbc/") and not name.startswith("pulp/solverdir/cbc/linux/i64/"),
+}
+"""For the wheels whose names start with each key, which members go (by their path in the wheel)."""
 
 
-def strip_members(wheel: Path, inside: str, suffix: str) -> list[str]:
-    """Rewrite `wheel` without its members whose path holds `inside` and ends in `suffix`, and
-    without their lines in its RECORD; the names removed (none where there were none)."""
+def strip_members(wheel: Path, goes: Callable[[str], bool]) -> list[str]:
+    """Rewrite `wheel` without its members whose path `goes` accepts, and without their lines in
+    its RECORD; the names removed (none where there were none)."""
     with zipfile.ZipFile(wheel) as zin:
-        gone = [i.filename for i in zin.infolist() if inside in i.filename and i.filename.endswith(suffix)]
+        gone = [i.filename for i in zin.infolist() if goes(i.filename)]
         if not gone:
             return []
         fd, tmp = tempfile.mkstemp(suffix=".whl", dir=wheel.parent)
@@ -57,10 +63,10 @@ def trim(folder: Path) -> list[str]:
         if wheel.name.lower().startswith(DROP):
             wheel.unlink()
             done.append(f"removed {wheel.name}")
-        elif wheel.name.lower().startswith(STRIP[0]):
-            gone = strip_members(wheel, STRIP[1], STRIP[2])
-            if gone:
-                done.append(f"{wheel.name}: removed {len(gone)} compiled extension(s)")
+            continue
+        for prefix, goes in STRIP.items():
+            if wheel.name.lower().startswith(prefix) and (gone := strip_members(wheel, goes)):
+                done.append(f"{wheel.name}: removed {len(gone)} member(s) not loaded there")
     return done
 
 

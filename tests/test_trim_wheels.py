@@ -1,5 +1,6 @@
 """scripts/trim_wheels.py on a made-up wheelhouse: the wheels not loaded on the GPU machine go, the
-SQLAlchemy wheel loses its compiled extensions and their RECORD lines, the rest is left alone."""
+SQLAlchemy wheel loses its compiled extensions and the PuLP wheel the solvers of other machines,
+with their RECORD lines; the rest is left alone."""
 
 from __future__ import annotations
 
@@ -24,13 +25,20 @@ def test_a_wheelhouse_is_trimmed_once(tmp_path: Path) -> None:
                 "sqlalchemy/cyextension/util.pyx": "src", "sqlalchemy-2.0.58.dist-info/RECORD": record})
     wheel(tmp_path / "tzdata-2026.6-py2.py3-none-any.whl", {"tzdata/__init__.py": ""})
     wheel(tmp_path / "greenlet-3.5.6-cp312-cp312-manylinux_2_24_x86_64.whl", {"greenlet/__init__.py": ""})
+    pulp = wheel(tmp_path / "pulp-3.3.2-py3-none-any.whl",
+                 {"pulp/__init__.py": "", "pulp/solverdir/cbc/linux/i64/cbc": "elf", "pulp/solverdir/cbc/linux/arm64/cbc": "elf",
+                  "pulp/solverdir/cbc/win/i64/cbc.exe": "pe", "pulp-3.3.2.dist-info/RECORD":
+                  "pulp/__init__.py,,\npulp/solverdir/cbc/linux/i64/cbc,,\npulp/solverdir/cbc/win/i64/cbc.exe,,\n"})
     kept = wheel(tmp_path / "snakemake-9.27.1-py3-none-any.whl", {"snakemake/__init__.py": ""})
     before = kept.read_bytes()
     done = trim.trim(tmp_path)
-    assert len(done) == 3 and sorted(p.name for p in tmp_path.glob("*.whl")) == [kept.name, sa.name]
+    assert len(done) == 4 and sorted(p.name for p in tmp_path.glob("*.whl")) == [pulp.name, kept.name, sa.name]
     with zipfile.ZipFile(sa) as z:
         assert sorted(z.namelist()) == ["sqlalchemy-2.0.58.dist-info/RECORD", "sqlalchemy/__init__.py",
                                         "sqlalchemy/cyextension/util.pyx"]
         assert z.read("sqlalchemy-2.0.58.dist-info/RECORD").decode() == "sqlalchemy/__init__.py,sha256=a,1\n"
+    with zipfile.ZipFile(pulp) as z:  # the solver the GPU machine (x86-64 Linux) runs stays
+        assert sorted(z.namelist()) == ["pulp-3.3.2.dist-info/RECORD", "pulp/__init__.py", "pulp/solverdir/cbc/linux/i64/cbc"]
+        assert z.read("pulp-3.3.2.dist-info/RECORD").decode() == "pulp/__init__.py,,\npulp/solverdir/cbc/linux/i64/cbc,,\n"
     assert kept.read_bytes() == before
     assert trim.trim(tmp_path) == []

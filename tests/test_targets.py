@@ -222,7 +222,9 @@ def test_the_reports_print_each_target_from_the_table(namespace: tuple[Path, str
     assert "under load" in block["rows"][1]["reason"]  # the controls table's reason, in the claims' words
     assert report_targets.rows(table)[0] == {"target": "fast", "op": "transpose", "shape": "64x64", "metric": "kernel",
                                              "ratio": "cuda/triton", "value": 0.95, "lo": 0.94, "hi": 0.96,
-                                             "verdict": "faster", "asked": "≤ 0.98", "status": "met"}
+                                             "verdict": "faster", "asked": "≤ 0.98",
+                                             "gap": pytest.approx(0.95 / 0.98 - 1), "status": "met"}
+    assert block["rows"][0]["gap"] == "" and ctx["beside"] == []  # met: inside the bound, nothing set beside it
     assert report_targets.context(table.iloc[0:0]) is None
 
 
@@ -252,6 +254,26 @@ def test_a_namespace_with_a_targets_table_reports_it_in_every_report(tmp_path: P
     assert "## Targets" in note and f"| {first['op']} | {first['shape']} | {value} |" in note
     assert f"- {first['target']}: {first['op']} {first['shape']}, {first['ratio']} {value}, asked" in comment
     assert '<h2 id="targets">Targets</h2>' in page and f"<td>{value}</td>" in page
+    # a missed bound says by how much, and the shape's other evidence stands beside it
+    gap = f"{first['gap'] * 100:.1f}% beyond the bound"
+    assert first["gap"] > 0 and gap in note and gap in comment and gap in page
+    kt = pd.read_csv(tdir / "kernel_time.csv").set_index(["op", "shape", "impl"])
+    variants = pd.read_csv(tdir / "variants.csv")
+    at = variants[(variants["op"] == first["op"]) & (variants["shape"] == first["shape"])]
+    (line,) = [x for x in note.splitlines() if x.startswith(f"- **{first['op']} {first['shape']}** (")]
+    for impl in str(first["ratio"]).split("/"):
+        fraction = kt.loc[(first["op"], first["shape"], impl)]
+        said = (f"{impl} {fraction['fp32_peak_fraction'] * 100:.1f}% of the FP32 peak"
+                if fraction["fp32_peak_fraction"] > fraction["same_size_copy_fraction"]
+                else f"{impl} {fraction['same_size_copy_fraction'] * 100:.1f}% of the same-size copy")
+        assert said in line
+    assert len(at) and all(f"{v} " in line for v in at["variant"])
+    assert f"[kernels/{first['op']}/notebook.md](../../kernels/{first['op']}/notebook.md)" in line
+    assert f'<a href="../../kernels/{first["op"]}/notebook.md">' in page
+    matmul = kt.loc[("matmul", "4096x4096x4096", "cuda")]  # missed by cuBLAS: its ceiling is the FP32 peak
+    assert f"cuda {matmul['fp32_peak_fraction'] * 100:.1f}% of the FP32 peak" in note
+    layernorm = kt.loc[("layernorm", "4096x768", "cuda")]  # its flops are far from their peak: the copy binds
+    assert f"cuda {layernorm['same_size_copy_fraction'] * 100:.1f}% of the same-size copy" in note
     summary = json.loads(Path(out["summary"]).read_text())
     assert [r["status"] for r in summary["targets"]] == list(table["status"])
     # without a targets table the reports come out as committed, byte for byte: no section

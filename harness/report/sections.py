@@ -118,7 +118,7 @@ NOTEBOOK = "kernels/{op}/notebook.md"
 blocks a target it missed (the report links it from its variants; the links are relative to
 report/<namespace>/)."""
 
-_OP_NAME = re.compile(r"[a-z][a-z0-9_]*")
+OP_NAME = re.compile(r"[a-z][a-z0-9_]*")
 """An operation's name as the config allows it: only such a name becomes a link."""
 
 
@@ -164,7 +164,7 @@ def variants_context(frame: Any, known: Collection[tuple[str, str]] = (),
                     " / ".join(str(o["counts"][v]) for v in stats.VERDICTS), span_of(o)] for o in not_kept])
     candidates = [{"variant": o["variant"], "base": o["base"], "span": span_of(o)} for o in outcomes if o["outcome"] == "candidate"]
     notebooks = [{"path": NOTEBOOK.format(op=op), "link": safe.Trusted("../../" + NOTEBOOK.format(op=op))}
-                 for op in dict.fromkeys(str(r.get("op")) for r in rows) if _OP_NAME.fullmatch(op)]
+                 for op in dict.fromkeys(str(r.get("op")) for r in rows) if OP_NAME.fullmatch(op)]
     return {"rows": rows, "outcomes": outcomes, "measured": measured, "not_kept": not_kept, "tried": tried,
             "candidates": candidates, "binaries_known": binaries_known, "notebooks": notebooks,
             "same_binary": sum(1 for r in tried_rows if key(r) in same_binary),

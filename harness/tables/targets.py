@@ -17,7 +17,9 @@ has no interval.
 - not judged: the controls table does not rank the captures at that shape (a loaded or flagged
   capture), or there is no controls table; the value is still given;
 - not measured: a time the ratio needs is not in the tables.
-`reason` says why, in a clause. Nothing here measures: the rows are the tables' numbers, judged.
+`reason` says why, in a clause. `gap` is how far the ratio lies beyond the target's bound, as a
+fraction of the bound (positive: on the wrong side, by that much; negative: inside it; empty for a
+target with no bound, or no ratio). Nothing here measures: the rows are the tables' numbers, judged.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from harness.tables import bands, stats
 from harness.tables.derive import SWEEP_PAIRS
 
 COLUMNS = ["namespace", "target", "op", "shape", "metric", "ratio", "value", "lo", "hi", "verdict", "asked",
-           "status", "reason"]
+           "gap", "status", "reason"]
 MET, MISSED, CANT_TELL, NOT_JUDGED, NOT_MEASURED = "met", "missed", "can't tell", "not judged", "not measured"
 STATUSES = (MET, MISSED, CANT_TELL, NOT_JUDGED, NOT_MEASURED)
 METRICS = {"kernel": "kernel time", "span": "event span (median)"}
@@ -148,6 +150,20 @@ def _bound(target: Mapping[str, Any], value: float, lo: float | None, hi: float 
     return worst, "; ".join(reasons)
 
 
+def gap(target: Mapping[str, Any], value: float | None) -> float | None:
+    """How far `value` lies beyond the target's bounds, relative to the bound (at_most b: value / b
+    - 1; at_least b: 1 - value / b; the larger of the two where both are set); None without a
+    bound or a value."""
+    if value is None:
+        return None
+    gaps = []
+    if target.get("at_most") is not None:
+        gaps.append(value / float(target["at_most"]) - 1.0)
+    if target.get("at_least") is not None:
+        gaps.append(1.0 - value / float(target["at_least"]))
+    return max(gaps) if gaps else None
+
+
 def _at_copy(kt: Mapping[tuple[str, ...], Mapping[str, Any]], op: str, shape: str, impls: Sequence[str],
              within: float) -> bool:
     """Whether every one of `impls` ran within `within` of the same-size copy ceiling at (op, shape)."""
@@ -214,5 +230,6 @@ def evaluate(namespace: str, targets: Sequence[Mapping[str, Any]], operations: M
                 status, reason = judge(target, op, shape, value, lo, hi, verdict, rankable, at_copy)
                 rows.append({"namespace": namespace, "target": target["name"], "op": op, "shape": shape,
                              "metric": metric, "ratio": target["ratio"], "value": value, "lo": lo, "hi": hi,
-                             "verdict": verdict, "asked": asked(target), "status": status, "reason": reason})
+                             "verdict": verdict, "asked": asked(target), "gap": gap(target, value), "status": status,
+                             "reason": reason})
     return pd.DataFrame(rows, columns=COLUMNS)

@@ -4,13 +4,12 @@ controls and drift (each a `table(...)`: columns with their alignment, and rows 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from harness.io import row_dicts
 from harness.report import resolution, safe, summary
-from harness.report.words import (IMPL_ORDER, OURS, arrows, disagrees, num, number, pct, pct_points, ratio_text, records, scaled,
+from harness.report.words import (IMPL_ORDER, OURS, arrows, disagrees, notebook, num, number, pct, pct_points, ratio_text, records, scaled,
                                   sentence, text, truth, unsampled, yes)
 from harness.tables import counters as ctr
 from harness.tables import stats, trust, variants
@@ -113,15 +112,6 @@ def counters_context(frame: Any, op: str, shape: str, impls: list[str], control:
             "comparison_text": comparison_text, "table": table(cols, table_rows)}
 
 
-NOTEBOOK = "kernels/{op}/notebook.md"
-"""An operation's kernel notebook: each variant's prediction and result, and what the evidence says
-blocks a target it missed (the report links it from its variants; the links are relative to
-report/<namespace>/)."""
-
-OP_NAME = re.compile(r"[a-z][a-z0-9_]*")
-"""An operation's name as the config allows it: only such a name becomes a link."""
-
-
 def variants_context(frame: Any, known: Collection[tuple[str, str]] = (),
                      same_binary: Collection[tuple[str, str, str]] = (), binaries_known: bool = False) -> dict[str, Any] | None:
     """The variants measured in this run against their bases (tables/variants.csv), and which were
@@ -132,7 +122,7 @@ def variants_context(frame: Any, known: Collection[tuple[str, str]] = (),
     its ratio there is an A/A pair's, not the variant's effect, so its outcome is of the other
     shapes (`identical_everywhere` lists those with none). With `binaries_known` (the census has
     the hashes of the kernels' SASS) the table of every variant says which rows ran the base's
-    code. `notebooks` names the notebook of each operation with a variant (NOTEBOOK)."""
+    code. `notebooks` names the notebook of each operation with a variant (words.notebook)."""
     rows = records(frame)
     if not rows:
         return None
@@ -163,8 +153,7 @@ def variants_context(frame: Any, known: Collection[tuple[str, str]] = (),
                   [[o["op"], o["variant"], o["description"], o["shapes"],
                     " / ".join(str(o["counts"][v]) for v in stats.VERDICTS), span_of(o)] for o in not_kept])
     candidates = [{"variant": o["variant"], "base": o["base"], "span": span_of(o)} for o in outcomes if o["outcome"] == "candidate"]
-    notebooks = [{"path": NOTEBOOK.format(op=op), "link": safe.Trusted("../../" + NOTEBOOK.format(op=op))}
-                 for op in dict.fromkeys(str(r.get("op")) for r in rows) if OP_NAME.fullmatch(op)]
+    notebooks = [book for op in dict.fromkeys(str(r.get("op")) for r in rows) if (book := notebook(op))]
     return {"rows": rows, "outcomes": outcomes, "measured": measured, "not_kept": not_kept, "tried": tried,
             "candidates": candidates, "binaries_known": binaries_known, "notebooks": notebooks,
             "same_binary": sum(1 for r in tried_rows if key(r) in same_binary),

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.report import safe
-from harness.report.sections import NOTEBOOK, OP_NAME
-from harness.report.words import not_ranked_reason, num, number, pct, ratio_text, records, text
+from harness.report.words import notebook, not_ranked_reason, num, number, pct, ratio_text, records, text
 from harness.tables import targets as tg
 
 OPEN = (tg.MISSED, tg.CANT_TELL)
@@ -94,10 +92,8 @@ def beside(table: Any, kernel_time: Any = None, counters: Any = None, variants: 
         tried = [{"variant": text(v.get("variant")) or "", "ratio": ratio_text(v.get("ratio"), v.get("ratio_lo"), v.get("ratio_hi")),
                   "base": text(v.get("base")) or "", "verdict": text(v.get("verdict")) or "n/a"}
                  for v in var if (str(v.get("op")), str(v.get("shape"))) == (op, shape)]
-        notebook = ({"path": NOTEBOOK.format(op=op), "link": safe.Trusted("../../" + NOTEBOOK.format(op=op))}
-                    if OP_NAME.fullmatch(op) else None)
         out.append({"op": op, "shape": shape, "targets": entry["targets"], "ceilings": "; ".join(ceilings),
-                    "counters": "; ".join(counted), "variants": tried, "notebook": notebook})
+                    "counters": "; ".join(counted), "variants": tried, "notebook": notebook(op)})
     return out
 
 

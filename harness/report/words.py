@@ -32,6 +32,23 @@ def records(frame: Any) -> list[dict[str, Any]]:
     return [{k: (None if missing(v) else v) for k, v in r.items()} for r in row_dicts(frame)]
 
 
+NOTEBOOK = "kernels/{op}/notebook.md"
+"""An operation's kernel notebook: each variant's prediction and result, and what the evidence says
+blocks a target it missed."""
+
+_OP_NAME = re.compile(r"[a-z][a-z0-9_]*")
+"""An operation's name as the config allows it: only such a name becomes a link."""
+
+
+def notebook(op: str) -> dict[str, Any] | None:
+    """The notebook of `op`: its `path` from the repository root and its `link` from
+    report/<namespace>/, where the reports live; None for a name the config would not allow."""
+    if not _OP_NAME.fullmatch(op):
+        return None
+    path = NOTEBOOK.format(op=op)
+    return {"path": path, "link": safe.Trusted("../../" + path)}
+
+
 def num(value: Any, digits: int = 2) -> str:
     """A number with thousands separators and `digits` decimals; 'n/a' for none."""
     v = number(value)

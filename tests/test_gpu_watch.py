@@ -101,6 +101,27 @@ def test_a_slowing_reason_read_while_the_gpu_idles_disturbs_nothing() -> None:
     assert noisy.summary()["busy_throttle_reasons"] == 0x4
 
 
+def test_the_clock_and_power_of_the_busy_samples_are_kept() -> None:
+    """How far a cap held the clock while kernels ran: the SM clock's range and the most power of
+    the samples without the idle reason, none of the idle ones (their clock drops between kernels)."""
+    seq = iter([{**reading(procs=1, throttle=0x1 | 0x4, power=70.0), "sm_clock_mhz": 345},
+                {**reading(procs=1, util=90, throttle=0x4, power=512.5), "sm_clock_mhz": 1755},
+                {**reading(procs=1, util=90, throttle=0x0, power=430.0), "sm_clock_mhz": 1980}]
+               + [{**reading(procs=1, throttle=0x1, power=80.0), "sm_clock_mhz": 465}] * 1000)
+    sampler = Sampler(lambda: next(seq), 0.001)
+    with sampler:
+        while sampler.samples < 4:
+            pass
+    summary = sampler.summary()
+    assert summary["busy_samples"] == 2 and summary["samples"] >= 4
+    assert (summary["busy_sm_clock_min_mhz"], summary["busy_sm_clock_max_mhz"]) == (1755, 1980)
+    assert summary["busy_power_max_w"] == 512.5
+    idle = Sampler(lambda: reading(procs=1, throttle=0x1), 0.01)
+    with idle:
+        pass
+    assert idle.summary()["busy_samples"] == 0 and idle.summary()["busy_sm_clock_min_mhz"] is None
+
+
 def group(shape: str, gpu: dict, impls: list[str], failed: list[str]) -> tables.Group:
     """A measured group as read back (only its record matters to the gpu_state table)."""
     checks = {i: {"op": "layernorm", "shape": shape, "impl": i, "passed": i not in failed} for i in impls}
@@ -129,6 +150,23 @@ def test_gpu_state_table_and_report_line() -> None:
     assert quiet_line is not None and quiet_line["captures"] == 4
     assert quiet_line["power"] == "76-81.5" and quiet_line["utilization"] == "0" and quiet_line["waited_max_s"] == 4.0
     assert [(d["shape"], d["impl"]) for d in quiet_line["disturbed"]] == [("16x8", "cuda"), ("16x8", "triton")]
+    assert "while busy" not in str(quiet_line["table"])  # a table without the busy samples' readings: no such column
+    # where NVML gave them: the busy samples' clock against its maximum, their power against the limit
+    capped = group("32x8", {"before": {**reading(power=140.9), "power_limit_w": 700.0, "max_sm_clock_mhz": 1980},
+                            "waited_s": 0.0, "after": reading(),
+                            "during": {"samples": 9, "throttle_reasons": 0x5, "busy_throttle_reasons": 0x4,
+                                       "busy_samples": 6, "busy_sm_clock_min_mhz": 1755, "busy_sm_clock_max_mhz": 1980,
+                                       "busy_power_max_w": 512.5, "max_compute_processes": 1,
+                                       "flags": ["the GPU throttled during the capture (software power cap)"]}},
+                   ["cuda"], failed=[])
+    (row,) = tables.gpu_state_rows(capped, "ns")
+    assert (row["before_power_limit_w"], row["before_max_sm_clock_mhz"], row["during_busy_samples"],
+            row["during_busy_throttle_reasons"], row["during_busy_sm_clock_min_mhz"], row["during_busy_sm_clock_max_mhz"],
+            row["during_busy_power_max_w"]) == (700.0, 1980, 6, 0x4, 1755, 1980, 512.5)
+    line = report.gpu_quiet(pd.DataFrame(rows + [row], columns=tables.GPU_STATE_COLUMNS))
+    assert line is not None
+    text = str(line["table"])
+    assert "SM clock while busy MHz (of max)" in text and "1755-1980 (1980)" in text and "512.5 (700)" in text
 
 
 # ----------------------------------------------------------------------------- own processes

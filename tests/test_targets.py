@@ -225,6 +225,7 @@ def test_the_reports_print_each_target_from_the_table(namespace: tuple[Path, str
                                              "verdict": "faster", "asked": "≤ 0.98",
                                              "gap": pytest.approx(0.95 / 0.98 - 1), "status": "met"}
     assert block["rows"][0]["gap"] == "" and ctx["beside"] == []  # met: inside the bound, nothing set beside it
+    assert block["rows"][1]["gap"] == ""  # not judged: the table has the number, the report judges nothing of it
     assert report_targets.context(table.iloc[0:0]) is None
 
 

@@ -140,9 +140,19 @@ def device_info() -> dict[str, Any]:
     return info
 
 
+def _optional(read: Callable[[], T]) -> T | None:
+    """`read()`, or None where NVML does not answer it (a reading NVML lacks on some GPUs or
+    drivers; the rest of the state stands)."""
+    try:
+        return read()
+    except Exception:  # any NVMLError: not supported, no permission
+        return None
+
+
 def gpu_state(index: int = 0) -> dict[str, Any]:
     """NVML reading of the GPU's state (utilisation, memory, power, clocks, temperature, throttle
-    reasons, other processes). Reads only; never changes a setting. Does not create a CUDA context."""
+    reasons, other processes; the enforced power limit and the SM clock's maximum, None where NVML
+    does not give them). Reads only; never changes a setting. Does not create a CUDA context."""
 
     def read(n: Any) -> dict[str, Any]:
         h = n.nvmlDeviceGetHandleByIndex(index)
@@ -162,6 +172,9 @@ def gpu_state(index: int = 0) -> dict[str, Any]:
                                      or n.nvmlDeviceGetCurrentClocksThrottleReasons)(h)),
             "compute_processes": len(procs),
             "pids": sorted(int(p.pid) for p in procs),
+            # what a software power cap caps to, and the clock it holds the GPU under
+            "power_limit_w": _optional(lambda: round(n.nvmlDeviceGetEnforcedPowerLimit(h) / 1000, 1)),
+            "max_sm_clock_mhz": _optional(lambda: int(n.nvmlDeviceGetMaxClockInfo(h, n.NVML_CLOCK_SM))),
         }
 
     try:

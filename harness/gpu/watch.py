@@ -161,6 +161,13 @@ class Sampler:
     """The reasons of the samples taken while the GPU was not idle (NVML's idle reason unset): the
     ones that can slow a kernel. A slowing reason read together with idle was read while nothing
     ran (the clocks dropping between kernels), and slows nothing that is measured."""
+    busy_samples: int = 0
+    """How many samples were taken while the GPU was not idle."""
+    busy_sm_clock: tuple[int, int] | None = None
+    """The least and the most SM clock (MHz) of those samples (None without one that read it): how
+    far a slowing reason held the clock down while kernels ran."""
+    busy_power_w: float | None = None
+    """The most power (W) of those samples, to set beside the enforced power limit."""
     max_processes: int = 0
     pids: set[int] = field(default_factory=set)
     max_others: int | None = None
@@ -185,6 +192,13 @@ class Sampler:
         self.throttle_bits |= reasons
         if not reasons & IDLE_REASON:
             self.busy_throttle_bits |= reasons
+            self.busy_samples += 1
+            clock, power = state.get("sm_clock_mhz"), state.get("power_w")
+            if clock is not None:
+                lo, hi = self.busy_sm_clock or (int(clock), int(clock))
+                self.busy_sm_clock = (min(lo, int(clock)), max(hi, int(clock)))
+            if power is not None:
+                self.busy_power_w = max(self.busy_power_w or 0.0, float(power))
         self.max_processes = max(self.max_processes, int(state.get("compute_processes", 0)))
         self.pids.update(state.get("pids", []))
         if "other_processes" in state:
@@ -217,6 +231,9 @@ class Sampler:
         return out
 
     def summary(self) -> dict[str, Any]:
+        clock = self.busy_sm_clock or (None, None)
         return {"samples": self.samples, "throttle_reasons": self.throttle_bits, "busy_throttle_reasons": self.busy_throttle_bits,
+                "busy_samples": self.busy_samples, "busy_sm_clock_min_mhz": clock[0], "busy_sm_clock_max_mhz": clock[1],
+                "busy_power_max_w": self.busy_power_w,
                 "max_compute_processes": self.max_processes, "pids": sorted(self.pids),
                 "max_other_processes": self.max_others, "other_pids": sorted(self.other_pids), "flags": self.flags()}

@@ -255,8 +255,9 @@ def cross_check_context(frame: Any, cc: Mapping[str, Any], control: str = "trito
 
 def gpu_quiet(state: Any) -> dict[str, Any] | None:
     """The GPU's state before the captures, in ranges ('0' / '76-110' W), the captures marked
-    disturbed, and a table with one row per (op, shape) group, from gpu_state.csv; None where the
-    table is absent or empty."""
+    disturbed, and a table with one row per (op, shape) group, from gpu_state.csv (with the SM
+    clock and the power of the samples taken while kernels ran, against the clock's maximum and the
+    enforced power limit, where the table records them); None where the table is absent or empty."""
     if state is None or len(state) == 0:
         return None
 
@@ -273,11 +274,24 @@ def gpu_quiet(state: Any) -> dict[str, Any] | None:
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault((str(r.get("op")), str(r.get("shape"))), []).append(r)
+    # while kernels ran (NVML's samples without the idle reason), where the table records it: the SM
+    # clock's range against its maximum and the most power against the enforced limit, which say how
+    # far a software power cap held the GPU down
+    busy = any(number(r.get("during_busy_sm_clock_min_mhz")) is not None for r in rows)
+    busy_cols = [("SM clock while busy MHz (of max)", "r"), ("power while busy W (of limit)", "r")] if busy else []
+
+    def busy_cells(g: list[dict[str, Any]]) -> list[str]:
+        if not busy:
+            return []
+        clocks = span_of([r.get(c) for r in g for c in ("during_busy_sm_clock_min_mhz", "during_busy_sm_clock_max_mhz")])
+        return [f"{clocks} ({span_of([r.get('before_max_sm_clock_mhz') for r in g])})",
+                f"{span_of([r.get('during_busy_power_max_w') for r in g])} ({span_of([r.get('before_power_limit_w') for r in g])})"]
+
     tab = table([("op", "l"), ("shape", "l"), ("captures", "r"), ("utilisation before %", "r"), ("power before W", "r"),
-                 ("SM clock MHz", "r"), ("other processes", "r"), ("waited s", "r"), ("disturbed", "l")],
+                 ("SM clock MHz", "r"), *busy_cols, ("other processes", "r"), ("waited s", "r"), ("disturbed", "l")],
                 [[op, shape, len(g), span_of([r.get("before_utilization_pct") for r in g]),
                   span_of([r.get("before_power_w") for r in g]), span_of([r.get("before_sm_clock_mhz") for r in g]),
-                  span_of([r.get("before_compute_processes") for r in g]),
+                  *busy_cells(g), span_of([r.get("before_compute_processes") for r in g]),
                   num(max((number(r.get("waited_s")) or 0.0) for r in g), 1),
                   "; ".join(dict.fromkeys(safe.plain(r.get("flags")) for r in g if truth(r.get("disturbed"))))
                   or ("unknown (no NVML samples)" if any(unsampled(r) for r in g) else "no")]

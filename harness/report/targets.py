@@ -103,8 +103,9 @@ def context(table: Any, controls: Any = None, kernel_time: Any = None, counters:
     (each with its name, ratio, metric label, what it asks, `rows` and `counts`, `summary`), the
     counts over all rows (`counts`, `summary`), `missed` (each missed row: name, op, shape,
     ratio, value, asked, gap; for the issue comment) and `beside` (the other evidence at the shapes
-    of the targets missed or not told, `beside`). A row's `gap` says how far its ratio lies beyond
-    the bound, where it does."""
+    of the targets missed or not told, `beside`). A row missed or not told says in `gap` how far its
+    ratio lies beyond the bound, where it does; a row not judged says nothing of it (the table has
+    the number)."""
     found = records(table)
     if not found:
         return None
@@ -124,7 +125,7 @@ def context(table: Any, controls: Any = None, kernel_time: Any = None, counters:
             reason = not_ranked_reason(by_controls[key])
         value = ratio_text(r.get("value"), r.get("lo"), r.get("hi"))
         row = {"op": key[0], "shape": key[1], "value": value, "verdict": text(r.get("verdict")) or "",
-               "status": status, "reason": reason, "gap": _gap_text(r.get("gap"))}
+               "status": status, "reason": reason, "gap": _gap_text(r.get("gap")) if status in OPEN else ""}
         block["rows"].append(row)
         every.append(row)
         if status == tg.MISSED:

@@ -57,6 +57,8 @@ GPU_STATE_COLUMNS = [
     "before_sm_clock_mhz", "before_mem_clock_mhz", "before_temperature_c", "before_compute_processes",
     "waited_s", "during_samples", "during_throttle_reasons", "during_max_compute_processes",
     "after_power_w", "after_sm_clock_mhz", "disturbed", "flags",
+    "before_power_limit_w", "before_max_sm_clock_mhz", "during_busy_samples", "during_busy_throttle_reasons",
+    "during_busy_sm_clock_min_mhz", "during_busy_sm_clock_max_mhz", "during_busy_power_max_w",
 ]
 GRAPH_COLUMNS = ["op", "shape", "impl", "status", "reason", "calls_per_replay", "replays",
                  "graph_median_us", "graph_min_us", "graph_max_us", *IDLE_COLUMNS]
@@ -396,6 +398,11 @@ def gpu_state_rows(group: Group, namespace: str) -> list[dict[str, Any]]:
         "during_max_compute_processes": during.get("max_compute_processes"),
         "after_power_w": after.get("power_w"), "after_sm_clock_mhz": after.get("sm_clock_mhz"),
         "disturbed": bool(flags), "flags": "; ".join(flags),
+        "before_power_limit_w": before.get("power_limit_w"), "before_max_sm_clock_mhz": before.get("max_sm_clock_mhz"),
+        "during_busy_samples": during.get("busy_samples"), "during_busy_throttle_reasons": during.get("busy_throttle_reasons"),
+        "during_busy_sm_clock_min_mhz": during.get("busy_sm_clock_min_mhz"),
+        "during_busy_sm_clock_max_mhz": during.get("busy_sm_clock_max_mhz"),
+        "during_busy_power_max_w": during.get("busy_power_max_w"),
     } for impl in group.record.get("passed") or []]
 
 

@@ -236,3 +236,57 @@ def test_the_sampler_does_not_flag_the_group_process_as_it_exits() -> None:
     for _ in range(6):
         sampler.take()
     assert sampler.max_others == 0 and sampler.flags() == []
+
+
+# ----------------------------------------------------------------------------- the NVML reading
+
+
+class FakeNVML:
+    """pynvml as gpu_state reads it, on one GPU; `lacking` names the calls it refuses, as a driver
+    or a GPU that does not support them does (NVMLError_NotSupported)."""
+
+    NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU = 1, 2, 0
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self, lacking: frozenset[str] = frozenset()) -> None:
+        self.lacking = lacking
+
+    def __getattribute__(self, name: str) -> object:
+        if name.startswith("nvmlDevice") and name in object.__getattribute__(self, "lacking"):
+            def refuse(*args: object) -> object:
+                raise FakeNVML.NVMLError(f"{name}: not supported")
+            return refuse
+        return object.__getattribute__(self, name)
+
+    def nvmlInit(self) -> None: ...
+    def nvmlShutdown(self) -> None: ...
+    def nvmlSystemGetDriverVersion(self) -> str: return "580.159.04"
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int: return i
+    def nvmlDeviceGetName(self, h: int) -> str: return "NVIDIA H200"
+    def nvmlDeviceGetUUID(self, h: int) -> str: return "GPU-1"
+    def nvmlDeviceGetUtilizationRates(self, h: int) -> object: return type("U", (), {"gpu": 0})()
+    def nvmlDeviceGetMemoryInfo(self, h: int) -> object: return type("M", (), {"used": 2**30})()
+    def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list: return []
+    def nvmlDeviceGetPowerUsage(self, h: int) -> int: return 140_900
+    def nvmlDeviceGetClockInfo(self, h: int, which: int) -> int: return 1980 if which == 1 else 3201
+    def nvmlDeviceGetTemperature(self, h: int, which: int) -> int: return 31
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h: int) -> int: return 0x5
+    def nvmlDeviceGetEnforcedPowerLimit(self, h: int) -> int: return 700_000
+    def nvmlDeviceGetMaxClockInfo(self, h: int, which: int) -> int: return 1980
+
+
+def test_the_reading_gives_the_power_limit_and_the_clocks_maximum_or_none_where_nvml_refuses(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.gpu import device
+
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNVML())
+    state = device.gpu_state()
+    assert (state["power_limit_w"], state["max_sm_clock_mhz"], state["power_w"], state["throttle_reasons"]) == (
+        700.0, 1980, 140.9, 0x5)
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNVML(frozenset({"nvmlDeviceGetEnforcedPowerLimit",
+                                                                   "nvmlDeviceGetMaxClockInfo"})))
+    lacking = device.gpu_state()  # the rest of the reading stands
+    assert lacking["power_limit_w"] is None and lacking["max_sm_clock_mhz"] is None
+    assert lacking["sm_clock_mhz"] == 1980 and lacking["utilization_pct"] == 0 and "nvml" not in lacking

@@ -90,6 +90,8 @@ SKIP: list[tuple[str, str]] = [
      "the same estimate over the same runs"),
     (r"^python3 scripts/slot_effects\.py ",
      "reads committed namespaces this copy does not hold; tests/test_slot_effects.py runs the script"),
+    (r"^python3 scripts/power_cap_effect\.py ",
+     "reads every committed namespace of a GPU model; tests/test_power_cap_effect.py runs the script on made-up ones"),
     (r"^python3 scripts/trim_wheels\.py \.whl$",
      "trims the device wheelhouse, which this copy does not hold; tests/test_trim_wheels.py runs it on a made-up one"),
     (r"^python3 scripts/compress_tables\.py$",

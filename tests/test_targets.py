@@ -197,6 +197,10 @@ def test_the_command_judges_a_namespace_and_strict_exits_by_whether_every_target
     assert cli(["targets", ns, "--configfile", sweep_too, "--artifacts", str(art), "--strict"]) == 1
     assert "1 met, 1 not judged" in capsys.readouterr().out
     assert cli(["targets", ns, "--configfile", sweep_too, "--artifacts", str(art)]) == 0  # judged, not a gate
+    missed = write_config(tmp_path, [{"name": "slow", "ops": ["transpose"], "ratio": "cuda/triton", "at_most": 0.9}])
+    assert cli(["targets", ns, "--configfile", missed, "--artifacts", str(art)]) == 0
+    # as the reports print it: how far the ratio lies beyond the bound (0.95 against at most 0.9)
+    assert f"| missed, {(0.95 / 0.9 - 1) * 100:.1f}% beyond the bound (" in capsys.readouterr().out
 
 
 def test_the_command_refuses_a_namespace_without_tables_in_one_sentence(

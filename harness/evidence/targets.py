@@ -23,6 +23,7 @@ from harness import config as hconfig
 from harness.errors import EvidenceError, shown
 from harness.io import row_dicts
 from harness.namespaces import namespace_dir
+from harness.report.targets import gap_text
 from harness.report.words import ratio_text
 from harness.tables import history, table_files
 from harness.tables import targets as tg
@@ -55,7 +56,9 @@ def markdown(frame: pd.DataFrame) -> str:
              "|---|---|---|---|---|---|---|"]
     for r in row_dicts(frame):
         value = ratio_text(r["value"], r["lo"], r["hi"])
-        status = r["status"] + (f" ({r['reason']})" if isinstance(r["reason"], str) and r["reason"] else "")
+        gap = gap_text(r.get("gap"), r["status"])
+        status = (r["status"] + (f", {gap}" if gap else "")
+                  + (f" ({r['reason']})" if isinstance(r["reason"], str) and r["reason"] else ""))
         lines.append(f"| {shown(r['target'])} | {r['op']} | {r['shape']} | {r['ratio']} {r['metric']} | {value} | "
                      f"{r['asked']} | {status} |")
     return "\n".join(lines)

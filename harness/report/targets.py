@@ -28,9 +28,11 @@ def rows(table: Any) -> list[dict[str, Any]]:
             for r in records(table)]
 
 
-def _gap_text(value: Any) -> str:
-    g = number(value)
-    return "" if g is None or g <= 0 else f"{g * 100:.1f}% beyond the bound"
+def gap_text(gap: Any, status: Any) -> str:
+    """'2.6% beyond the bound' for a row missed or not told whose ratio lies beyond its bound;
+    '' otherwise (a row met, not judged or not measured says nothing of it)."""
+    g = number(gap)
+    return "" if g is None or g <= 0 or str(status) not in OPEN else f"{g * 100:.1f}% beyond the bound"
 
 
 def _main_counters(counters: list[dict[str, Any]], op: str, shape: str, impl: str) -> dict[str, Any] | None:
@@ -125,7 +127,7 @@ def context(table: Any, controls: Any = None, kernel_time: Any = None, counters:
             reason = not_ranked_reason(by_controls[key])
         value = ratio_text(r.get("value"), r.get("lo"), r.get("hi"))
         row = {"op": key[0], "shape": key[1], "value": value, "verdict": text(r.get("verdict")) or "",
-               "status": status, "reason": reason, "gap": _gap_text(r.get("gap")) if status in OPEN else ""}
+               "status": status, "reason": reason, "gap": gap_text(r.get("gap"), status)}
         block["rows"].append(row)
         every.append(row)
         if status == tg.MISSED:

@@ -37,10 +37,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness import ROOT  # noqa: E402
+from harness.gpu.watch import SLOWING_REASONS  # noqa: E402
 from harness.tables.table_files import table_path  # noqa: E402
 
-CAP = "software power cap"
-"""How the gpu_state table's flags name the cap (harness.gpu.watch.SLOWING_REASONS)."""
+CAP = SLOWING_REASONS[0x4]
+"""How the gpu_state table's flags name the software power cap."""
 
 
 def model_of(ns_dir: Path) -> str | None:

@@ -19,6 +19,7 @@ from harness.tables import targets as tg
 OPEN = (tg.MISSED, tg.CANT_TELL)
 """The statuses whose shapes the reports set the run's other evidence beside (`beside`)."""
 
+
 def rows(table: Any) -> list[dict[str, Any]]:
     """summary.json's `targets`: one object per (target, op, shape), in the table's order."""
     return [{"target": text(r.get("target")), "op": text(r.get("op")), "shape": text(r.get("shape")),
@@ -60,7 +61,8 @@ def _binding(kt: dict[tuple[str, str, str], dict[str, Any]], op: str, shape: str
 def beside(table: Any, kernel_time: Any = None, counters: Any = None, variants: Any = None) -> list[dict[str, Any]]:
     """One entry per (op, shape) where a kernel-time target is missed or can't be told, in the
     targets table's order: the targets (`targets`), each implementation of their ratios against its
-    ceiling (`ceilings`: of the same-size copy where kernel_time.csv has it, else of the FP32 peak),
+    ceiling (`ceilings`: the same-size copy or the FP32 peak, kernel_time.csv's fractions, whichever
+    binds, `_binding`),
     the counters of its longest kernel (`counters`: registers, achieved occupancy, DRAM of peak),
     the variants this run measured there (`variants`: name, ratio over its base with the interval,
     verdict) and the notebook (`notebook`: its path, `link` relative to report/<namespace>/)."""
@@ -81,9 +83,9 @@ def beside(table: Any, kernel_time: Any = None, counters: Any = None, variants: 
     out = []
     for (op, shape), entry in entries.items():
         ceilings, counted = [], []
+        column = _binding(kt, op, shape, entry["impls"])
         for impl in entry["impls"]:
             row = kt.get((op, shape, impl)) or {}
-            column = _binding(kt, op, shape, entry["impls"])
             if column and number(row.get(column)) is not None:
                 ceilings.append(f"{impl} {pct(row.get(column))} of {CEILINGS[column]}")
             c = _main_counters(ctr, op, shape, impl)

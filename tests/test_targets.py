@@ -86,11 +86,26 @@ def test_a_verdict_not_asked_misses_and_cant_tell_is_no_answer() -> None:
 def test_same_counts_where_both_run_at_the_same_size_copy() -> None:
     sw = sweep([("64x64", 1.0, 0.999, 1.001, "same"), ("128x128", 1.0, 0.999, 1.001, "same")])
     kt = times("kernel_time", "kernel_time_us", {(s, i): 1.0 for s in ("64x64", "128x128") for i in ("cuda", "triton")},
-               same_size_copy_fraction={("64x64", "cuda"): 0.99, ("64x64", "triton"): 1.2,
+               same_size_copy_fraction={("64x64", "cuda"): 0.99, ("64x64", "triton"): 1.05,
                                         ("128x128", "cuda"): 0.97, ("128x128", "triton"): 0.99})
     rows = judged(target(verdict=["faster"], or_at_copy=0.02), sw, kt)
     assert [r["status"] for r in rows] == [tg.MET, tg.MISSED]
     assert "within 2% of the same-size copy" in rows[0]["reason"]
+    assert rows[1]["reason"] == "the verdict is same"
+
+
+@pytest.mark.parametrize(("fraction", "status"), [(1.0 + tg.COPY_BOUNDS, tg.MET), (1.0 + tg.COPY_BOUNDS + 0.005, tg.MISSED),
+                                                  (1.92, tg.MISSED)])
+def test_a_copy_the_kernels_outrun_is_no_ceiling_and_same_is_not_the_limit_there(fraction: float, status: str) -> None:
+    sw = sweep([("64x64", 1.0, 0.999, 1.001, "same"), ("128x128", 0.9, 0.89, 0.91, "faster")])
+    kt = times("kernel_time", "kernel_time_us", {(s, i): 1.0 for s in ("64x64", "128x128") for i in ("cuda", "triton")},
+               same_size_copy_fraction={("64x64", "cuda"): 0.99, ("64x64", "triton"): fraction,
+                                        ("128x128", "cuda"): 1.92, ("128x128", "triton"): 1.95})
+    rows = judged(target(verdict=["faster"], or_at_copy=0.02), sw, kt)
+    assert [r["status"] for r in rows] == [status, tg.MET]  # a verdict asked for needs no ceiling
+    if status == tg.MISSED:
+        assert rows[0]["reason"] == (f"the verdict is same; the same-size copy does not bound these kernels here "
+                                     f"(they ran at 99% and {fraction:.0%} of it)")
 
 
 def test_a_ratio_the_sweep_holds_the_other_way_round_is_inverted_with_its_verdict() -> None:
@@ -279,6 +294,13 @@ def test_a_namespace_with_a_targets_table_reports_it_in_every_report(tmp_path: P
     assert f"cuda {matmul['fp32_peak_fraction'] * 100:.1f}% of the FP32 peak" in note
     layernorm = kt.loc[("layernorm", "4096x768", "cuda")]  # its flops are far from their peak: the copy binds
     assert f"cuda {layernorm['same_size_copy_fraction'] * 100:.1f}% of the same-size copy" in note
+    # a copy the kernels outrun (an L2-sized tensor, hot) is said to bound nothing; one they do not outrun is not
+    (ln_line,) = [x for x in note.splitlines() if x.startswith("- **layernorm 4096x768** (")]
+    (tr_line,) = [x for x in note.splitlines() if x.startswith("- **transpose 4096x4096** (")]
+    bounds_nothing = "(more than 108% of it: the copy does not bound these kernels at this size)"
+    assert layernorm["same_size_copy_fraction"] > 1.0 + tg.COPY_BOUNDS and bounds_nothing in ln_line
+    assert kt.loc[("transpose", "4096x4096", "cuda")]["same_size_copy_fraction"] < 1.0 + tg.COPY_BOUNDS
+    assert "of the same-size copy" in tr_line and bounds_nothing not in tr_line
     summary = json.loads(Path(out["summary"]).read_text())
     assert [r["status"] for r in summary["targets"]] == list(table["status"])
     # without a targets table the reports come out as committed, byte for byte: no section

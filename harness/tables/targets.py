@@ -168,10 +168,12 @@ def gap(target: Mapping[str, Any], value: float | None) -> float | None:
 COPY_BOUNDS = 0.08
 """A kernel more than this fraction faster than the same-size copy shows that the copy does not
 bound it at that size, so `or_at_copy` does not apply there. In the committed runs (H100 and H200,
-ours and Triton's), kernels ran at 0.93-1.07 of the copy where its bytes stream from device memory
-(layer norm 4096x4096 and 16384x4096, softmax 8192x4096 and 1024x32768, transpose), and at 1.09-3.2
-of it at layer norm 4096x768, 1024x2048 and 8192x768 and softmax 4096x1024, where a copy of 12-34 MB
-takes about 7 us whatever its size: the rate the host launches copies at, not the GPU's."""
+ours and Triton's), kernels ran at 0.93-1.07 of the copy where the tensors stream from device
+memory (layer norm 4096x4096 and 16384x4096, softmax 8192x4096 and 1024x32768, transpose), and at
+1.09-3.2 of it at layer norm 4096x768, 1024x2048 and 8192x768 and softmax 4096x1024, whose tensors
+fit the L2: there the copy of the same 12-38 MB ran at 2.1-5.2 TB/s on the H200 (about 4 TB/s
+where it streams from device memory), the kernels faster still. Why the copy falls short there is
+not measured; that it bounds nothing there is."""
 
 
 def _at_copy(kt: Mapping[tuple[str, ...], Mapping[str, Any]], op: str, shape: str, impls: Sequence[str],

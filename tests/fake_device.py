@@ -167,6 +167,18 @@ def standin_nsys(argv: list[str]) -> int:
     time.sleep(float(slow.read_text()) if slow.is_file() else 0.0)
     overrides = json.loads((here / "per-call-ns.json").read_text()) if (here / "per-call-ns.json").is_file() else None
     outs = [results(plan, list(plan["impls"]), {i for i in plan["impls"] if i.endswith(".wrong")}) for plan in plans]
+    # each group's window on the GPU, as the group process notes it (harness.measure.group): an
+    # instant, or with a file `group-s` beside the stand-in that many seconds, during which a file
+    # `capping` exists beside it for the groups whose shape `cap-shapes` lists (a test's NVML reads it)
+    spell = float((here / "group-s").read_text()) if (here / "group-s").is_file() else 0.0
+    capped = (here / "cap-shapes").read_text().split() if (here / "cap-shapes").is_file() else []
+    for plan, out in zip(plans, outs):
+        began = time.time()
+        if plan["shape"] in capped:
+            (here / "capping").touch()
+        time.sleep(spell)
+        (here / "capping").unlink(missing_ok=True)
+        out["windows"] = [[began, time.time()]]
     session_export(base.with_name(base.name + ".sqlite"),
                    [(o["op"], o["shape"], o["passed"], o["rounds"], o["calls_per_round"]) for o in outs],
                    seed=int(plans[0].get("seed", 0)), overrides=overrides)

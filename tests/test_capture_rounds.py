@@ -127,6 +127,11 @@ def test_a_session_opens_one_profiler_range_and_captures_each_group_in_its_windo
     for r in out:
         assert set(r["seconds"]) >= {"checks", "bind_and_warmup", "capture", "total"}
         assert set(r["session_seconds"]) >= {"gpu_init", "profiler_start"}
+    # each group notes when it ran, its preparation and its captured rounds, in wall-clock seconds
+    # (the measure step reads NVML's samples by them): every group's preparation, then every capture
+    (prep_a, cap_a), (prep_b, cap_b) = (r["windows"] for r in out)
+    edges = [*prep_a, *prep_b, *cap_a, *cap_b]
+    assert edges == sorted(edges) and all(isinstance(t, float) for t in edges)
 
 
 def test_a_session_imports_the_libraries_its_implementations_launch_through_once_at_its_start(monkeypatch: Any) -> None:

@@ -122,7 +122,10 @@ def test_the_measure_step_captures_under_the_lock_watches_the_gpu_and_scrubs_the
     rows = derive.gpu_state_rows(derive.read_group(folder), "ns")
     assert [r["impl"] for r in rows] == ["cuda", "triton"]
     assert all(r["op"] == sm.OP and r["gpu_uuid"] == record["gpu_uuid"] and r["disturbed"] is False for r in rows)
-    assert all(r["before_power_w"] == 76.0 and r["during_samples"] == saved["gpu"]["during"]["samples"] for r in rows)
+    assert all(r["before_power_w"] == 76.0 and r["during_samples"] == saved["gpu"]["group"]["samples"] for r in rows)
+    # what NVML read in the group's own window (the stand-in's is an instant: the readings either side of it)
+    assert saved["gpu"]["group"]["windows"] and 1 <= saved["gpu"]["group"]["samples"] <= 2
+    assert {r["during_extent"] for r in rows} == {"group"} and {r["session_flags"] for r in rows} == {""}
 
 
 def test_another_process_during_the_capture_marks_the_group_disturbed(tmp: Path, monkeypatch: pytest.MonkeyPatch,

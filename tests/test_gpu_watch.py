@@ -122,6 +122,25 @@ def test_the_clock_and_power_of_the_busy_samples_are_kept() -> None:
     assert idle.summary()["busy_samples"] == 0 and idle.summary()["busy_sm_clock_min_mhz"] is None
 
 
+def test_a_window_holds_the_readings_inside_it_or_the_two_around_it() -> None:
+    """Sampler.within: the readings taken inside a group's windows; a window no reading fell inside
+    (shorter than the interval) is told by the last reading before it and the first after it."""
+    sampler = Sampler(lambda: reading(), 1.0)
+    for t in range(10):  # the cap read at t = 3 and 4 only, while the GPU worked
+        sampler.add({**reading(util=90, throttle=0x4 if t in (3, 4) else 0x0, power=600.0 + t), "t": float(t)})
+    clean = sampler.within([(0.5, 2.5)])
+    assert [s["t"] for s in clean.timeline] == [1.0, 2.0] and clean.flags() == []
+    capped = sampler.within([(2.5, 3.5), (7.5, 8.5)])
+    assert [s["t"] for s in capped.timeline] == [3.0, 8.0]
+    assert capped.flags() == ["the GPU throttled during the capture (software power cap)"]
+    assert capped.summary()["busy_power_max_w"] == 608.0 and capped.summary()["samples"] == 2
+    between = sampler.within([(4.2, 4.4)])  # no reading inside: the ones at 4 and 5 tell it
+    assert [s["t"] for s in between.timeline] == [4.0, 5.0] and between.flags() != []
+    assert [s["t"] for s in sampler.within([(5.2, 5.4)]).timeline] == [5.0, 6.0]
+    assert sampler.within([(5.2, 5.4)]).flags() == []
+    assert sampler.within([]).samples == 0 and sampler.samples == 10  # the session's own reading is left whole
+
+
 def group(shape: str, gpu: dict, impls: list[str], failed: list[str]) -> tables.Group:
     """A measured group as read back (only its record matters to the gpu_state table)."""
     checks = {i: {"op": "layernorm", "shape": shape, "impl": i, "passed": i not in failed} for i in impls}
@@ -167,6 +186,31 @@ def test_gpu_state_table_and_report_line() -> None:
     assert line is not None
     text = str(line["table"])
     assert "SM clock while busy MHz (of max)" in text and "1755-1980 (1980)" in text and "512.5 (700)" in text
+    assert line["attributed"] == ""  # records from before the groups' windows: the session's reading alone
+
+
+def test_a_report_says_which_groups_the_sessions_flag_came_with() -> None:
+    """Where each group's row is what NVML read in its own windows, the report says what the
+    session's watch flagged as a whole and how many groups it was read in."""
+    cap = "the GPU throttled during the capture (software power cap)"
+    session = {"samples": 30, "throttle_reasons": 0x4, "busy_throttle_reasons": 0x4, "max_compute_processes": 1,
+               "flags": [cap]}
+
+    def watched(shape: str, flags: list[str]) -> tables.Group:
+        own = {"samples": 10, "throttle_reasons": 0x4 if flags else 0, "max_compute_processes": 1, "flags": flags,
+               "windows": [[0.0, 1.0]]}
+        return group(shape, {"before": reading(), "waited_s": 0.0, "during": session, "group": own, "after": reading()},
+                     ["cuda", "triton"], failed=[])
+
+    rows = [r for shape, flags in (("8x8", []), ("16x8", [cap]), ("32x8", [])) for r in tables.gpu_state_rows(watched(shape, flags), "ns")]
+    frame = pd.DataFrame(rows, columns=tables.GPU_STATE_COLUMNS)
+    assert list(frame["disturbed"]) == [False, False, True, True, False, False]
+    assert set(frame["during_extent"]) == {"group"} and set(frame["session_flags"]) == {cap}
+    line = report.gpu_quiet(frame)
+    assert line is not None and [d["shape"] for d in line["disturbed"]] == ["16x8", "16x8"]
+    assert line["attributed"] == (f"NVML's watch over the whole measurement session flagged {cap}; read in each group's "
+                                  "own windows (its checks, warm-up, spans and cross-checks, and its captured rounds), "
+                                  "1 of 3 groups was flagged, and only those groups' captures are marked disturbed.")
 
 
 # ----------------------------------------------------------------------------- own processes

@@ -354,6 +354,50 @@ def test_a_session_measures_its_groups_in_one_process_and_splits_the_export(stan
     assert math.isclose(math.fsum(r["job"] for r in rows), records[0]["session"]["seconds"]["job"], rel_tol=1e-9)
 
 
+def test_nvml_flags_only_the_group_it_saw_the_cap_with(standin: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One NVML watch covers a session of several groups; each group's rows say what NVML saw in
+    that group's own windows (the group process notes them): the software power cap read while the
+    second group ran flags its captures and not the first's or the third's, and every row names
+    what the session's watch saw as a whole."""
+    bin_dir = standin / "bin"
+    (bin_dir / "group-s").write_text("0.5")
+    (bin_dir / "cap-shapes").write_text("8192x768")
+
+    def reader_of(uuid: str):  # type: ignore[no-untyped-def]
+        def reading() -> dict:
+            capping = (bin_dir / "capping").exists()
+            return {"utilization_pct": 90, "compute_processes": 0, "pids": [], "power_w": 690.0 if capping else 400.0,
+                    "throttle_reasons": 0x4 if capping else 0x0, "sm_clock_mhz": 1875 if capping else 1980}
+        return reading
+
+    monkeypatch.setattr(measure_step, "_gpu_reader", reader_of)
+    cfg, settings = config.load(ROOT / "config.yaml"), session_settings()
+    settings["gpu_state"] = {**settings["gpu_state"], "sample_interval_s": 0.05, "busy_utilization_pct": 100}
+    measure = standin / "artifacts" / "ns" / "measure"
+    groups: list[dict[str, Any]] = [{"op": "layernorm", "shape": shape, "impls": ["cuda", "triton"],
+                                     "plan": config.measure_plan(cfg, "layernorm"), "group_dir": measure / "layernorm" / shape}
+                                    for shape in (SHAPE, "8192x768", "1024x2048")]
+    records = measure_step.measure_session(groups=groups, session_dir=measure, log=str(standin / "s.log"),
+                                           settings=settings, exclusive=True, threads=4)
+    cap = "the GPU throttled during the capture (software power cap)"
+    assert all(r["gpu"]["during"]["flags"] == [cap] for r in records)  # the session's watch saw it
+    rows = [row for g in groups for row in derive.gpu_state_rows(derive.read_group(Path(g["group_dir"])), "ns")]
+    assert [(r["shape"], r["disturbed"]) for r in rows] == [(SHAPE, False), (SHAPE, False), ("8192x768", True),
+                                                            ("8192x768", True), ("1024x2048", False), ("1024x2048", False)]
+    assert {r["flags"] for r in rows if r["disturbed"]} == {cap} and {r["flags"] for r in rows if not r["disturbed"]} == {""}
+    assert {r["during_extent"] for r in rows} == {"group"} and {r["session_flags"] for r in rows} == {cap}
+    capped = next(r for r in rows if r["disturbed"])
+    assert capped["during_busy_sm_clock_min_mhz"] == 1875 and capped["during_busy_power_max_w"] == 690.0
+    clean = rows[0]
+    assert (clean["during_busy_sm_clock_min_mhz"], clean["during_busy_power_max_w"]) == (1980, 400.0)
+    assert all(r["during_samples"] >= 5 for r in rows)  # half a second of readings every 0.05 s, each group
+    # a record from before the windows were noted keeps the session's reading, and says so
+    old = derive.read_group(Path(groups[0]["group_dir"]))
+    old.record["gpu"].pop("group")
+    (row, _) = derive.gpu_state_rows(old, "ns")
+    assert (row["during_extent"], row["disturbed"], row["flags"]) == ("session", True, cap)
+
+
 def test_a_crash_in_a_session_measures_every_group_again_without_it(standin: Path) -> None:
     cfg, settings = config.load(ROOT / "config.yaml"), session_settings()
     measure = standin / "artifacts" / "ns" / "measure"

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -151,10 +151,16 @@ def wait_until_quiet(read: Reader, policy: Mapping[str, Any], *, sleep: Callable
 
 @dataclass
 class Sampler:
-    """Reads the GPU's state every `interval_s` on a thread while the capture runs."""
+    """Reads the GPU's state every `interval_s` on a thread while the capture runs, and keeps every
+    reading with the wall-clock time it was taken (`timeline`), so that a measurement session of
+    several groups can say what NVML saw while each group ran (`within`)."""
 
     read: Reader
     interval_s: float = 0.1
+    clock: Callable[[], float] = time.time
+    """The time of each reading: wall-clock seconds, as the group process notes its windows."""
+    timeline: list[State] = field(default_factory=list)
+    """Every reading NVML answered, in order, each with its time under `t`."""
     throttle_bits: int = 0
     """Every reason any sample reported (the table's `during_throttle_reasons`)."""
     busy_throttle_bits: int = 0
@@ -187,6 +193,11 @@ class Sampler:
         state = self.read()
         if "utilization_pct" not in state:
             return
+        self.add({**state, "t": self.clock()})
+
+    def add(self, state: State) -> None:
+        """Count one reading (with its time `t`) in every figure of the summary and the flags."""
+        self.timeline.append(state)
         self.samples += 1
         reasons = int(state.get("throttle_reasons", 0))
         self.throttle_bits |= reasons
@@ -215,6 +226,24 @@ class Sampler:
         if self._thread is not None:
             self._thread.join()
         self.take()
+
+    def within(self, windows: Sequence[tuple[float, float]]) -> Sampler:
+        """A sampler holding only the readings that tell what NVML saw in `windows` (wall-clock
+        (start, end) pairs, a group's phases): those taken inside each window, and for a window
+        no reading fell inside (one shorter than the interval between readings), the last taken
+        before it and the first taken after it, which bound what NVML could have seen in between
+        (a reason NVML reports is the state at the reading's instant)."""
+        taken: set[int] = set()
+        times = [float(s["t"]) for s in self.timeline]
+        for start, end in windows:
+            inside = [i for i, t in enumerate(times) if start <= t <= end]
+            before = [i for i, t in enumerate(times) if t < start][-1:]
+            after = [i for i, t in enumerate(times) if t > end][:1]
+            taken.update(inside or before + after)
+        part = Sampler(self.read, self.interval_s, clock=self.clock)
+        for i in sorted(taken):
+            part.add(self.timeline[i])
+        return part
 
     def flags(self) -> list[str]:
         """Sentences naming what disturbed the capture (empty for an undisturbed one): a slowing

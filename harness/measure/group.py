@@ -47,7 +47,9 @@ captured in interleaved rounds, and timed by event spans and graph replay.
    right after the range does not (`scripts/probe_starts.py`), and nothing is measured after it.
 
 The results (checks, calls per round, launch paths, span samples, graph rows, the seconds each
-phase took) are written as JSON to the plan's `results` path, atomically.
+phase took, and `windows`: the wall-clock start and end of the group's steps 1-4 and of its
+captured rounds, by which the measure step tells what NVML saw while this group ran) are written as
+JSON to the plan's `results` path, atomically.
 """
 
 from __future__ import annotations
@@ -269,6 +271,8 @@ class _Prepared:
         self.spans: list[dict[str, Any]] = []
         self.graphs: list[dict[str, Any]] = []
         self.modules: list[dict[str, str]] = []
+        self.windows: list[list[float]] = []
+        """The wall-clock (start, end) of its preparation and of its capture: when it ran on the GPU."""
 
 
 LIBRARIES = {"cupy": ("cuda", "external"), "triton": ("triton",)}
@@ -308,7 +312,11 @@ def run_session(session: Mapping[str, Any]) -> list[dict[str, Any]]:
         first_use(torch, triton="triton" in imported)
     session_seconds["gpu_init"] = time.perf_counter() - t
     progress = Progress(session.get("progress"))
-    prepared = [_prepare(torch, plan, progress) for plan in session["groups"]]
+    prepared = []
+    for plan in session["groups"]:
+        began = time.time()
+        prepared.append(_prepare(torch, plan, progress))
+        prepared[-1].windows.append([began, time.time()])
 
     progress.mark("capture")
     profile = bool(session.get("profile", True))
@@ -318,8 +326,10 @@ def run_session(session: Mapping[str, Any]) -> list[dict[str, Any]]:
         if p.passed:
             cap = p.plan["capture"]
             start = profile and not started
+            began = time.time()
             took = capture_rounds(torch, p.calls, p.per_round, int(cap["rounds"]), start, p.sequence,
                                   (p.plan["op"], p.plan["shape"]), window=profile)
+            p.windows.append([began, time.time()])
             if start:
                 session_seconds["profiler_start"] = took
                 started = True
@@ -413,6 +423,7 @@ def _results(p: _Prepared, session_seconds: Mapping[str, float]) -> dict[str, An
         "launch_paths": {impl: str(getattr(call, "launch_path", "direct")) for impl, call in p.calls.items()},
         "input_sets": {impl: int(getattr(call, "input_sets", 1)) for impl, call in p.calls.items()},
         "spans": spans, "graphs": p.graphs, "seconds": dict(p.seconds), "session_seconds": dict(session_seconds),
+        "windows": [list(w) for w in p.windows],
         "modules": p.modules,
         "span_median_us": {i: statistics.median([s["span_us"] for s in spans if s["impl"] == i])
                            for i in passed if any(s["impl"] == i for s in spans)},

@@ -157,7 +157,7 @@ def measure_session(*, groups: Sequence[Mapping[str, Any]], session_dir: str | P
             record, process = _group_record(g, folder, export if info is not None else None, len(groups) == 1,
                                             crashed.get((g["op"], g["shape"]), {}), info, leaks, uuid,
                                             {"before": before, "waited_s": waited, "during": sampler.summary(),
-                                             "after": after}, exclusive, threads)
+                                             "after": after}, exclusive, threads, sampler)
             records.append(record)
             inside = inside or process
         split = time.time() - split
@@ -185,10 +185,13 @@ def measure_session(*, groups: Sequence[Mapping[str, Any]], session_dir: str | P
 
 def _group_record(g: Mapping[str, Any], folder: Path, export: Path | None, alone: bool, crashed: Mapping[str, str],
                   info: Mapping[str, Any] | None, leaks: list[str], uuid: str, gpu: Mapping[str, Any],
-                  exclusive: bool, threads: int) -> tuple[dict[str, Any], dict[str, float]]:
+                  exclusive: bool, threads: int, sampler: Sampler | None = None) -> tuple[dict[str, Any], dict[str, float]]:
     """One group's files from the session (its part of the export, its launches, spans and graph
     rows) and its record (written by the caller, with the session's facts), with the seconds the
-    session process gave its own start (start_up, gpu_init, profiler_start)."""
+    session process gave its own start (start_up, gpu_init, profiler_start). `gpu` is NVML's
+    reading of the session (`during`: the whole session's watch); where the group process noted its
+    windows and `sampler` holds the session's readings, `gpu.group` is what NVML saw in this
+    group's own windows (Sampler.within), with the windows."""
     op, shape, impls, plan = g["op"], g["shape"], list(g["impls"]), g["plan"]
     files = derive.group_files(folder)
     results = _read_json(folder / "results.json") if export is not None else {}
@@ -219,6 +222,9 @@ def _group_record(g: Mapping[str, Any], folder: Path, export: Path | None, alone
         print(f"environment: {note}")
     seconds = dict(results.get("seconds") or {})
     seconds["derive"] = time.time() - derived
+    windows = [(float(w[0]), float(w[1])) for w in results.get("windows") or [] if len(w) == 2]
+    if windows and sampler is not None:
+        gpu = {**gpu, "group": {**sampler.within(windows).summary(), "windows": [list(w) for w in windows]}}
     return {
         "op": op, "shape": shape, "impls": impls, "checks": {i: checks[i] for i in impls if i in checks},
         "passed": results.get("passed", []), "rounds": results.get("rounds"),

@@ -59,6 +59,7 @@ GPU_STATE_COLUMNS = [
     "after_power_w", "after_sm_clock_mhz", "disturbed", "flags",
     "before_power_limit_w", "before_max_sm_clock_mhz", "during_busy_samples", "during_busy_throttle_reasons",
     "during_busy_sm_clock_min_mhz", "during_busy_sm_clock_max_mhz", "during_busy_power_max_w",
+    "during_extent", "session_flags",
 ]
 GRAPH_COLUMNS = ["op", "shape", "impl", "status", "reason", "calls_per_replay", "replays",
                  "graph_median_us", "graph_min_us", "graph_max_us", *IDLE_COLUMNS]
@@ -382,10 +383,17 @@ def _check_rows(group: Group, namespace: str) -> list[dict[str, Any]]:
 
 
 def gpu_state_rows(group: Group, namespace: str) -> list[dict[str, Any]]:
-    """gpu_state.csv rows of a group: one NVML watch covers the whole capture, so every
-    implementation captured there has the same row."""
+    """gpu_state.csv rows of a group, every implementation captured there with the same row. The
+    `during_*` columns, `flags` and `disturbed` are what NVML saw while this group ran (its
+    record's `gpu.group`: the readings in its own windows, `during_extent` "group") where the
+    record has it, else over the whole measurement session (`gpu.during`, "session": records from
+    before the windows were noted); `session_flags` is what the session's watch flagged, whichever
+    group it came with."""
     gpu = group.record.get("gpu") or {}
-    before, during, after = gpu.get("before", {}) or {}, gpu.get("during", {}) or {}, gpu.get("after", {}) or {}
+    before, after = gpu.get("before", {}) or {}, gpu.get("after", {}) or {}
+    session = gpu.get("during", {}) or {}
+    own = gpu.get("group")
+    during = own if isinstance(own, dict) else session
     flags = list(during.get("flags", []))
     return [{
         "namespace": namespace, "op": group.key[0], "shape": group.key[1], "impl": impl,
@@ -403,6 +411,8 @@ def gpu_state_rows(group: Group, namespace: str) -> list[dict[str, Any]]:
         "during_busy_sm_clock_min_mhz": during.get("busy_sm_clock_min_mhz"),
         "during_busy_sm_clock_max_mhz": during.get("busy_sm_clock_max_mhz"),
         "during_busy_power_max_w": during.get("busy_power_max_w"),
+        "during_extent": "group" if isinstance(own, dict) else "session",
+        "session_flags": "; ".join(session.get("flags", [])),
     } for impl in group.record.get("passed") or []]
 
 

@@ -298,7 +298,7 @@ def gpu_quiet(state: Any) -> dict[str, Any] | None:
                  for (op, shape), g in groups.items()])
     # where each group's rows hold what NVML saw in its own windows, the session's watch as a whole beside it
     own = [g for g in groups.values() if all(str(r.get("during_extent") or "") == "group" for r in g)]
-    session_flags = list(dict.fromkeys(f for r in rows for f in str(safe.plain(r.get("session_flags")) or "").split("; ") if f))
+    session_flags = list(dict.fromkeys(f for r in rows if (f := safe.plain(r.get("session_flags")))))
     attributed = ""
     if own and len(own) == len(groups):
         hit = [g for g in own if any(truth(r.get("disturbed")) for r in g)]

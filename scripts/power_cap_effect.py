@@ -9,9 +9,12 @@ The trust rules flag every capture whose NVML samples, taken while kernels ran, 
 throttle reason; many lent GPUs report the software power cap there, so their runs rank nothing.
 Whether the cap moves what a verdict reads (a ratio of two kernels of one session) or only what
 no verdict reads (a kernel's time across sessions) can be read off the namespaces already committed,
-split by whether their gpu_state table names the cap:
+each group (op, shape) split by whether its gpu_state rows name the cap (where NVML's readings
+were told per group, `during_extent` group, only the groups the cap was read in; before, one
+watch over the session flagged every group of it), and for the namespaces that record them, the
+busy samples' SM clock and power in the groups flagged:
 
-* **times**: per (op, shape), the median over the namespaces of `--a`'s and `--b`'s kernel time
+* **times**: per (op, shape), the median over the groups of `--a`'s and `--b`'s kernel time
   (two kernels no run here changed: the library's and our Triton one), capped over uncapped;
 * **ratios**: per (op, shape), the same session's `--a`/`--b`, median and range, capped and
   uncapped: a cap that slows both kernels alike leaves it where it was;
@@ -53,15 +56,45 @@ def model_of(ns_dir: Path) -> str | None:
     return str(gpus[0].get("name")) if gpus else None
 
 
-def capped(ns_dir: Path) -> bool | None:
-    """Whether the namespace's gpu_state table flags a capture with the cap; None without one."""
+def capped(ns_dir: Path) -> dict[tuple[str, str], bool] | None:
+    """(op, shape) -> whether the namespace's gpu_state table flags a capture there with the cap;
+    None without a table. Where NVML's readings were told per group (`during_extent` group) only
+    the groups the cap was read in are capped; before, one watch over the session flagged all."""
     import pandas as pd
 
     path = table_path(ns_dir / "tables", "gpu_state")
     if not path.is_file():
         return None
-    flags = pd.read_csv(path).get("flags")
-    return bool(flags is not None and flags.dropna().astype(str).str.contains(CAP).any())
+    state = pd.read_csv(path)
+    if "flags" not in state:
+        return {(str(r["op"]), str(r["shape"])): False for _, r in state.iterrows()}
+    hit = state["flags"].map(lambda v: isinstance(v, str) and CAP in v)
+    out: dict[tuple[str, str], bool] = {}
+    for (op, shape), rows in hit.groupby([state["op"].astype(str), state["shape"].astype(str)]):
+        out[(str(op), str(shape))] = bool(rows.any())
+    return out
+
+
+def busy_clock(ns_dir: Path) -> str | None:
+    """'1875-1980 MHz (of 1980), at most 674.3 W (of 700), in 21 of 21 groups flagged': the SM
+    clock and power of the readings taken while kernels ran, over the groups the cap was read in,
+    where the gpu_state table records them; None where it does not."""
+    import pandas as pd
+
+    state = pd.read_csv(table_path(ns_dir / "tables", "gpu_state"))
+    if "during_busy_sm_clock_min_mhz" not in state or state["during_busy_sm_clock_min_mhz"].isna().all():
+        return None
+    hit = state[state["flags"].map(lambda v: isinstance(v, str) and CAP in v)] if "flags" in state else state.iloc[0:0]
+    groups = state.groupby(["op", "shape"]).ngroups
+    if hit.empty:
+        return f"no group flagged (of {groups})"
+
+    def most(col: str) -> str:
+        return f"{hit[col].max():g}" if col in hit and hit[col].notna().any() else "n/a"
+
+    return (f"{hit['during_busy_sm_clock_min_mhz'].min():g}-{hit['during_busy_sm_clock_max_mhz'].max():g} MHz "
+            f"(of {most('before_max_sm_clock_mhz')}), at most {most('during_busy_power_max_w')} W "
+            f"(of {most('before_power_limit_w')}), in {hit.groupby(['op', 'shape']).ngroups} of {groups} groups flagged")
 
 
 def namespaces(artifacts: Path, named: Sequence[str], model: str | None) -> tuple[str, list[Path]]:
@@ -89,14 +122,19 @@ def report(dirs: Sequence[Path], a: str, b: str) -> list[str]:
     pairs: Counter[tuple[bool, str]] = Counter()
     worst: dict[bool, float] = {}
     split: dict[bool, list[str]] = {True: [], False: []}
+    clocks: list[str] = []
     for d in dirs:
-        cap = capped(d)
-        if cap is None:
+        shapes = capped(d)
+        if shapes is None:
             continue
-        split[cap].append(d.name)
+        anywhere = any(shapes.values())
+        split[anywhere].append(d.name)
+        if anywhere and (said := busy_clock(d)) is not None:
+            clocks.append(f"  {d.name}: {said}")
         kt = pd.read_csv(table_path(d / "tables", "kernel_time"))
         by = {(str(r["op"]), str(r["shape"]), str(r["impl"])): float(r["kernel_time_us"]) for _, r in kt.iterrows()}
         for (op, shape, impl), us in by.items():
+            cap = shapes.get((op, shape), anywhere)
             if impl in (a, b):
                 times.setdefault((op, shape, impl, cap), []).append(us)
             if impl == a and (op, shape, b) in by:
@@ -104,12 +142,14 @@ def report(dirs: Sequence[Path], a: str, b: str) -> list[str]:
         cfg = json.loads((d / "provenance.json").read_text()).get("config") or {}
         for r in resolution.rows(cfg, pd.read_csv(table_path(d / "tables", "variants")), None,
                                  pd.read_csv(table_path(d / "tables", "census"))):
+            cap = shapes.get((str(r["op"]), str(r["shape"])), anywhere)
             pairs[(cap, f"{r['expected']} expected, {r['verdict'] or 'no verdict'}")] += 1
             if r["expected"] == "same" and r["ratio"] is not None:
                 worst[cap] = max(worst.get(cap, 0.0), abs(float(r["ratio"]) - 1.0))
     lines = [f"namespaces with the cap flagged ({len(split[True])}): {' '.join(split[True]) or 'none'}",
-             f"namespaces without it ({len(split[False])}): {' '.join(split[False]) or 'none'}", "",
-             f"times: median kernel time over the namespaces, capped / uncapped ({a}; {b})"]
+             f"namespaces without it ({len(split[False])}): {' '.join(split[False]) or 'none'}",
+             *(["busy samples of the groups the cap was read in (SM clock, power):", *clocks] if clocks else []), "",
+             f"times: median kernel time over the groups, capped / uncapped ({a}; {b})"]
     keys = sorted({(op, shape) for op, shape, _, _ in times})
     for op, shape in keys:
         cells = []
@@ -117,7 +157,7 @@ def report(dirs: Sequence[Path], a: str, b: str) -> list[str]:
             on, off = times.get((op, shape, impl, True)), times.get((op, shape, impl, False))
             cells.append(f"{statistics.median(on) / statistics.median(off):.4f}" if on and off else "n/a")
         lines.append(f"  {op} {shape}: {'; '.join(cells)}")
-    lines += ["", f"ratios: {a}/{b} in each session, median (range, namespaces): uncapped | capped | capped/uncapped"]
+    lines += ["", f"ratios: {a}/{b} in each session, median (range, groups): uncapped | capped | capped/uncapped"]
     shifts = []
     for op, shape in keys:
         off, on = ratios.get((op, shape, False), []), ratios.get((op, shape, True), [])

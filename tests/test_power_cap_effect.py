@@ -40,6 +40,23 @@ def test_capped_and_uncapped_namespaces_are_set_apart(tmp_path: Path, capsys: py
     assert f"transpose 64x64: {10.3 / 10.0:.4f}; {5.1 / 5.0:.4f}" in out  # times: medians, capped over uncapped
     # the same session's ratio: uncapped 2.0, capped 2.0 and 10.4 / 5.1, their median over the uncapped one
     assert "  transpose 64x64: 2.0000 (2.0000-2.0000, 1) | 2.0196 (2.0000-2.0392, 2) | 1.0098" in out
+    # NVML told per group: only the group the cap was read in counts as capped, and its clock is said
+    cap_row = {"op": "transpose", "shape": "64x64", "impl": "torch", "disturbed": True, "flags": cap,
+               "during_extent": "group", "during_busy_sm_clock_min_mhz": 1875, "during_busy_sm_clock_max_mhz": 1980,
+               "before_max_sm_clock_mhz": 1980, "during_busy_power_max_w": 674.3, "before_power_limit_w": 700}
+    namespace(tmp_path, "a-4", "H", cap, 10.0, 5.0)
+    pd.DataFrame([cap_row, {**cap_row, "shape": "128x128", "disturbed": False, "flags": None,
+                            "during_busy_sm_clock_min_mhz": 1980, "during_busy_power_max_w": 400.0}]
+                 ).to_csv(tmp_path / "a-4" / "tables" / "gpu_state.csv", index=False)
+    kt = pd.read_csv(tmp_path / "a-4" / "tables" / "kernel_time.csv")
+    pd.concat([kt, kt.assign(shape="128x128")]).to_csv(tmp_path / "a-4" / "tables" / "kernel_time.csv", index=False)
+    assert script.capped(tmp_path / "a-4") == {("transpose", "64x64"): True, ("transpose", "128x128"): False}
+    assert script.main(["--artifacts", str(tmp_path), "--model", "H"]) == 0
+    out = capsys.readouterr().out
+    assert "namespaces with the cap flagged (3): a-2 a-3 a-4" in out
+    assert "  a-4: 1875-1980 MHz (of 1980), at most 674.3 W (of 700), in 1 of 2 groups flagged" in out
+    # 128x128 was measured uncapped only: its ratio stands on the uncapped side, no capped one to set it against
+    assert "  transpose 128x128: 2.0000 (2.0000-2.0000, 1) | n/a | n/a" in out
     assert script.main(["--artifacts", str(tmp_path), "--model", "none such"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("power_cap_effect: no namespace") and "\n" not in err

@@ -297,15 +297,14 @@ def gpu_quiet(state: Any) -> dict[str, Any] | None:
                   or ("unknown (no NVML samples)" if any(unsampled(r) for r in g) else "no")]
                  for (op, shape), g in groups.items()])
     # where each group's rows hold what NVML saw in its own windows, the session's watch as a whole beside it
-    own = [g for g in groups.values() if all(str(r.get("during_extent") or "") == "group" for r in g)]
     session_flags = list(dict.fromkeys(f for r in rows if (f := safe.plain(r.get("session_flags")))))
     attributed = ""
-    if own and len(own) == len(groups):
-        hit = [g for g in own if any(truth(r.get("disturbed")) for r in g)]
+    if all(safe.plain(r.get("during_extent")) == "group" for r in rows):
+        hit = sum(any(truth(r.get("disturbed")) for r in g) for g in groups.values())
         if session_flags:
             attributed = (f"NVML's watch over the whole measurement session flagged {'; '.join(session_flags)}; read in "
                           f"each group's own windows (its checks, warm-up, spans and cross-checks, and its captured "
-                          f"rounds), {len(hit)} of {len(own)} groups {'was' if len(hit) == 1 else 'were'} flagged, and "
+                          f"rounds), {hit} of {len(groups)} groups {'was' if hit == 1 else 'were'} flagged, and "
                           "only those groups' captures are marked disturbed.")
         else:
             attributed = "Each group's row is what NVML read in that group's own windows; the session's watch flagged nothing."

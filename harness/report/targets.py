@@ -98,8 +98,7 @@ def beside(table: Any, kernel_time: Any = None, counters: Any = None, variants: 
                  for v in var if (str(v.get("op")), str(v.get("shape"))) == (op, shape)]
         said = "; ".join(ceilings)
         if column == "same_size_copy_fraction" and any(
-                (f := number((kt.get((op, shape, i)) or {}).get(column))) is not None and f > 1.0 + tg.COPY_BOUNDS
-                for i in entry["impls"]):
+                tg.outruns_copy(number((kt.get((op, shape, i)) or {}).get(column))) for i in entry["impls"]):
             said += f" (more than {1.0 + tg.COPY_BOUNDS:.0%} of it: the copy does not bound these kernels at this size)"
         out.append({"op": op, "shape": shape, "targets": entry["targets"], "ceilings": said,
                     "counters": "; ".join(counted), "variants": tried, "notebook": notebook(op)})

@@ -393,6 +393,7 @@ def gpu_state_rows(group: Group, namespace: str) -> list[dict[str, Any]]:
     before, after = gpu.get("before", {}) or {}, gpu.get("after", {}) or {}
     session = gpu.get("during", {}) or {}
     own = gpu.get("group")
+    extent = "group" if isinstance(own, dict) else "session"
     during = own if isinstance(own, dict) else session
     flags = list(during.get("flags", []))
     return [{
@@ -411,7 +412,7 @@ def gpu_state_rows(group: Group, namespace: str) -> list[dict[str, Any]]:
         "during_busy_sm_clock_min_mhz": during.get("busy_sm_clock_min_mhz"),
         "during_busy_sm_clock_max_mhz": during.get("busy_sm_clock_max_mhz"),
         "during_busy_power_max_w": during.get("busy_power_max_w"),
-        "during_extent": "group" if isinstance(own, dict) else "session",
+        "during_extent": extent,
         "session_flags": "; ".join(session.get("flags", [])),
     } for impl in group.record.get("passed") or []]
 

@@ -123,24 +123,31 @@ def test_a_delay_becomes_its_define_where_the_source_reads_it() -> None:
     block = config.operation_block(cfg, "softmax")
     assert variants.compiler_options(block, "cuda.delayed") == (f"-D{variants.DELAY_DEFINE}=320",)
     assert config.build_block(cfg, "softmax")["variants"]["delayed"]["defines"] == {variants.DELAY_DEFINE: 320}
-    for op in ("layernorm", "softmax"):  # the kernels that read it
+    for op in ("layernorm", "softmax", "matmul", "transpose"):  # the kernels that read it
         assert variants.DELAY_DEFINE in (ROOT / "kernels" / op / f"{op}.cu").read_text()
-    with pytest.raises(ConfigError, match=f"kernels/transpose/transpose.cu does not read \\({variants.DELAY_DEFINE}\\)"):
-        config.validate(delayed(RAW, "transpose", 320))
+        config.validate(delayed(RAW, op, 320))
+    with pytest.raises(ConfigError, match="kernels/neighbor_aggregation/neighbor_aggregation.cu does not read "
+                                          f"\\({variants.DELAY_DEFINE}\\)"):
+        config.validate(delayed(RAW, "neighbor_aggregation", 320))
     for bad in (0, -5, 1.5):
         with pytest.raises(ConfigError):
             config.validate(delayed(RAW, "softmax", bad))  # type: ignore[arg-type]
 
 
-def test_a_delay_adds_its_wait_to_the_plant_alone() -> None:
+@pytest.mark.parametrize("op, shape", [("softmax", (4096, 1024)), ("layernorm", (4096, 768)),
+                                       ("matmul", (1024, 1024, 1024)), ("matmul", (4096, 4096, 4096)),
+                                       ("transpose", (4096, 4096)), ("transpose", (4096, 4098))])
+def test_a_delay_adds_its_wait_to_the_plant_alone(op: str, shape: tuple[int, ...]) -> None:
+    """At every kernel a delay can plant (matmul's ring and tiled kernels, transpose's vec4 and
+    scalar paths among them)."""
     from harness.build.build import build_census
     from harness.build.toolchain import load_nvrtc
 
     if load_nvrtc() is None:
         pytest.skip("NVRTC is not available here")
-    block = config.operation_block(config.validate(delayed(RAW, "softmax", 320)), "softmax")
-    base = build_census("softmax", "cuda", [(4096, 1024)])
-    plant = build_census("softmax", "cuda", [(4096, 1024)],
+    block = config.operation_block(config.validate(delayed(RAW, op, 320)), op)
+    base = build_census(op, "cuda", [shape])
+    plant = build_census(op, "cuda", [shape],
                          variant=("cuda.delayed", variants.compiler_options(block, "cuda.delayed")))
     assert [r["kernel"] for r in plant] == [r["kernel"] for r in base]
     # the wait is a loop over the clock: more instructions in the plant, none in the kernel as it ships

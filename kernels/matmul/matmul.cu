@@ -48,6 +48,23 @@
 #define MM_PAD_A 4  // floats of padding per As row: keeps float4 alignment, spreads the banks
 #define MM_GROUP_M 8
 
+// Planted slowdown (the resolution check's `delay` variants, harness/ops/variants.py): with
+// PLANT_DELAY_CYCLES > 0 one thread of every block waits that many SM clock cycles after the
+// block's work, so the block holds its place on the SM that much longer; the output is unchanged.
+// 0, the kernel as it ships, compiles to nothing.
+#ifndef PLANT_DELAY_CYCLES
+#define PLANT_DELAY_CYCLES 0
+#endif
+__device__ __forceinline__ void plant_delay() {
+#if PLANT_DELAY_CYCLES > 0
+    if (threadIdx.x == 0) {
+        const long long start = clock64();
+        while (clock64() - start < PLANT_DELAY_CYCLES) {
+        }
+    }
+#endif
+}
+
 // ----------------------------------------------------------------------------- cp.async (PTX)
 
 // Shared-memory address (32-bit, .shared window) of a generic pointer into shared memory.
@@ -250,6 +267,7 @@ matmul_f32(const float* __restrict__ A, const float* __restrict__ B, float* __re
     }
 
     mm_store<VEC_B>(C, M, N, m0 + tm, n0 + tn, acc);
+    plant_delay();
 }
 
 // ----------------------------------------------------------------------------- 128 x 128 tiles
@@ -364,6 +382,7 @@ matmul_f32_128(const float* __restrict__ A, const float* __restrict__ B, float* 
             }
         }
     }
+    plant_delay();
 }
 
 // ----------------------------------------------------------------------------- warp-tiled, ROWS x 8 outputs per thread
@@ -562,6 +581,7 @@ matmul_f32_tiled(const float* __restrict__ A, const float* __restrict__ B, float
     }
 
     mmt_store<BM, BN, ROWS>(C, M, N, m0, n0, ty, tx, acc);
+    plant_delay();
 }
 
 // This thread's place in the tile: thread (ty, tx) (the layout above, MM_THREAD_ROWS; with COLS
@@ -732,6 +752,7 @@ matmul_f32_splitk(const float* __restrict__ A, const float* __restrict__ B, floa
         }
         mm_cluster_sync();  // every read of this round done: the shared memory may be rewritten, or freed
     }
+    plant_delay();
 }
 
 // ----------------------------------------------------------------------------- a ring of stages, both operands by cp.async
@@ -934,6 +955,7 @@ __global__ void __launch_bounds__(BM * BN / (8 * ROWS), 2)  // 128 registers at 
 matmul_f32_ring(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
                 const int M, const int N, const int K) {
     mmr_ring<BM, BN, BK, ROWS, STAGES, 8>(A, B, C, M, N, K);
+    plant_delay();
 }
 
 // ROWS x 16 outputs a thread: one block an SM (up to 255 registers).
@@ -942,4 +964,5 @@ __global__ void __launch_bounds__(BM * BN / (16 * ROWS), 1)
 matmul_f32_ring16(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
                   const int M, const int N, const int K) {
     mmr_ring<BM, BN, BK, ROWS, STAGES, 16>(A, B, C, M, N, K);
+    plant_delay();
 }

@@ -57,6 +57,23 @@
 #define TP_ASYNC 0
 #endif
 
+// Planted slowdown (the resolution check's `delay` variants, harness/ops/variants.py): with
+// PLANT_DELAY_CYCLES > 0 one thread of every block waits that many SM clock cycles after the
+// block's work, so the block holds its place on the SM that much longer; the output is unchanged.
+// 0, the kernel as it ships, compiles to nothing.
+#ifndef PLANT_DELAY_CYCLES
+#define PLANT_DELAY_CYCLES 0
+#endif
+__device__ __forceinline__ void plant_delay() {
+#if PLANT_DELAY_CYCLES > 0
+    if (threadIdx.x == 0) {
+        const long long start = clock64();
+        while (clock64() - start < PLANT_DELAY_CYCLES) {
+        }
+    }
+#endif
+}
+
 // Tile coordinates (first row and column of x) of this block (TP_ORDER, above).
 template <int TILE>
 __device__ __forceinline__ void tp_tile_origin(const int tiles_c, int& r0, int& c0) {
@@ -194,6 +211,7 @@ transpose_vec4(const float* __restrict__ x, float* __restrict__ y, const int R, 
         }
     }
 #endif
+    plant_delay();
 }
 
 template <int TILE, int BLOCK>
@@ -230,4 +248,5 @@ transpose_scalar(const float* __restrict__ x, float* __restrict__ y, const int R
         const int gr = r0 + lane;
         if (oc < C && gr < R) y[static_cast<long long>(oc) * R + gr] = tile[lane][col];
     }
+    plant_delay();
 }

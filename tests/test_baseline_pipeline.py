@@ -141,7 +141,10 @@ def test_every_report_opens_with_the_change_and_summary_json_holds_it(
     comment = (copy / "report" / NS / "issue_comment.md").read_text()
     assert comment.index("**This change against") < comment.index("**Flags**" if "**Flags**" in comment else "**No flags**")
     page = (copy / "report" / NS / "index.html").read_text()
-    assert page.index('id="change"') < page.index("Claims at the default shapes")
+    assert page.index('<h2 id="this-change-against-head">') < page.index("Claims at the default shapes")
+    # the contents lead with it, under the anchor its heading has on the page and on GitHub
+    assert "\nContents: [This change](#this-change-against-head) · " in note
+    assert '<li><a href="#this-change-against-head">This change</a></li>' in page
     change = pd.read_csv(copy / "artifacts" / NS / "tables" / "change.csv")
     summary = json.loads((copy / "artifacts" / NS / "summary.json").read_text())
     got = [(r["op"], r["shape"], r["impl"], r["revision"], r["commit"], r["ratio"], r["verdict"]) for r in summary["change"]]

@@ -274,6 +274,7 @@ def test_a_namespace_with_a_targets_table_reports_it_in_every_report(tmp_path: P
     assert "## Targets" in note and f"| {first['op']} | {first['shape']} | {value} |" in note
     assert f"- {first['target']}: {first['op']} {first['shape']}, {first['ratio']} {value}, asked" in comment
     assert '<h2 id="targets">Targets</h2>' in page and f"<td>{value}</td>" in page
+    assert "Contents: [Targets](#targets) · " in note and '<li><a href="#targets">Targets</a></li>' in page
     # a missed bound says by how much, and the shape's other evidence stands beside it
     gap = f"{first['gap'] * 100:.1f}% beyond the bound"
     assert first["gap"] > 0 and gap in note and gap in comment and gap in page

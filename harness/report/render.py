@@ -322,11 +322,24 @@ def build_context(cfg: Mapping[str, Any], tables: Mapping[str, Any], provenance:
     legacy = sorted({c["recorded"] for o in operations for c in o["claims"]
                      if c["recorded"] in summary.LEGACY_VERDICTS})
     taken: set[str] = set()
-    toc = [{"title": o["name"], "anchor": anchor(o["name"], taken)} for o in operations]
-    for o, t in zip(operations, toc, strict=True):
+    # the summary's own sections first, under the anchors their headings get (the page's ids are these)
+    code = binaries.serving(tables.get("census"))
+    change_ctx = change.context(tables.get("change"), tables.get("controls"),
+                                {str(op): i for i, op in enumerate(cfg["operations"])}, code)
+    targets_ctx = targets.context(tables.get("targets"), tables.get("controls"), tables.get("kernel_time"),
+                                  tables.get("counters"), tables.get("variants"))
+    toc: list[dict[str, str]] = []
+    if change_ctx:
+        change_ctx["anchor"] = anchor(f"This change against {', '.join(change_ctx['labels'])}", taken)
+        toc.append({"title": "This change", "anchor": change_ctx["anchor"]})
+    if targets_ctx:
+        targets_ctx["anchor"] = anchor("Targets", taken)
+        toc.append({"title": "Targets", "anchor": targets_ctx["anchor"]})
+    ops_toc = [{"title": o["name"], "anchor": anchor(o["name"], taken)} for o in operations]
+    toc += ops_toc
+    for o, t in zip(operations, ops_toc, strict=True):
         o["anchor"] = t["anchor"]
     known = resolution_context(cfg, tables.get("variants"), tables.get("cross_check"), tables.get("census"))
-    code = binaries.serving(tables.get("census"))
     sections = {}
     for key, title in (("trust", "Controls and drift"), ("resolution", "Resolution: A/A pairs and planted slowdowns"),
                        ("variants", "What was tried and not kept"),
@@ -380,12 +393,10 @@ def build_context(cfg: Mapping[str, Any], tables: Mapping[str, Any], provenance:
         "variants": variants_context(tables.get("variants"), set(resolution.known(cfg)),
                                      binaries.identical_variants(code, tables.get("variants")),
                                      any(v is not None for v in code.values())),
-        "change": change.context(tables.get("change"), tables.get("controls"),
-                                 {str(op): i for i, op in enumerate(cfg["operations"])}, code),
+        "change": change_ctx,
         "stages": change.stages(tables.get("change"), tables.get("kernel_time"), tables.get("span"), control,
                                 git.get("commit"), {str(op): i for i, op in enumerate(cfg["operations"])}, code),
-        "targets": targets.context(tables.get("targets"), tables.get("controls"), tables.get("kernel_time"),
-                                   tables.get("counters"), tables.get("variants")),
+        "targets": targets_ctx,
         "gpu_groups": gpu_groups(tables.get("kernel_time")),
         "counters_read": "ok" in counters_states, "counters_states": sorted(counters_states),
         "not_ranked": [c for o in operations for c in o["claims"] if c["kind"] != "ratio"],

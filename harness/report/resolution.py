@@ -43,6 +43,18 @@ another way than the verdict (module docstring): a plant whose size falls outsid
 about a 2% step."""
 
 
+BELOW_MARGIN = "same or slower"
+"""What a planted slowdown expects where its size measured another way is below the verdicts'
+margin: a change that small is "same" by the verdict's definition, and "slower" where the interval
+is narrow enough to see it; only "faster" is wrong (a plant-sizes run's smallest candidates)."""
+
+
+def below_margin(role_: str, ratio: float | None, margin: float) -> bool:
+    """Whether a planted slowdown's size measured another way (variant/base as `ratio`) is below
+    `margin`, so that "same" is a right verdict for it."""
+    return role_ == "planted slowdown" and ratio is not None and ratio - 1.0 < margin
+
+
 def sized(role_: str, ratio: float | None) -> bool | None:
     """Whether a planted slowdown's size measured another way (variant/base as `ratio`) lies
     within SIZED; None for an A/A twin or where it was not timed."""
@@ -101,12 +113,15 @@ def sizes(mine: tuple[float, float | None] | None,
 def rows(cfg: Mapping[str, Any], variants: Any, cross: Any, census: Any = None) -> list[dict[str, Any]]:
     """summary.json's `resolution`: one object per (op, shape, known-answer variant), in the
     variants table's order: {op, shape, variant, base, role, expected, ratio, lo, hi, verdict,
-    as_expected, planted_growth, planted_delay_cycles, replay_ratio, idle_ratio, replay_sized}:
-    `replay_sized` says (`sized`) whether the plant's size measured another way, `idle_ratio` where
-    the idle starts were timed, else `replay_ratio`, lies within SIZED. A variant of no role in the
+    as_expected, planted_growth, planted_delay_cycles, replay_ratio, idle_ratio, replay_sized,
+    below_margin}: `replay_sized` says (`sized`) whether the plant's size measured another way,
+    `idle_ratio` where the idle starts were timed, else `replay_ratio`, lies within SIZED;
+    `below_margin` whether that size is below the verdicts' margin (the config's verdict.margin),
+    where the plant expects BELOW_MARGIN. A variant of no role in the
     config is one (SAME_BINARY) at each shape where the census shows it runs its base's code
     (harness.tables.binaries)."""
     roles, timings = known(cfg), _timings(cross)
+    margin = float((cfg.get("verdict") or {}).get("margin") or 0.01)
     twins = binaries.identical_variants(binaries.serving(census), variants)
     out = []
     for r in records(variants):
@@ -120,12 +135,15 @@ def rows(cfg: Mapping[str, Any], variants: Any, cross: Any, census: Any = None) 
         verdict = text(r.get("verdict"))
         verdict = verdict if verdict in stats.VERDICTS else None
         replayed, idle = sizes(timings.get((op, shape, variant)), timings.get((op, shape, base)))
+        size = idle if idle is not None else replayed
+        small = below_margin(said, size, margin)
         out.append({"op": op, "shape": shape, "variant": variant, "base": base, "role": said,
-                    "expected": EXPECTED[said], "ratio": number(r.get("ratio")), "lo": number(r.get("ratio_lo")),
-                    "hi": number(r.get("ratio_hi")), "verdict": verdict, "as_expected": verdict == EXPECTED[said],
+                    "expected": BELOW_MARGIN if small else EXPECTED[said], "ratio": number(r.get("ratio")),
+                    "lo": number(r.get("ratio_lo")), "hi": number(r.get("ratio_hi")), "verdict": verdict,
+                    "as_expected": verdict in (stats.SAME, stats.SLOWER) if small else verdict == EXPECTED[said],
                     "planted_growth": growth, "planted_delay_cycles": int(delay) if delay else None,
-                    "replay_ratio": replayed, "idle_ratio": idle,
-                    "replay_sized": sized(said, idle if idle is not None else replayed)})
+                    "replay_ratio": replayed, "idle_ratio": idle, "replay_sized": sized(said, size),
+                    "below_margin": small})
     return out
 
 
@@ -135,8 +153,10 @@ def context(cfg: Mapping[str, Any], variants: Any, cross: Any, census: Any = Non
     found = rows(cfg, variants, cross, census)
     if not found:
         return None
-    counts = {said: {"pairs": sum(r["role"] == said for r in found),
-                     "as_expected": sum(r["role"] == said and r["as_expected"] for r in found),
+    counts = {said: {"pairs": sum(r["role"] == said and not r["below_margin"] for r in found),
+                     "as_expected": sum(r["role"] == said and not r["below_margin"] and r["as_expected"] for r in found),
+                     "below": sum(r["role"] == said and r["below_margin"] for r in found),
+                     "below_as_expected": sum(r["role"] == said and r["below_margin"] and r["as_expected"] for r in found),
                      "sized": sum(r["replay_sized"] is True for r in found if r["role"] == said),
                      "replayed": sum(r["replay_sized"] is not None for r in found if r["role"] == said)}
               for said in EXPECTED}
@@ -152,7 +172,8 @@ def context(cfg: Mapping[str, Any], variants: Any, cross: Any, census: Any = Non
                       "not timed" if r["replay_sized"] is None else "yes" if r["replay_sized"] else "NO",
                       "as_expected_text": "yes" if r["as_expected"] else "NO"})
     return {"rows": shown, "counts": [{"role": said, **counts[said], "expected": EXPECTED[said]} for said in EXPECTED
-                                      if counts[said]["pairs"]],
+                                      if counts[said]["pairs"] or counts[said]["below"]],
+            "margin": float((cfg.get("verdict") or {}).get("margin") or 0.01),
             "same_binary": any(r["role"] == SAME_BINARY for r in found),
             "replayed": any(r["replay_ratio"] is not None for r in found),
             "idle": any(r["idle_ratio"] is not None for r in found)}
@@ -171,15 +192,17 @@ def flags(found: list[dict[str, Any]]) -> list[str]:
     """The flag lines of the known answers this session got wrong (`rows`): A/A pairs (twins and
     variants of the same binary) that came out "faster" or "slower", which say its verdicts have a
     bias as large as their ratios; planted slowdowns that came out "same" or "faster", which say it
-    can call a change of their size no change, or the wrong way. "Can't tell" is no flag either
-    way: the interval straddled the margin, and the verdict said so."""
+    can call a change of their size no change, or the wrong way ("same" is right for a plant sized
+    below the margin, `below_margin`). "Can't tell" is no flag either way: the interval straddled
+    the margin, and the verdict said so."""
     pairs = [r for r in found if EXPECTED[r["role"]] == stats.SAME]
     plants = [r for r in found if EXPECTED[r["role"]] == stats.SLOWER]
     out = []
     for mine, missed, what, meaning in (
             (pairs, [r for r in pairs if r["verdict"] in (stats.FASTER, stats.SLOWER)], "A/A pairs came out faster or slower",
              "so a verdict of this session no further from 1 than these ratios may be its own bias"),
-            (plants, [r for r in plants if r["verdict"] in (stats.SAME, stats.FASTER)],
+            (plants, [r for r in plants
+                      if r["verdict"] == stats.FASTER or (r["verdict"] == stats.SAME and not r.get("below_margin"))],
              "planted slowdowns came out same or faster", "so this session can miss a change of that size")):
         if not missed:
             continue

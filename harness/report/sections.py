@@ -182,9 +182,11 @@ def resolution_context(cfg: Mapping[str, Any], variants_frame: Any, cross_frame:
                             for r in known["rows"]])
     by = "by idle-start timing" if known["idle"] else "by the replay"
     said = "; ".join(f"{resolution.PLURAL[c['role']]}: {c['as_expected']} of {c['pairs']} {c['expected']}"
-                                  + (f", {c['sized']} of {c['replayed']} sized {size_range()} {by}"
-                                     if c["role"] == "planted slowdown" and c["replayed"] else "")
-                                  for c in known["counts"]) + "."
+                     + (f", {c['sized']} of {c['replayed']} sized {size_range()} {by}"
+                        if c["role"] == "planted slowdown" and c["replayed"] else "")
+                     + (f", and {c['below']} more sized below the {known['margin'] * 100:g}% margin {by}, where "
+                        f"{resolution.BELOW_MARGIN} is right: {c['below_as_expected']} of {c['below']}" if c["below"] else "")
+                     for c in known["counts"]) + "."
     known["sentence"] = said[:1].upper() + said[1:]
     return known
 

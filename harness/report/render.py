@@ -352,7 +352,7 @@ def build_context(cfg: Mapping[str, Any], tables: Mapping[str, Any], provenance:
     gpus = provenance.get("gpus") or []
     git = provenance.get("git") or {}
     cross = cross_check_context(tables.get("cross_check"), cfg.get("cross_check") or {}, _control_of(cfg),
-                                float((cfg.get("verdict") or {}).get("margin") or 0.01))
+                                resolution.margin(cfg))
     _replay_into_claims(operations, cross)
     commands = summary.commands(provenance)
     counters_states = {o["counters"]["state"] for o in operations}

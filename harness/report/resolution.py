@@ -49,6 +49,11 @@ margin: a change that small is "same" by the verdict's definition, and "slower" 
 is narrow enough to see it; only "faster" is wrong (a plant-sizes run's smallest candidates)."""
 
 
+def margin(cfg: Mapping[str, Any]) -> float:
+    """The verdicts' margin of the run's config (verdict.margin), stats.MARGIN where it names none."""
+    return float((cfg.get("verdict") or {}).get("margin") or stats.MARGIN)
+
+
 def below_margin(role_: str, ratio: float | None, margin: float) -> bool:
     """Whether a planted slowdown's size measured another way (variant/base as `ratio`) is below
     `margin`, so that "same" is a right verdict for it."""
@@ -121,7 +126,7 @@ def rows(cfg: Mapping[str, Any], variants: Any, cross: Any, census: Any = None) 
     config is one (SAME_BINARY) at each shape where the census shows it runs its base's code
     (harness.tables.binaries)."""
     roles, timings = known(cfg), _timings(cross)
-    margin = float((cfg.get("verdict") or {}).get("margin") or 0.01)
+    band = margin(cfg)
     twins = binaries.identical_variants(binaries.serving(census), variants)
     out = []
     for r in records(variants):
@@ -136,7 +141,7 @@ def rows(cfg: Mapping[str, Any], variants: Any, cross: Any, census: Any = None) 
         verdict = verdict if verdict in stats.VERDICTS else None
         replayed, idle = sizes(timings.get((op, shape, variant)), timings.get((op, shape, base)))
         size = idle if idle is not None else replayed
-        small = below_margin(said, size, margin)
+        small = below_margin(said, size, band)
         out.append({"op": op, "shape": shape, "variant": variant, "base": base, "role": said,
                     "expected": BELOW_MARGIN if small else EXPECTED[said], "ratio": number(r.get("ratio")),
                     "lo": number(r.get("ratio_lo")), "hi": number(r.get("ratio_hi")), "verdict": verdict,
@@ -173,7 +178,7 @@ def context(cfg: Mapping[str, Any], variants: Any, cross: Any, census: Any = Non
                       "as_expected_text": "yes" if r["as_expected"] else "NO"})
     return {"rows": shown, "counts": [{"role": said, **counts[said], "expected": EXPECTED[said]} for said in EXPECTED
                                       if counts[said]["pairs"] or counts[said]["below"]],
-            "margin": float((cfg.get("verdict") or {}).get("margin") or 0.01),
+            "margin": margin(cfg),
             "same_binary": any(r["role"] == SAME_BINARY for r in found),
             "replayed": any(r["replay_ratio"] is not None for r in found),
             "idle": any(r["idle_ratio"] is not None for r in found)}

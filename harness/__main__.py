@@ -7,7 +7,7 @@ Commands:
   history build [--artifacts DIR] [--out FILE] [--force]          rebuild the SQLite index of every retained namespace
   bundle NAMESPACE [--out FILE] [--force] [--include-reports]     one archive of a namespace for a pull request
   compare A B [--margin M] [--out FILE.csv] [--force]             two namespaces kernel by kernel: same, faster, slower or can't tell
-  retrust NAMESPACE                                               re-derive a namespace's controls, drift and reports (CPU)
+  retrust NAMESPACE                                               re-derive a namespace's controls, drift, targets, reports (CPU)
   rerender NAMESPACE ... | --all                                  render reports again from their own tables (CPU)
   regroup NAMESPACE [--dry-run]                                   clear the groups measured on more than one GPU, to re-measure them
   job-times NAMESPACE                                              where a run's time went (writes tables/job_times.csv)

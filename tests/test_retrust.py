@@ -15,6 +15,7 @@ import pytest
 
 from harness import ROOT
 from harness.__main__ import main as cli
+from harness.evidence import targets
 
 LATER, EARLIER, OLDER = "h200-ops-solo-1", "h200-ops-1", "h200-validate-1"
 
@@ -57,6 +58,23 @@ def test_a_namespace_retained_later_enters_the_bands_and_the_drift(tmp_path: Pat
     assert all("no measurement changed" in c["note"] for c in added)
     for c in added:  # the report's history names them
         assert f"- python -m harness retrust {LATER} --rewrite-retained (started {c['start']})" in note
+
+
+def test_the_targets_are_judged_again_from_the_controls_derived_again(tmp_path: Path) -> None:
+    """targets.csv reads which pairings controls.csv ranks, so retrust judges it again, with the
+    run's own targets (its provenance): here a copy alone, whose controls lose every band."""
+    name = "h200-ops-37"
+    art, rep = retained_copy(tmp_path, name)
+    stale = pd.read_csv(art / name / "tables" / "targets.csv")
+    stale.assign(status="met", reason="").to_csv(art / name / "tables" / "targets.csv", index=False)
+    assert retrust(name, art, rep) == 0
+    cfg = json.loads((art / name / "provenance.json").read_text())["config"]
+    again = pd.read_csv(art / name / "tables" / "targets.csv")
+    judged = targets.judge(name, cfg, art)
+    for column in ("op", "shape", "target", "status", "reason"):
+        assert again[column].fillna("").astype(str).tolist() == judged[column].fillna("").astype(str).tolist()
+    assert (again["status"] == "not judged").any() and (again["status"] == "missed").any()
+    assert "controls, drift and targets re-derived" in json.loads((art / name / "provenance.json").read_text())["commands"][-1]["note"]
 
 
 def test_measured_tables_are_left_as_they_were(tmp_path: Path) -> None:

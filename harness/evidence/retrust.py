@@ -6,7 +6,8 @@ A namespace's controls and drift are read from the namespaces retained before it
 date). When one of those arrives only after the run (measured on another machine, or restored
 from a pull request), the run's trust tables were derived without it. This reruns the pipeline's
 own trust step over what is retained now, with the namespace's own configuration (from its
-provenance), re-renders the reports, page, figures and summary from the tables, and appends the command to the namespace's
+provenance), judges its targets again where it has them (they read which pairings the controls
+rank), re-renders the reports, page, figures and summary from the tables, and appends the command to the namespace's
 provenance so the report's history stays honest. Nothing measured changes: only the tables
 derived from other namespaces and the text rendered from them.
 """
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import ROOT
+from harness import config as hconfig
 from harness.errors import EvidenceError
 from harness.io import write_text
 from harness.namespaces import namespace_dir, refuse_retained
@@ -93,9 +95,16 @@ def retrust(namespace: str, artifacts: str | Path = ROOT / "artifacts", reports:
     tables_step.controls_and_drift(namespace=namespace, control=t.get("control", "triton"), margin=float(t.get("margin", trust.MARGIN)),
                                    earlier=t.get("earlier"), controls_out=str(tdir / "controls.csv"),
                                    drift_out=str(tdir / "drift.csv"))
+    cfg = provenance["config"]
+    judged = (tdir / "targets.csv").is_file()
+    if judged:  # its targets read the controls' rankable column: judged again with the run's own targets
+        tables_step.targets_table(namespace=namespace, targets=list(cfg.get("targets") or []),
+                                  operations=hconfig.targets_plan(cfg), sweep=str(tdir / "sweep.csv"),
+                                  kernel_time=str(tdir / "kernel_time.csv"), span=str(tdir / "span.csv"),
+                                  controls=str(tdir / "controls.csv"), out=str(tdir / "targets.csv"))
     render_again(namespace, ns_dir, provenance, reports, f"python -m harness retrust {namespace} --rewrite-retained",
-                 "controls and drift re-derived from the namespaces retained before it, reports re-rendered; "
-                 "no measurement changed")
+                 f"controls{', drift and targets' if judged else ' and drift'} re-derived from the namespaces retained "
+                 "before it, reports re-rendered; no measurement changed")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,62 @@
+"""scripts/device_call.sh on the CPU, with a stand-in for scripts/h200_run.sh that records what it
+was asked: each word becomes one run with its own pack and settings, in order, and a run whose
+budget the call no longer has is not started."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from harness import ROOT
+
+SCRIPT = ROOT / "scripts" / "device_call.sh"
+
+STAND_IN = """#!/usr/bin/env bash
+echo "PACK=$PACK RUN_TESTS=${RUN_TESTS:-} PIPELINE=${PIPELINE:-} AS_TYPED=${AS_TYPED:-} TIERS=${TIERS:-} \
+CONFIGFILE=${CONFIGFILE:-} SNAKE_TIMEOUT=$SNAKE_TIMEOUT" >> "$RECORD"
+sleep "${SLEEP:-0}"
+echo "namespace: ns-$PACK"
+echo "snakemake: 1 s, rc=0"
+"""
+
+
+def call(tmp_path: Path, *words: str, limit: int = 540, sleep: float = 0) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    stand_in = tmp_path / "run.sh"
+    stand_in.write_text(STAND_IN)
+    record = tmp_path / "record.txt"
+    env = {"PATH": "/usr/bin:/bin", "H200_RUN": str(stand_in), "RECORD": str(record), "LIMIT": str(limit),
+           "SLEEP": str(sleep)}
+    proc = subprocess.run(["bash", str(SCRIPT), *words], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    return proc, record.read_text().splitlines() if record.is_file() else []
+
+
+def test_each_word_is_one_run_packed_apart_in_order(tmp_path: Path) -> None:
+    proc, runs = call(tmp_path, "suite", "main", "resolution", "cap-resolution:60", "resolution")
+    assert proc.returncode == 0, proc.stderr
+    assert runs == [
+        "PACK=suite RUN_TESTS= PIPELINE=0 AS_TYPED= TIERS=full CONFIGFILE= SNAKE_TIMEOUT=240",
+        "PACK=main RUN_TESTS=0 PIPELINE= AS_TYPED=1 TIERS= CONFIGFILE= SNAKE_TIMEOUT=180",
+        "PACK=resolution RUN_TESTS=0 PIPELINE= AS_TYPED= TIERS= CONFIGFILE=workflow/configs/resolution.yaml SNAKE_TIMEOUT=75",
+        "PACK=cap-resolution RUN_TESTS=0 PIPELINE= AS_TYPED= TIERS= CONFIGFILE=workflow/configs/cap-resolution.yaml "
+        "SNAKE_TIMEOUT=60",
+        "PACK=resolution-2 RUN_TESTS=0 PIPELINE= AS_TYPED= TIERS= CONFIGFILE=workflow/configs/resolution.yaml SNAKE_TIMEOUT=75",
+    ]
+    assert "namespace: ns-resolution-2" in proc.stdout and proc.stdout.rstrip().splitlines()[-1].startswith("call: ")
+
+
+def test_a_run_whose_budget_is_no_longer_left_is_not_started(tmp_path: Path) -> None:
+    proc, runs = call(tmp_path, "resolution:2", "resolution:2", limit=4, sleep=3)
+    assert proc.returncode == 0, proc.stderr
+    assert [r.split()[0] for r in runs] == ["PACK=resolution"]  # after 3 s, the second no longer had 2 s
+    assert re.search(r"^resolution-2: not started, [01] s of the call left and its budget 2 s$", proc.stdout, re.M)
+
+
+@pytest.mark.parametrize("words", [[], ["main"] * 9, ["main", "no-such-config"], ["main:0"], ["main:"], ["../config"],
+                                   ["suite", "main:ten"]])
+def test_a_word_it_does_not_take_stops_it_in_one_sentence_before_any_run(tmp_path: Path, words: list[str]) -> None:
+    proc, runs = call(tmp_path, *words)
+    assert proc.returncode == 2 and runs == []
+    assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("device_call: ")

@@ -16,26 +16,34 @@ set -u
 run=${H200_RUN:-scripts/h200_run.sh}
 limit=${LIMIT:-540}
 [ "$#" -ge 1 ] && [ "$#" -le 8 ] || { echo "device_call: give one to eight words (suite, main, a config's name)." >&2; exit 2; }
+names=(); budgets=()
 for word in "$@"; do  # every word checked before any run starts
   name=${word%%:*}; budget=${word#"$name"}; budget=${budget#:}
   if ! [[ "$name" =~ ^[a-z0-9][a-z0-9_-]*$ ]] || ! [[ "${budget:-1}" =~ ^[1-9][0-9]*$ ]] || [[ "$word" == *: ]]; then
     echo "device_call: '$word' is not a word this script takes (suite, main or a config's name, then :SECONDS)." >&2; exit 2
   fi
-  if [ "$name" != suite ] && [ "$name" != main ] && [ ! -f "workflow/configs/$name.yaml" ]; then
-    echo "device_call: there is no workflow/configs/$name.yaml." >&2; exit 2
-  fi
+  case $name in
+    suite) budget=${budget:-240} ;;
+    main) budget=${budget:-180} ;;
+    *)
+      if [ ! -f "workflow/configs/$name.yaml" ]; then
+        echo "device_call: there is no workflow/configs/$name.yaml." >&2; exit 2
+      fi
+      budget=${budget:-75} ;;
+  esac
+  names+=("$name"); budgets+=("$budget")
 done
 t0=$(date +%s)
 elapsed() { echo $(( $(date +%s) - t0 )); }
 declare -A times
-for word in "$@"; do
-  name=${word%%:*}; budget=${word#"$name"}; budget=${budget#:}
+for i in "${!names[@]}"; do
+  name=${names[$i]}; budget=${budgets[$i]}
   n=$(( ${times[$name]:-0} + 1 )); times[$name]=$n
   pack=$name; [ "$n" -gt 1 ] && pack=$name-$n
   case $name in
-    suite) budget=${budget:-240}; set_env=(PACK="$pack" TIERS="${TIERS:-full}" PIPELINE=0) ;;
-    main) budget=${budget:-180}; set_env=(PACK="$pack" RUN_TESTS=0 AS_TYPED=1) ;;
-    *) budget=${budget:-75}; set_env=(PACK="$pack" RUN_TESTS=0 CONFIGFILE="workflow/configs/$name.yaml") ;;
+    suite) set_env=(PACK="$pack" TIERS="${TIERS:-full}" PIPELINE=0) ;;
+    main) set_env=(PACK="$pack" RUN_TESTS=0 AS_TYPED=1) ;;
+    *) set_env=(PACK="$pack" RUN_TESTS=0 CONFIGFILE="workflow/configs/$name.yaml") ;;
   esac
   left=$(( limit - $(elapsed) ))
   if [ "$left" -lt "$budget" ]; then

@@ -147,7 +147,7 @@ def test_a_variant_that_runs_its_base_s_binary_is_an_aa_pair_there(tmp_path: Pat
 def test_known_answers_flag_only_what_was_missed() -> None:
     def row(role: str, verdict: str, expected: str) -> dict[str, Any]:
         return {"op": "softmax", "shape": "4096x1024", "variant": "cuda.v", "role": role, "verdict": verdict,
-                "as_expected": verdict == expected, "ratio": 0.99, "lo": 0.985, "hi": 0.995}
+                "as_expected": verdict in expected.split(" or "), "ratio": 0.99, "lo": 0.985, "hi": 0.995}
 
     assert resolution.flags([row("A/A twin", "same", "same"), row("planted slowdown", "slower", "slower"),
                              row("A/A twin", "can't tell", "same"), row("planted slowdown", "can't tell", "slower")]

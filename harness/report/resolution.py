@@ -197,8 +197,8 @@ def flags(found: list[dict[str, Any]]) -> list[str]:
     """The flag lines of the known answers this session got wrong (`rows`): A/A pairs (twins and
     variants of the same binary) that came out "faster" or "slower", which say its verdicts have a
     bias as large as their ratios; planted slowdowns that came out "same" or "faster", which say it
-    can call a change of their size no change, or the wrong way ("same" is right for a plant sized
-    below the margin, `below_margin`). "Can't tell" is no flag either way: the interval straddled
+    can call a change of their size no change, or the wrong way (unless `as_expected` says otherwise:
+    "same" is right for a plant sized below the margin, `below_margin`). "Can't tell" is no flag either way: the interval straddled
     the margin, and the verdict said so."""
     pairs = [r for r in found if EXPECTED[r["role"]] == stats.SAME]
     plants = [r for r in found if EXPECTED[r["role"]] == stats.SLOWER]
@@ -206,8 +206,7 @@ def flags(found: list[dict[str, Any]]) -> list[str]:
     for mine, missed, what, meaning in (
             (pairs, [r for r in pairs if r["verdict"] in (stats.FASTER, stats.SLOWER)], "A/A pairs came out faster or slower",
              "so a verdict of this session no further from 1 than these ratios may be its own bias"),
-            (plants, [r for r in plants
-                      if r["verdict"] == stats.FASTER or (r["verdict"] == stats.SAME and not r.get("below_margin"))],
+            (plants, [r for r in plants if r["verdict"] in (stats.SAME, stats.FASTER) and not r["as_expected"]],
              "planted slowdowns came out same or faster", "so this session can miss a change of that size")):
         if not missed:
             continue

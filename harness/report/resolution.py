@@ -152,19 +152,24 @@ def rows(cfg: Mapping[str, Any], variants: Any, cross: Any, census: Any = None) 
     return out
 
 
+def role_counts(mine: list[dict[str, Any]]) -> dict[str, int]:
+    """How many of one role's rows (`rows`) there are and came out as expected, apart above and
+    below the margin, and how many of them the replays timed and sized."""
+    above = [r for r in mine if not r["below_margin"]]
+    below = [r for r in mine if r["below_margin"]]
+    return {"pairs": len(above), "as_expected": sum(bool(r["as_expected"]) for r in above),
+            "below": len(below), "below_as_expected": sum(bool(r["as_expected"]) for r in below),
+            "sized": sum(r["replay_sized"] is True for r in mine),
+            "replayed": sum(r["replay_sized"] is not None for r in mine)}
+
+
 def context(cfg: Mapping[str, Any], variants: Any, cross: Any, census: Any = None) -> dict[str, Any] | None:
     """The templates' `resolution`: None where the run measured no known-answer variant; else
     its rows as text, and per role how many came out as expected."""
     found = rows(cfg, variants, cross, census)
     if not found:
         return None
-    counts = {said: {"pairs": sum(r["role"] == said and not r["below_margin"] for r in found),
-                     "as_expected": sum(r["role"] == said and not r["below_margin"] and r["as_expected"] for r in found),
-                     "below": sum(r["role"] == said and r["below_margin"] for r in found),
-                     "below_as_expected": sum(r["role"] == said and r["below_margin"] and r["as_expected"] for r in found),
-                     "sized": sum(r["replay_sized"] is True for r in found if r["role"] == said),
-                     "replayed": sum(r["replay_sized"] is not None for r in found if r["role"] == said)}
-              for said in EXPECTED}
+    counts = {said: role_counts([r for r in found if r["role"] == said]) for said in EXPECTED}
     shown = []
     for r in found:
         replay = r["replay_ratio"]

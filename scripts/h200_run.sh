@@ -15,9 +15,14 @@
 # it into one archive instead, $OUT/NAME.tgz: the device tool brings back at most eight files, so
 # several runs in one call each take a PACK name of their own.
 set -uo pipefail
-if [ -n "${PACK:-}" ] && [ -z "${PACK_INTO:-}" ]; then  # once, not again when NAMESPACE restarts the script
-  export PACK_INTO=${OUT:-/tmp/out} OUT=$(mktemp -d); mkdir -p "$PACK_INTO"
+# PACK leaves the environment as NAMESPACE does (below), for the same reason: its value is a
+# config's name, which the namespace's name holds, and the capture and the bundle withheld it
+# ('h200-[PACK withheld]-1'). The archive's path it names stays, a path no report holds.
+if [ -n "${PACK:-}" ] && [ -z "${PACK_TO:-}" ]; then
+  mkdir -p "${OUT:-/tmp/out}"
+  PACK_TO="$(cd "${OUT:-/tmp/out}" && pwd)/$PACK.tgz" OUT=$(mktemp -d) exec env -u PACK bash "$0" "$@"
 fi
+export PACK_TO=${PACK_TO:-}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 # The device's copy of the tree may hold a .git of another commit: git must not answer for it, so
 # the provenance takes the commit from EVIDENCE_GIT_COMMIT (checked to be a full hash).
@@ -101,5 +106,5 @@ fi
 tar czf "$OUT/evidence.tgz" --exclude='*.nsys-rep' --exclude='*.ncu-rep' --exclude='capture.sqlite' --exclude="artifacts/$ns/build" \
   "artifacts/$ns" "report/$ns" -C /tmp stats 2>/dev/null
 ls -la "$OUT"
-if [ -n "${PACK_INTO:-}" ]; then tar czf "$PACK_INTO/$PACK.tgz" -C "$OUT" . && ls -la "$PACK_INTO/$PACK.tgz"; fi
+if [ -n "$PACK_TO" ]; then tar czf "$PACK_TO" -C "$OUT" . && ls -la "$PACK_TO"; fi
 exit "$rc"

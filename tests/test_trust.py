@@ -17,6 +17,7 @@ from harness import ROOT
 from harness.errors import EvidenceError
 from harness.report import trust_context
 from harness.tables import derive, history, trust
+from harness.tables.retained import POWER_CAP_FLAG
 
 REAL = ROOT / "artifacts"
 OLD, NEW = "h200-layernorm-1", "h200-ops-defaults-1"  # retained before NVML was recorded (no gpu_state.csv)
@@ -49,9 +50,11 @@ def census_of(rows: list[dict], **over: dict[str, str]) -> list[dict]:
     return [census_row(op, impl, ";".join(shapes), **over.get(impl, {})) for (op, impl), shapes in served.items()]
 
 
-def state_rows(name: str, kernel_time: list[dict], flagged: dict[tuple[str, str, str], str] | None = None) -> list[dict]:
+def state_rows(name: str, kernel_time: list[dict], flagged: dict[tuple[str, str, str], str] | None = None,
+               extent: str | None = None) -> list[dict]:
     """gpu_state.csv rows (derive.GPU_STATE_COLUMNS) for every capture: quiet unless `flagged`
-    names it, with the NVML flag sentence the watcher writes."""
+    names it, with the NVML flag sentence the watcher writes; `extent`: its during_extent
+    ("group": read in the group's own windows)."""
     flagged = flagged or {}
     out = []
     for r in kernel_time:
@@ -61,14 +64,15 @@ def state_rows(name: str, kernel_time: list[dict], flagged: dict[tuple[str, str,
                     "gpu_uuid": r.get("gpu_uuid", f"GPU-{name}"), "before_utilization_pct": 0, "before_power_w": 75.0,
                     "before_sm_clock_mhz": 1980, "before_compute_processes": 0, "during_samples": 40,
                     "during_throttle_reasons": 1, "during_max_compute_processes": 2 if flag.startswith("another") else 1,
-                    "disturbed": bool(flag), "flags": flag})
+                    "disturbed": bool(flag), "flags": flag, "during_extent": extent})
         out.append(row)
     return out
 
 
 def write_namespace(artifacts: Path, name: str, date: str | None, kernel_time: list[dict], census: list[dict] | None = None,
                     gpu: str = "NVIDIA H200", cache_mode: str = "hot", controls: list[dict] | None = None,
-                    nvml: bool = True, flagged: dict[tuple[str, str, str], str] | None = None) -> Path:
+                    nvml: bool = True, flagged: dict[tuple[str, str, str], str] | None = None,
+                    extent: str | None = None) -> Path:
     ns = artifacts / name
     (ns / "tables").mkdir(parents=True)
     pd.DataFrame([{"namespace": name, "cache_mode": cache_mode, **r} for r in kernel_time]).to_csv(
@@ -78,7 +82,7 @@ def write_namespace(artifacts: Path, name: str, date: str | None, kernel_time: l
     if controls is not None:
         pd.DataFrame(controls).to_csv(ns / "tables" / "controls.csv", index=False)
     if nvml:
-        pd.DataFrame(state_rows(name, kernel_time, flagged), columns=derive.GPU_STATE_COLUMNS).to_csv(
+        pd.DataFrame(state_rows(name, kernel_time, flagged, extent), columns=derive.GPU_STATE_COLUMNS).to_csv(
             ns / "tables" / "gpu_state.csv", index=False)
     if date is not None:
         (ns / "provenance.json").write_text(json.dumps({
@@ -478,6 +482,49 @@ def test_groups_on_two_gpus_are_not_ranked() -> None:
     assert row["status"] == "inside" and row["split_gpus"] and not row["rankable"] and row["suspect"] == ""
     assert "Ours (cuda) ran on GPU-a and triton on GPU-b, so this pairing compares two devices." in row["note"]
     assert row["claim_note"].endswith("because ours ran on GPU-a and triton on GPU-b.")
+
+
+def capped_history(art: Path, control_now: float = 40.5, extent: str = "group", also: str | None = None,
+                   impls: tuple[str, ...] = ("triton", "cuda", "torch")) -> dict:
+    """Three quiet sessions (control 40.0-41.0 µs), then one whose captures at LNX NVML flagged (the
+    software power cap, with `also` beside it where given) in `impls`, read over `extent`; its tables."""
+    for name, ctl in {"q1": 40.0, "q2": 40.6, "q3": 41.0}.items():
+        rows = [kt(*LNX, "triton", ctl), kt(*LNX, "cuda", 30.0), kt(*LNX, "torch", 33.0)]
+        write_namespace(art, name, day(int(name[1])), rows, census=census_of(rows), extent="group")
+    rows = [kt(*LNX, "triton", control_now), kt(*LNX, "cuda", 30.2), kt(*LNX, "torch", 33.1)]
+    flag = "; ".join([POWER_CAP_FLAG, *([also] if also else [])])
+    write_namespace(art, "capped", day(5), rows, census=census_of(rows), extent=extent,
+                    flagged={(*LNX, impl): flag for impl in impls})
+    return tables(art, "capped")
+
+
+def test_a_group_under_its_own_power_cap_ranks_with_its_control_inside_its_band(tmp_path: Path) -> None:
+    """The software power cap, read in the group's own windows at every capture and nothing else
+    with it: the group's own work drew it, so it holds the clock down under every implementation
+    alike, and the pairing ranks where the control came back inside its band."""
+    row = capped_history(tmp_path / "artifacts")["controls"].iloc[0]
+    assert row["status"] == "inside" and row["nvml"] == "disturbed" and bool(row["own_power_cap"])
+    assert bool(row["rankable"]) and row["suspect"] == "" and row["claim_note"] == ""
+    assert row["note"] == (
+        "triton's layernorm 2048x1536 came back at 40.50 µs, inside its band of 38.00-43.05 µs (observed 40.00-41.00 µs "
+        "across 3 quiet namespaces, widened by 5%); NVML flagged the cuda, torch and triton captures at this shape "
+        f"({POWER_CAP_FLAG}), read in the group's own windows and nothing else: the group's own work drew the cap, "
+        "which holds the clock down under every implementation it measures alike (docs/method.md#a-quiet-gpu-watched). "
+        "Ours can be ranked against triton at this shape.")
+
+
+@pytest.mark.parametrize("case", ["session watch", "another process too", "one capture", "control above its band"])
+def test_a_power_cap_ranks_only_where_the_groups_own_work_drew_it(tmp_path: Path, case: str) -> None:
+    """Not ranked: the cap read by a watch over the whole session (another group's work may have
+    drawn it), another process beside it, a cap read in one capture of the group only (it slowed
+    that implementation, not the others), or the control above its band even so."""
+    cases: dict[str, dict[str, Any]] = {"session watch": {"extent": "session"}, "another process too": {"also": PROCESS},
+                                        "one capture": {"impls": ("cuda",)}, "control above its band": {"control_now": 44.0}}
+    kwargs = cases[case]
+    row = capped_history(tmp_path / "artifacts", **kwargs)["controls"].iloc[0]
+    above = case == "control above its band"
+    assert not row["rankable"] and row["claim_note"] != "" and row["suspect"] == "group"
+    assert bool(row["own_power_cap"]) == above and row["status"] == ("under load" if above else "inside")
 
 
 def test_rankable_reads_old_and_new_tables() -> None:

@@ -41,7 +41,7 @@ BAND_COLUMNS = ["op", "shape", "control", "observed_min_us", "observed_max_us", 
 
 CONTROL_COLUMNS = ["op", "shape", "control", "kernel_time_us", "band_lo_us", "band_hi_us", "observed_min_us",
                    "observed_max_us", "margin", "n_namespaces", "namespaces", "unrecorded", "set_aside", "status", "under_load",
-                   "rankable", "suspect", "nvml", "nvml_flags", "ours", "ours_us", "ours_lo_us", "ours_hi_us",
+                   "rankable", "suspect", "nvml", "nvml_flags", "own_power_cap", "ours", "ours_us", "ours_lo_us", "ours_hi_us",
                    "ours_namespaces", "ours_position", "split_gpus", "note", "claim_note"]
 
 STATUSES = ("inside", "below", "above", "under load", "establishing", "missing")
@@ -263,12 +263,13 @@ def classify_controls(current_kernel_time: pd.DataFrame, bands: pd.DataFrame, co
         band = band_by_key.get((op, shape))
         has_band = band is not None and not _missing(band.get("band_lo_us"))
         flagged = now.group_flags(op, shape)
+        own_cap = now.own_power_cap(op, shape)
         nvml = "disturbed" if flagged else ("quiet" if now.watched(op, shape, control) else "unknown")
         row: dict[str, Any] = {"op": op, "shape": shape, "control": control, "kernel_time_us": value,
                                "band_lo_us": None, "band_hi_us": None, "observed_min_us": None, "observed_max_us": None,
                                "margin": margin, "n_namespaces": 0, "namespaces": "",
                                "set_aside": (band or {}).get("set_aside") or "", "nvml": nvml,
-                               "nvml_flags": _flag_text(flagged.values()) if flagged else "",
+                               "nvml_flags": _flag_text(flagged.values()) if flagged else "", "own_power_cap": own_cap,
                                "ours": ours if ours != control else "", "ours_us": ours_value, "ours_lo_us": None,
                                "ours_hi_us": None, "ours_namespaces": "", "ours_position": "",
                                "split_gpus": bool(ctl_gpu and ours_gpu and ctl_gpu != ours_gpu), "_ours_n": 0,
@@ -307,16 +308,19 @@ def classify_controls(current_kernel_time: pd.DataFrame, bands: pd.DataFrame, co
         ours_flagged = ours in flagged
         if status in ABOVE:
             row["suspect"] = "group" if (row["ours_position"] == "above" or ours_flagged) else "control"
-        elif flagged and status != "missing":
+        elif flagged and status != "missing" and not own_cap:
             row["suspect"] = "control" if set(flagged) == {control} else "group"
         else:
             row["suspect"] = ""
         clean = status in ("inside", "below") or (status == "establishing" and nvml == "quiet")
-        row["rankable"] = bool(clean and not flagged and not row["split_gpus"])
+        row["rankable"] = bool(clean and (not flagged or own_cap) and not row["split_gpus"])
 
         # sentences
         flagged_captures = f"the {_and(sorted(flagged))} {'capture' if len(flagged) == 1 else 'captures'} at this shape"
         flag_clause = f"NVML flagged {flagged_captures} ({row['nvml_flags']})" if flagged else ""
+        own_cap_clause = (f"{flag_clause}, read in the group's own windows and nothing else: the group's own work "
+                          f"drew the cap, which holds the clock down under every implementation it measures alike "
+                          f"(docs/method.md#a-quiet-gpu-watched)")
         parts: list[str] = []
         if status == "missing":
             parts.append(f"This run did not measure {control} at {op} {shape}, so no control judges the captures there.")
@@ -335,7 +339,9 @@ def classify_controls(current_kernel_time: pd.DataFrame, bands: pd.DataFrame, co
             text = _band_text(row)
             head = f"{who} came back at {_us(value)}"
             if status == "inside":
-                if flagged:
+                if own_cap:
+                    parts.append(f"{head}, inside {text}; {own_cap_clause}.")
+                elif flagged:
                     parts.append(f"{head}, inside {text}, but {flag_clause}: not a clean capture.")
                 elif nvml == "unknown":
                     parts.append(f"{head}, inside {text}: a clean capture by its band (NVML recorded nothing for it).")
@@ -345,7 +351,7 @@ def classify_controls(current_kernel_time: pd.DataFrame, bands: pd.DataFrame, co
                 parts.append(f"{head}, below {text}: faster than any earlier quiet capture, which load cannot cause "
                              f"(the GPU ran faster this session, or the band is too narrow).")
                 if flagged:
-                    parts.append(f"{flag_clause}.")
+                    parts.append(f"{own_cap_clause if own_cap else flag_clause}.")
             elif status == "above":
                 nvml_saw = ("while NVML saw no other process and no throttling during the captures at this shape"
                             if nvml == "quiet" else "while NVML recorded nothing for its capture")

@@ -17,6 +17,9 @@ from harness.io import row_dicts
 from harness.tables import history
 from harness.tables.phrases import _missing, _truthy, _float
 
+POWER_CAP_FLAG = "the GPU throttled during the capture (software power cap)"
+"""The flag NVML's watch writes for the software power cap (harness.gpu.watch, reason 0x4)."""
+
 LIBRARY_IMPLS = ("torch",)
 """Library baselines: never compared across namespaces."""
 
@@ -42,6 +45,7 @@ class Retained:
     date: str | None = None
     """Provenance date (ISO), only to list namespaces in a fixed order."""
     _state: dict[tuple[str, str, str], tuple[bool, str]] = field(default_factory=dict, init=False, repr=False)
+    _own_windows: dict[tuple[str, str, str], bool] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         state = self.gpu_state
@@ -56,6 +60,8 @@ class Retained:
             text = "" if _missing(rec.get("flags")) else str(rec.get("flags"))
             old = self._state.get(key, (False, ""))
             self._state[key] = (old[0] or flagged, "; ".join(t for t in (old[1], text) if t))
+            own = str(rec.get("during_extent") or "") == "group"
+            self._own_windows[key] = self._own_windows.get(key, True) and own
 
     @property
     def disturbed(self) -> bool:
@@ -77,6 +83,17 @@ class Retained:
     def group_flags(self, op: str, shape: str) -> dict[str, str]:
         """{impl: NVML flags} of the captures NVML flagged disturbed at (op, shape)."""
         return {k[2]: v[1] for k, v in self._state.items() if k[0] == op and k[1] == shape and v[0]}
+
+    def own_power_cap(self, op: str, shape: str) -> bool:
+        """NVML flagged every capture at (op, shape), each for nothing but the software power cap and
+        read in the group's own windows (`during_extent` "group"): the group's own work drew the
+        cap (no other process ran, no other group's readings count), and the readings span the
+        group, so the cap held the clock down under every implementation it measures. False where
+        a capture there was not flagged or not read so, or nothing was."""
+        at_shape = {impl: own for (o, s, impl), own in self._own_windows.items() if o == op and s == shape}
+        flagged = self.group_flags(op, shape)
+        return (bool(at_shape) and all(at_shape.values()) and set(flagged) == set(at_shape)
+                and all(set(text.split("; ")) == {POWER_CAP_FLAG} for text in flagged.values()))
 
     def order_key(self) -> tuple[str, str]:
         return (self.date or "", self.namespace)

@@ -500,7 +500,7 @@ def capped_history(art: Path, control_now: float = 40.5, extent: str = "group", 
 
 def test_a_group_under_its_own_power_cap_ranks_with_its_control_inside_its_band(tmp_path: Path) -> None:
     """The software power cap, read in the group's own windows at every capture and nothing else
-    with it: the group's own work drew it, so it holds the clock down under every implementation
+    with it: it came in the group's time, so it holds the clock down under every implementation
     alike, and the pairing ranks where the control came back inside its band."""
     row = capped_history(tmp_path / "artifacts")["controls"].iloc[0]
     assert row["status"] == "inside" and row["nvml"] == "disturbed" and bool(row["own_power_cap"])
@@ -508,8 +508,8 @@ def test_a_group_under_its_own_power_cap_ranks_with_its_control_inside_its_band(
     assert row["note"] == (
         "triton's layernorm 2048x1536 came back at 40.50 µs, inside its band of 38.00-43.05 µs (observed 40.00-41.00 µs "
         "across 3 quiet namespaces, widened by 5%); NVML flagged the cuda, torch and triton captures at this shape "
-        f"({POWER_CAP_FLAG}), read in the group's own windows and nothing else: the group's own work drew the cap, "
-        "which holds the clock down under every implementation it measures alike (docs/method.md#a-quiet-gpu-watched). "
+        f"({POWER_CAP_FLAG}), read in the group's own windows and for nothing else: a cap there holds the clock down "
+        "under every implementation of its interleaved rounds alike (docs/method.md#a-quiet-gpu-watched). "
         "Ours can be ranked against triton at this shape.")
 
 

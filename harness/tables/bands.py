@@ -318,8 +318,8 @@ def classify_controls(current_kernel_time: pd.DataFrame, bands: pd.DataFrame, co
         # sentences
         flagged_captures = f"the {_and(sorted(flagged))} {'capture' if len(flagged) == 1 else 'captures'} at this shape"
         flag_clause = f"NVML flagged {flagged_captures} ({row['nvml_flags']})" if flagged else ""
-        own_cap_clause = (f"{flag_clause}, read in the group's own windows and nothing else: the group's own work "
-                          f"drew the cap, which holds the clock down under every implementation it measures alike "
+        own_cap_clause = (f"{flag_clause}, read in the group's own windows and for nothing else: a cap there holds "
+                          f"the clock down under every implementation of its interleaved rounds alike "
                           f"(docs/method.md#a-quiet-gpu-watched)")
         parts: list[str] = []
         if status == "missing":

@@ -86,10 +86,11 @@ class Retained:
 
     def own_power_cap(self, op: str, shape: str) -> bool:
         """NVML flagged every capture at (op, shape), each for nothing but the software power cap and
-        read in the group's own windows (`during_extent` "group"): the group's own work drew the
-        cap (no other process ran, no other group's readings count), and the readings span the
-        group, so the cap held the clock down under every implementation it measures. False where
-        a capture there was not flagged or not read so, or nothing was."""
+        read in the group's own windows (`during_extent` "group"): the cap came in the group's time
+        (its own work, or its neighbour's still in NVML's power average), no other process ran, no
+        other group's readings count, and the readings span the group, so the cap held the clock
+        down under every implementation of its interleaved rounds. False where a capture there was
+        not flagged or not read so, or nothing was."""
         at_shape = {impl: own for (o, s, impl), own in self._own_windows.items() if o == op and s == shape}
         flagged = self.group_flags(op, shape)
         return (bool(at_shape) and all(at_shape.values()) and set(flagged) == set(at_shape)

@@ -1,11 +1,13 @@
 """scripts/device_call.sh on the CPU, with a stand-in for scripts/h200_run.sh that records what it
 was asked: each word becomes one run with its own pack and settings, in order, and a run whose
-budget the call no longer has is not started."""
+budget the call no longer has is not started; and scripts/h200_run.sh itself, run with nothing to
+run, for what it keeps out of the environment of what it starts."""
 
 from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -60,3 +62,27 @@ def test_a_word_it_does_not_take_stops_it_in_one_sentence_before_any_run(tmp_pat
     proc, runs = call(tmp_path, *words)
     assert proc.returncode == 2 and runs == []
     assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("device_call: ")
+
+
+def test_h200_run_takes_pack_and_namespace_out_of_the_environment_before_anything_runs(tmp_path: Path) -> None:
+    """scripts/h200_run.sh itself, with nothing to run (no tests, no pipeline): the environment of
+    what it starts (a stand-in nvidia-smi records it) holds neither PACK nor NAMESPACE, whose values
+    a namespace's own name holds and which the capture and the bundle would withhold from its
+    reports, and the run still comes back packed under PACK's name."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    dump = tmp_path / "env.txt"
+    (bin_dir / "nvidia-smi").write_text(f'#!/usr/bin/env bash\nenv > "{dump}"\n')
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    out = tmp_path / "out"
+    env = {"PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin", "OUT": str(out), "PACK": "cap-resolution",
+           "NAMESPACE": "h200-cap-resolution-9", "RUN_TESTS": "0", "PIPELINE": "0", "HOME": str(tmp_path)}
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "h200_run.sh")], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    seen = dict(line.split("=", 1) for line in dump.read_text().splitlines() if "=" in line)
+    assert "PACK" not in seen and "NAMESPACE" not in seen
+    assert seen["PACK_TO"] == str(out / "cap-resolution.tgz") and seen["OUT"] != str(out)
+    assert "namespace: h200-cap-resolution-9" in proc.stdout
+    listed = subprocess.run(["tar", "tzf", str(out / "cap-resolution.tgz")], capture_output=True, text=True, check=True)
+    assert "./env.txt" in listed.stdout.splitlines()

@@ -485,10 +485,11 @@ def test_groups_on_two_gpus_are_not_ranked() -> None:
 
 
 def capped_history(art: Path, control_now: float = 40.5, extent: str = "group", also: str | None = None,
-                   impls: tuple[str, ...] = ("triton", "cuda", "torch")) -> dict:
-    """Three quiet sessions (control 40.0-41.0 µs), then one whose captures at LNX NVML flagged (the
-    software power cap, with `also` beside it where given) in `impls`, read over `extent`; its tables."""
-    for name, ctl in {"q1": 40.0, "q2": 40.6, "q3": 41.0}.items():
+                   impls: tuple[str, ...] = ("triton", "cuda", "torch"), earlier: bool = True) -> dict:
+    """Three quiet sessions (control 40.0-41.0 µs; none unless `earlier`), then one whose captures at
+    LNX NVML flagged (the software power cap, with `also` beside it where given) in `impls`, read
+    over `extent`; its tables."""
+    for name, ctl in ({"q1": 40.0, "q2": 40.6, "q3": 41.0} if earlier else {}).items():
         rows = [kt(*LNX, "triton", ctl), kt(*LNX, "cuda", 30.0), kt(*LNX, "torch", 33.0)]
         write_namespace(art, name, day(int(name[1])), rows, census=census_of(rows), extent="group")
     rows = [kt(*LNX, "triton", control_now), kt(*LNX, "cuda", 30.2), kt(*LNX, "torch", 33.1)]
@@ -513,18 +514,23 @@ def test_a_group_under_its_own_power_cap_ranks_with_its_control_inside_its_band(
         "Ours can be ranked against triton at this shape.")
 
 
-@pytest.mark.parametrize("case", ["session watch", "another process too", "one capture", "control above its band"])
-def test_a_power_cap_ranks_only_where_the_groups_own_work_drew_it(tmp_path: Path, case: str) -> None:
+@pytest.mark.parametrize("case", ["session watch", "another process too", "one capture", "control above its band",
+                                  "no band yet"])
+def test_a_power_cap_ranks_only_alone_in_the_groups_own_windows_with_the_control_in_its_band(tmp_path: Path,
+                                                                                            case: str) -> None:
     """Not ranked: the cap read by a watch over the whole session (another group's work may have
     drawn it), another process beside it, a cap read in one capture of the group only (it slowed
-    that implementation, not the others), or the control above its band even so."""
+    that implementation, not the others), the control above its band even so, or no band yet to
+    tell (the captures stay suspect)."""
     cases: dict[str, dict[str, Any]] = {"session watch": {"extent": "session"}, "another process too": {"also": PROCESS},
-                                        "one capture": {"impls": ("cuda",)}, "control above its band": {"control_now": 44.0}}
+                                        "one capture": {"impls": ("cuda",)}, "control above its band": {"control_now": 44.0},
+                                        "no band yet": {"earlier": False}}
     kwargs = cases[case]
     row = capped_history(tmp_path / "artifacts", **kwargs)["controls"].iloc[0]
-    above = case == "control above its band"
+    own = case in ("control above its band", "no band yet")
+    status = {"control above its band": "under load", "no band yet": "establishing"}.get(case, "inside")
     assert not row["rankable"] and row["claim_note"] != "" and row["suspect"] == "group"
-    assert bool(row["own_power_cap"]) == above and row["status"] == ("under load" if above else "inside")
+    assert bool(row["own_power_cap"]) == own and row["status"] == status
 
 
 def test_rankable_reads_old_and_new_tables() -> None:

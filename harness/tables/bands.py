@@ -306,14 +306,15 @@ def classify_controls(current_kernel_time: pd.DataFrame, bands: pd.DataFrame, co
 
         # suspect and rankable
         ours_flagged = ours in flagged
+        clean = status in ("inside", "below") or (status == "establishing" and nvml == "quiet")
+        capped_clean = own_cap and clean  # the power cap alone, in the group's own windows, and the control in its band
         if status in ABOVE:
             row["suspect"] = "group" if (row["ours_position"] == "above" or ours_flagged) else "control"
-        elif flagged and status != "missing" and not own_cap:
+        elif flagged and status != "missing" and not capped_clean:
             row["suspect"] = "control" if set(flagged) == {control} else "group"
         else:
             row["suspect"] = ""
-        clean = status in ("inside", "below") or (status == "establishing" and nvml == "quiet")
-        row["rankable"] = bool(clean and (not flagged or own_cap) and not row["split_gpus"])
+        row["rankable"] = bool(clean and (not flagged or capped_clean) and not row["split_gpus"])
 
         # sentences
         flagged_captures = f"the {_and(sorted(flagged))} {'capture' if len(flagged) == 1 else 'captures'} at this shape"

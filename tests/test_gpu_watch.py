@@ -16,7 +16,7 @@ from harness.errors import EvidenceError
 from harness.gpu.watch import Sampler, busy_reason, lineage, others_only, slowing, wait_until_quiet
 from harness.report import render as report
 from harness.tables import derive as tables
-from harness.tables.retained import POWER_CAP_FLAG
+from harness.gpu.watch import POWER_CAP_FLAG
 
 POLICY = {"busy_utilization_pct": 5, "max_other_processes": 0, "busy_wait_s": 3.0, "sample_interval_s": 0.01}
 

@@ -17,7 +17,7 @@ from harness import ROOT
 from harness.errors import EvidenceError
 from harness.report import trust_context
 from harness.tables import derive, history, trust
-from harness.tables.retained import POWER_CAP_FLAG
+from harness.gpu.watch import POWER_CAP_FLAG
 
 REAL = ROOT / "artifacts"
 OLD, NEW = "h200-layernorm-1", "h200-ops-defaults-1"  # retained before NVML was recorded (no gpu_state.csv)

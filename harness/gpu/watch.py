@@ -39,6 +39,16 @@ SLOWING_REASONS = {
 }
 
 
+def throttle_flag(name: str) -> str:
+    """The sentence a capture's flags hold for the slowing throttle reason `name`."""
+    return f"the GPU throttled during the capture ({name})"
+
+
+POWER_CAP_FLAG = throttle_flag(SLOWING_REASONS[0x4])
+"""The flag for the software power cap (reason 0x4), the one the trust rules may rank under
+(harness.tables.retained)."""
+
+
 def _parent(pid: int) -> int | None:
     """The parent of `pid` from /proc (None where it cannot be read)."""
     try:
@@ -250,7 +260,7 @@ class Sampler:
         throttle in a sample taken while the GPU was not idle, or a compute process of another job. Where the reader tells the measurement's
         own processes apart, any other one is another job; where it does not, the captured process
         itself is one compute process, and more than one at a time is another job."""
-        out = [f"the GPU throttled during the capture ({name})" for name in slowing(self.busy_throttle_bits)]
+        out = [throttle_flag(name) for name in slowing(self.busy_throttle_bits)]
         if self.max_others is not None:
             count, pids, limit = self.max_others, self.other_pids, 0
         else:

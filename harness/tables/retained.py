@@ -13,12 +13,10 @@ import pandas as pd
 import sqlite_utils
 
 from harness.errors import EvidenceError
+from harness.gpu.watch import POWER_CAP_FLAG
 from harness.io import row_dicts
 from harness.tables import history
 from harness.tables.phrases import _missing, _truthy, _float
-
-POWER_CAP_FLAG = "the GPU throttled during the capture (software power cap)"
-"""The flag NVML's watch writes for the software power cap (harness.gpu.watch, reason 0x4)."""
 
 LIBRARY_IMPLS = ("torch",)
 """Library baselines: never compared across namespaces."""

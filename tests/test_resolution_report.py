@@ -96,9 +96,17 @@ def test_the_known_answers_have_their_own_section_and_summary_rows(tmp_path: Pat
                 f"{'' if r['role'] == 'A/A twin' else 'yes' if r['replay_sized'] else 'NO'} |") in section
         size = r["idle_ratio"] if idle else r["replay_ratio"]
         assert r["replay_sized"] == (None if r["role"] == "A/A twin" else 0.02 <= round(size - 1, 6) <= 0.03)
+        # the capture's size against the idle starts', where they were timed
+        alike = None if r["role"] == "A/A twin" or not idle else abs(r["ratio"] - r["idle_ratio"]) <= cfg["verdict"]["margin"]
+        assert r["size_alike"] == alike
+        alike_text = ("" if r["role"] == "A/A twin" else "not timed" if not idle else
+                      f"{(r['ratio'] - r['idle_ratio']) * 100:+.2f} pt{'' if alike else ', NO'}")
+        assert f"| {'yes' if r['replay_sized'] else 'NO' if r['replay_sized'] is False else ''} | {alike_text} |" in section
     plants = [r for r in rows if r["role"] == "planted slowdown"]
     by = "by idle-start timing" if idle else "by the replay"
     assert (f"{sum(r['replay_sized'] for r in plants)} of {len(plants)} sized 2–3% {by}") in section
+    assert (f"{sum(bool(r['size_alike']) for r in plants)} of {len(plants)} sized alike by the capture and the idle "
+            "starts (within the 1% margin)" in section) == idle
     assert "Resolution: A/A pairs and planted slowdowns" in page and "replay ratio" in page
     tried = note.split("## What was tried and not kept")[1].split("## Cross-check")[0].split("Every variant at every shape")[0]
     assert not any(v in tried for v in ("cuda.twin", "cuda.planted", "cuda.delayed"))  # not tried for their own sake
@@ -180,8 +188,11 @@ def test_a_plant_sized_below_the_margin_expects_same_or_slower() -> None:
     assert small["below_margin"] and small["expected"] == "same or slower" and small["as_expected"]
     assert small["idle_ratio"] == pytest.approx(1.004)
     assert not delayed["below_margin"] and delayed["expected"] == "slower" and not delayed["as_expected"]
+    # the 256-cycle delay: 2.5% by idle starts, 0.4% by the capture, so it is also sized unlike them
+    assert (small["size_alike"], delayed["size_alike"]) == (True, False)
     assert [f.split(" (")[0] for f in resolution.flags([small, delayed])] == [
-        "Known answers: 1 of 2 planted slowdowns came out same or faster"]
+        "Known answers: 1 of 2 planted slowdowns came out same or faster",
+        "Known answers: 1 of 2 planted slowdowns were sized unlike the idle starts, beyond the verdicts' margin"]
     ctx = resolution.context(cfg, variants, cross)
     assert ctx is not None and [c["below"] for c in ctx["counts"]] == [1]
 
@@ -225,3 +236,34 @@ def test_a_plant_is_sized_by_its_replay_within_two_to_three_percent() -> None:
     assert [resolution.sized("planted slowdown", r) for r in (1.0199, 1.02, 1.025, 1.03, 1.0301)] == [
         False, True, True, True, False]
     assert resolution.sized("A/A twin", 1.025) is None and resolution.sized("planted slowdown", None) is None
+
+
+def test_a_plant_the_capture_sizes_unlike_the_idle_starts_is_flagged() -> None:
+    """The capture's size of a plant and the idle starts' agree within the verdicts' margin (1%),
+    both ends included; beyond it the plant is a flag whatever its verdict, and a twin or a plant
+    without idle starts is never compared."""
+    assert [resolution.alike("planted slowdown", 1.02 + d, 1.02, 0.01) for d in (-0.0101, -0.01, 0.0, 0.01, 0.0101)] == [
+        False, True, True, True, False]
+    assert resolution.alike("A/A twin", 1.05, 1.0, 0.01) is None
+    assert resolution.alike("planted slowdown", 1.03, None, 0.01) is None
+    assert resolution.alike("planted slowdown", None, 1.03, 0.01) is None
+
+    cfg = resolution_config()
+    variants = pd.DataFrame([{"op": "layernorm", "shape": "4096x768", "variant": v, "base": "cuda", "ratio": ratio,
+                              "ratio_lo": ratio - 0.002, "ratio_hi": ratio + 0.002, "verdict": "slower"}
+                             for v, ratio in (("cuda.planted", 1.0245), ("cuda.delayed", 1.0355))])
+    cross = pd.DataFrame([{"op": "layernorm", "shape": "4096x768", "impl": impl, "status": "ok", "graph_median_us": 5.0,
+                           "idle_median_us": 7.6 + extra} for impl, extra in (("cuda", 0.0), ("cuda.planted", 0.12),
+                                                                             ("cuda.delayed", 0.1))])
+    planted, delayed = resolution.rows(cfg, variants, cross)
+    assert planted["idle_ratio"] == pytest.approx(1.024) and planted["size_alike"] is True
+    assert delayed["idle_ratio"] == pytest.approx(1.020) and delayed["size_alike"] is False
+    assert planted["as_expected"] and delayed["as_expected"]  # both verdicts right: the size alone is wrong
+    assert resolution.flags([planted, delayed]) == [
+        "Known answers: 1 of 2 planted slowdowns were sized unlike the idle starts, beyond the verdicts' margin "
+        "(layernorm 4096x768 cuda.delayed: 1.036 [1.034, 1.038] by the capture, 1.020 by idle starts), so this "
+        "session's ratios may be off by as much."]
+    ctx = resolution.context(cfg, variants, cross)
+    assert ctx is not None and [r["alike_text"] for r in ctx["rows"]] == ["+0.05 pt", "+1.55 pt, NO"]
+    assert ctx["counts"][0]["alike"] == 1 and ctx["counts"][0]["compared"] == 2
+

@@ -17,7 +17,9 @@ were timed, its extra time per call by idle-start events over its base's time pe
 replay (`idle_ratio`: the idle starts time each call as the capture runs it, on an idle GPU,
 harness.measure.idle_start); else the replay ratio, the variant's replay median over its base's,
 which at kernels of a few microseconds times them another way (back to back). Neither exists
-where the run's cross-check was off. The role of a variant is read from its definition in the
+where the run's cross-check was off. Where the idle starts were timed, the capture's size of a
+plant (its ratio) must agree with theirs to within the verdicts' margin (`alike`): the two time
+the calls the same way, so a larger difference says the capture sizes a change wrongly. The role of a variant is read from its definition in the
 run's config, else, shape by shape, from the census. `rows` is what summary.json holds (numbers
 as numbers); `context` what the templates print."""
 
@@ -66,6 +68,15 @@ def sized(role_: str, ratio: float | None) -> bool | None:
     if role_ != "planted slowdown" or ratio is None:
         return None
     return SIZED[0] <= round(ratio - 1.0, 6) <= SIZED[1]
+
+
+def alike(role_: str, ratio: float | None, idle: float | None, margin: float) -> bool | None:
+    """Whether a planted slowdown's size by the capture (variant/base kernel time, `ratio`) and by
+    idle starts (`idle`) differ by at most `margin` (the verdicts' margin: a smaller difference
+    cannot turn a verdict by itself); None for an A/A pair or where either was not measured."""
+    if role_ != "planted slowdown" or ratio is None or idle is None:
+        return None
+    return round(abs(ratio - idle), 6) <= margin
 
 
 def role(definition: Any) -> str | None:
@@ -119,8 +130,9 @@ def rows(cfg: Mapping[str, Any], variants: Any, cross: Any, census: Any = None) 
     """summary.json's `resolution`: one object per (op, shape, known-answer variant), in the
     variants table's order: {op, shape, variant, base, role, expected, ratio, lo, hi, verdict,
     as_expected, planted_growth, planted_delay_cycles, replay_ratio, idle_ratio, replay_sized,
-    below_margin}: `replay_sized` says (`sized`) whether the plant's size measured another way,
+    size_alike, below_margin}: `replay_sized` says (`sized`) whether the plant's size measured another way,
     `idle_ratio` where the idle starts were timed, else `replay_ratio`, lies within SIZED;
+    `size_alike` whether the capture's ratio and `idle_ratio` agree (`alike`, within the margin);
     `below_margin` whether that size is below the verdicts' margin (the config's verdict.margin),
     where the plant expects BELOW_MARGIN. A variant of no role in the
     config is one (SAME_BINARY) at each shape where the census shows it runs its base's code
@@ -148,19 +160,22 @@ def rows(cfg: Mapping[str, Any], variants: Any, cross: Any, census: Any = None) 
                     "as_expected": verdict in (stats.SAME, stats.SLOWER) if small else verdict == EXPECTED[said],
                     "planted_growth": growth, "planted_delay_cycles": int(delay) if delay else None,
                     "replay_ratio": replayed, "idle_ratio": idle, "replay_sized": sized(said, size),
-                    "below_margin": small})
+                    "size_alike": alike(said, number(r.get("ratio")), idle, band), "below_margin": small})
     return out
 
 
 def role_counts(mine: list[dict[str, Any]]) -> dict[str, int]:
     """How many of one role's rows (`rows`) there are and came out as expected, apart above and
-    below the margin, and how many of them the replays timed and sized."""
+    below the margin, how many of them the replays timed and sized, and how many the capture and
+    the idle starts both sized and sized alike."""
     above = [r for r in mine if not r["below_margin"]]
     below = [r for r in mine if r["below_margin"]]
     return {"pairs": len(above), "as_expected": sum(bool(r["as_expected"]) for r in above),
             "below": len(below), "below_as_expected": sum(bool(r["as_expected"]) for r in below),
             "sized": sum(r["replay_sized"] is True for r in mine),
-            "replayed": sum(r["replay_sized"] is not None for r in mine)}
+            "replayed": sum(r["replay_sized"] is not None for r in mine),
+            "alike": sum(r.get("size_alike") is True for r in mine),
+            "compared": sum(r.get("size_alike") is not None for r in mine)}
 
 
 def context(cfg: Mapping[str, Any], variants: Any, cross: Any, census: Any = None) -> dict[str, Any] | None:
@@ -180,6 +195,9 @@ def context(cfg: Mapping[str, Any], variants: Any, cross: Any, census: Any = Non
                       "idle_text": f"{r['idle_ratio']:.3f}" if r["idle_ratio"] is not None else "not timed",
                       "sized_text": "" if r["role"] != "planted slowdown" else
                       "not timed" if r["replay_sized"] is None else "yes" if r["replay_sized"] else "NO",
+                      "alike_text": "" if r["role"] != "planted slowdown" else
+                      "not timed" if r["size_alike"] is None else
+                      f"{(r['ratio'] - r['idle_ratio']) * 100:+.2f} pt" + ("" if r["size_alike"] else ", NO"),
                       "as_expected_text": "yes" if r["as_expected"] else "NO"})
     return {"rows": shown, "counts": [{"role": said, **counts[said], "expected": EXPECTED[said]} for said in EXPECTED
                                       if counts[said]["pairs"] or counts[said]["below"]],
@@ -203,8 +221,10 @@ def flags(found: list[dict[str, Any]]) -> list[str]:
     variants of the same binary) that came out "faster" or "slower", which say its verdicts have a
     bias as large as their ratios; planted slowdowns that came out "same" or "faster", which say it
     can call a change of their size no change, or the wrong way (unless `as_expected` says otherwise:
-    "same" is right for a plant sized below the margin, `below_margin`). "Can't tell" is no flag either way: the interval straddled
-    the margin, and the verdict said so."""
+    "same" is right for a plant sized below the margin, `below_margin`); planted slowdowns whose size
+    by the capture and by idle starts differ by more than the margin (`size_alike` False), which
+    say it sizes a change wrongly whatever its verdict. "Can't tell" is no flag either way: the
+    interval straddled the margin, and the verdict said so."""
     pairs = [r for r in found if EXPECTED[r["role"]] == stats.SAME]
     plants = [r for r in found if EXPECTED[r["role"]] == stats.SLOWER]
     out = []
@@ -218,4 +238,12 @@ def flags(found: list[dict[str, Any]]) -> list[str]:
         where = "; ".join(f"{r['op']} {r['shape']} {r['variant']}: {r['verdict'] or 'no verdict'}, "
                           f"{ratio_text(r['ratio'], r['lo'], r['hi'])}" for r in missed)
         out.append(sentence(f"Known answers: {len(missed)} of {len(mine)} {what} ({where}), {meaning}"))
+    compared = [r for r in plants if r.get("size_alike") is not None]
+    unlike = [r for r in compared if r["size_alike"] is False]
+    if unlike:
+        where = "; ".join(f"{r['op']} {r['shape']} {r['variant']}: {ratio_text(r['ratio'], r['lo'], r['hi'])} "
+                          f"by the capture, {r['idle_ratio']:.3f} by idle starts" for r in unlike)
+        out.append(sentence(f"Known answers: {len(unlike)} of {len(compared)} planted slowdowns were sized unlike the "
+                            f"idle starts, beyond the verdicts' margin ({where}), so this session's ratios may be off "
+                            f"by as much"))
     return out

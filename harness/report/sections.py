@@ -175,15 +175,18 @@ def resolution_context(cfg: Mapping[str, Any], variants_frame: Any, cross_frame:
         return None
     known["table"] = table([("op", "l"), ("shape", "l"), ("variant", "l"), ("role", "l"), ("expected", "l"),
                             ("variant/base [interval]", "r"), ("verdict", "l"), ("as expected", "l"),
-                            ("planted", "r"), ("replay ratio", "r"), ("idle-start size", "r"), (f"sized {size_range()}", "l")],
+                            ("planted", "r"), ("replay ratio", "r"), ("idle-start size", "r"), (f"sized {size_range()}", "l"),
+                            ("capture − idle starts", "r")],
                            [[r["op"], r["shape"], r["variant"], r["role"], r["expected"], r["ratio_text"],
                              r["verdict_text"], r["as_expected_text"], r["growth_text"], r["replay_text"], r["idle_text"],
-                             r["sized_text"]]
+                             r["sized_text"], r["alike_text"]]
                             for r in known["rows"]])
     by = "by idle-start timing" if known["idle"] else "by the replay"
     said = "; ".join(f"{resolution.PLURAL[c['role']]}: {c['as_expected']} of {c['pairs']} {c['expected']}"
                      + (f", {c['sized']} of {c['replayed']} sized {size_range()} {by}"
                         if c["role"] == "planted slowdown" and c["replayed"] else "")
+                     + (f", {c['alike']} of {c['compared']} sized alike by the capture and the idle starts (within "
+                        f"the {known['margin'] * 100:g}% margin)" if c["role"] == "planted slowdown" and c["compared"] else "")
                      + (f", and {c['below']} more sized below the {known['margin'] * 100:g}% margin {by}, where "
                         f"{resolution.BELOW_MARGIN} is right: {c['below_as_expected']} of {c['below']}" if c["below"] else "")
                      for c in known["counts"]) + "."

@@ -9,10 +9,15 @@ own), the greenlet wheel (SQLAlchemy imports it only for asyncio, which Snakemak
 not use), SQLAlchemy's compiled speed-ups (`sqlalchemy/cyextension/*.so`: SQLAlchemy falls
 back to the same code in Python) and the CBC solvers PuLP ships for other machines than the
 GPU machine's (`pulp/solverdir/cbc/` but `linux/i64/`: 13 of the wheel's 16 MB; Snakemake's
-scheduler runs the x86-64 Linux one), rewriting each such wheel's RECORD to match. Run it once after
-building the wheelhouse; running it again changes nothing. Seen on an H100 with the trimmed
-wheelhouse: the imports, a dry run of the main command and the smoke tier's end-to-end test
-(docs/gpu-machine.md).
+scheduler runs the x86-64 Linux one), rewriting each such wheel's RECORD to match. Also what only
+`snakemake --report` (Snakemake's own HTML report, which the GPU machine never makes) loads: the
+docutils wheel and Snakemake's report assets (`snakemake/assets/data/`: vega, tailwind, react);
+and SQLAlchemy's test suite (`sqlalchemy/testing/`) and its dialects but SQLite's (it imports a
+dialect only when an engine names it; Snakemake's database is SQLite). Run it once after building
+the wheelhouse; running it again changes nothing. Seen on an H100 with the trimmed wheelhouse: the
+imports, a dry run of the main command and the smoke tier's end-to-end test (docs/gpu-machine.md);
+with the report's and SQLAlchemy's parts left out too, the CPU tests that run real Snakemake but
+its HTML report passed on this machine's Snakemake with those parts removed from its install.
 """
 
 from __future__ import annotations
@@ -24,11 +29,23 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
-DROP = ("tzdata-", "greenlet-")
+DROP = ("tzdata-", "greenlet-", "docutils-")
 """Wheels the pipeline does not load on the GPU machine (file-name prefixes)."""
 
+SQLALCHEMY_DIALECTS_KEPT = ("sqlalchemy/dialects/__init__.py", "sqlalchemy/dialects/_typing.py", "sqlalchemy/dialects/sqlite/")
+"""What stays of SQLAlchemy's dialects: the registry and SQLite's."""
+
+
+def _sqlalchemy_goes(name: str) -> bool:
+    """SQLAlchemy's members the GPU machine never loads: compiled speed-ups, the test suite, and
+    the dialects but SQLite's."""
+    return ((name.startswith("sqlalchemy/cyextension/") and name.endswith(".so")) or name.startswith("sqlalchemy/testing/")
+            or (name.startswith("sqlalchemy/dialects/") and not name.startswith(SQLALCHEMY_DIALECTS_KEPT)))
+
+
 STRIP: dict[str, Callable[[str], bool]] = {
-    "sqlalchemy-": lambda name: "/cyextension/" in name and name.endswith(".so"),
+    "sqlalchemy-": _sqlalchemy_goes,
+    "snakemake-": lambda name: name.startswith("snakemake/assets/data/"),
     "pulp-": lambda name: name.startswith("pulp/solverdir/cbc/") and not name.startswith("pulp/solverdir/cbc/linux/i64/"),
 }
 """For the wheels whose names start with each key, which members go (by their path in the wheel)."""
@@ -43,7 +60,7 @@ def strip_members(wheel: Path, goes: Callable[[str], bool]) -> list[str]:
             return []
         fd, tmp = tempfile.mkstemp(suffix=".whl", dir=wheel.parent)
         os.close(fd)
-        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zout:
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as zout:
             for item in zin.infolist():
                 if item.filename in gone:
                     continue

@@ -2,7 +2,7 @@
 """Benchmark harness.tables.nsys on a large export built from the real fixture.
 
 Builds an export of at least --kernels kernels (default 1,000,000) by replicating every kernel,
-CUDA runtime and NVTX row of tests/fixtures/nsys/h200-torch-layer-norm.sqlite, each copy shifted
+CUDA runtime and NVTX row of tests/fixtures/nsys/h200-torch-layer-norm.sqlite.gz, each copy shifted
 later in time and given correlation ids of its own (so each kernel still joins to its own launch
 call and each copy's kernels fall in that copy's `iters` range). Then times `kern_sum` and
 `nvtx_kern_sum` on it (and, with --launches PREFIX, `range_launches` for that prefix), each in a
@@ -18,6 +18,7 @@ tracemalloc, which traces every allocation, makes its time here about three time
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
 import os
@@ -30,13 +31,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURE = ROOT / "tests" / "fixtures" / "nsys" / "h200-torch-layer-norm.sqlite"
+FIXTURE = ROOT / "tests" / "fixtures" / "nsys" / "h200-torch-layer-norm.sqlite.gz"
 REPLICATED = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS")
 
 
 def build(out: Path, min_kernels: int) -> dict[str, int]:
     """Write the replicated export to `out`; returns row counts."""
-    shutil.copyfile(FIXTURE, out)
+    out.write_bytes(gzip.decompress(FIXTURE.read_bytes()))
     os.chmod(out, 0o644)
     conn = sqlite3.connect(out)
     conn.execute("PRAGMA journal_mode = OFF")

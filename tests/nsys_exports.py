@@ -1,7 +1,7 @@
 """Build small synthetic nsys SQLite exports for the reader's tests.
 
 The tables follow the schema of a real `nsys export --type sqlite` (Nsight Systems 2025.3, see
-tests/fixtures/nsys/h200-torch-layer-norm.sqlite), with switches for the differences between
+tests/fixtures/nsys/h200-torch-layer-norm.sqlite.gz), with switches for the differences between
 export versions that the reader has to tolerate:
 
 * the metadata table's name (META_DATA_EXPORT in newer exports, EXPORT_META_DATA in older ones);

@@ -14,14 +14,13 @@ import time
 from pathlib import Path
 
 import fake_device
+import nsys_fixtures
 import pytest
 
 from harness import tools
 from harness.errors import EvidenceError, ToolMissing
 from harness.measure import capture
 
-FIXTURE = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "h200-torch-layer-norm.sqlite"
-LOCAL_FIXTURE = Path(__file__).parent / "fixtures" / "nsys" / "h200-torch-layer-norm.sqlite"
 
 
 def fake_tool(path: Path) -> Path:
@@ -63,11 +62,8 @@ def test_captured_process_gets_no_secrets(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_scrub_removes_environment_rows_and_their_pages(tmp_path: Path) -> None:
-    source = LOCAL_FIXTURE if LOCAL_FIXTURE.exists() else FIXTURE
-    if not source.exists():
-        pytest.skip("no real nsys export available")
     export = tmp_path / "cap.sqlite"
-    shutil.copy(source, export)
+    shutil.copy(nsys_fixtures.export("h200-torch-layer-norm"), export)
     export.chmod(0o644)
     secret = "ghp_FAKE_TOKEN_0123456789"
     with sqlite3.connect(export) as conn:

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 import fake_device
+import nsys_fixtures
 import standin_measure
 from harness import ROOT, config
 from harness.errors import ToolMissing
@@ -441,7 +442,7 @@ def test_a_real_export_split_by_a_window_over_all_of_it_reads_as_the_export_does
     from harness.tables import nsys
 
     session = tmp_path / "session.sqlite"
-    shutil.copy(ROOT / "tests" / "fixtures" / "nsys" / f"{name}.sqlite", session)
+    shutil.copy(nsys_fixtures.export(name), session)
     conn = sqlite3.connect(session)
     first, last = conn.execute("SELECT min(start), max(end) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
     earliest = min(r[0] for t in ("CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_KERNEL")
@@ -462,7 +463,7 @@ def test_a_real_export_split_by_a_window_over_all_of_it_reads_as_the_export_does
     tables = "SELECT name FROM sqlite_master WHERE type='table' ORDER BY name"
     with sqlite3.connect(session) as a, sqlite3.connect(whole) as b:
         assert a.execute(tables).fetchall() == b.execute(tables).fetchall()
-    assert nsys.kern_sum(whole) == nsys.kern_sum(ROOT / "tests" / "fixtures" / "nsys" / f"{name}.sqlite")
+    assert nsys.kern_sum(whole) == nsys.kern_sum(nsys_fixtures.export(name))
     with sqlite3.connect(half) as c:
         assert c.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0] == kernels - kernels // 2
     assert sum(r["Instances"] for r in nsys.kern_sum(half)) == kernels - kernels // 2

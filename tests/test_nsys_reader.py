@@ -37,11 +37,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from nsys_exports import (  # noqa: E402
     Call, ExportBuilder, Kernel, Range, add_schema_row, global_tid, run_sql, set_schema_sql, store_as_text,
 )
+import nsys_fixtures  # noqa: E402
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "nsys"
-REAL = FIXTURES / "h200-torch-layer-norm.sqlite"
-REAL_KERN_CSV = FIXTURES / "h200-torch-layer-norm.cuda_gpu_kern_sum.csv"
-REAL_NVTX_CSV = FIXTURES / "h200-torch-layer-norm.nvtx_kern_sum.csv"
+REAL = nsys_fixtures.export("h200-torch-layer-norm")
+REAL_KERN_CSV = nsys_fixtures.stats("h200-torch-layer-norm", "cuda_gpu_kern_sum")
+REAL_NVTX_CSV = nsys_fixtures.stats("h200-torch-layer-norm", "nvtx_kern_sum")
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *args: str | os.PathLike[str]) -> tuple[int, str, str]:
@@ -663,23 +663,28 @@ def test_csv_quoting_and_nulls() -> None:
 # Every real export in tests/fixtures/nsys/ with what `nsys stats` printed for it beside it: the
 # shared fixture and captures the pipeline itself made on the H200 (nsys 2025.3; two of them have
 # averages at exact .x5 ties, where SQLite's round() and nsys's disagree).
-REAL_EXPORTS = sorted(p for p in FIXTURES.glob("*.sqlite") if p.with_suffix(".cuda_gpu_kern_sum.csv").exists())
+REAL_EXPORTS = [n for n in nsys_fixtures.names() if nsys_fixtures.stats(n, "cuda_gpu_kern_sum").exists()]
 
 
-@pytest.mark.parametrize("export", REAL_EXPORTS, ids=lambda p: p.stem)
+def test_every_committed_export_is_compared_with_nsys_stats() -> None:
+    assert len(REAL_EXPORTS) == len(nsys_fixtures.names()) == 5
+
+
+@pytest.mark.parametrize("name", REAL_EXPORTS)
 @pytest.mark.parametrize(("command", "report"), [("kern-sum", "cuda_gpu_kern_sum"), ("nvtx-kern-sum", "nvtx_kern_sum")])
-def test_every_real_export_matches_nsys_stats(export: Path, command: str, report: str, capsys: pytest.CaptureFixture[str]) -> None:
-    expected = export.with_suffix(f".{report}.csv").read_text()
-    rc, out, err = run_cli(capsys, command, export, "--format", "csv")
+def test_every_real_export_matches_nsys_stats(name: str, command: str, report: str, capsys: pytest.CaptureFixture[str]) -> None:
+    expected = nsys_fixtures.stats(name, report).read_text()
+    rc, out, err = run_cli(capsys, command, nsys_fixtures.export(name), "--format", "csv")
     assert (rc, err) == (0, "")
     assert out == expected
 
 
-@pytest.mark.parametrize("export", [p for p in REAL_EXPORTS if "pipeline" in p.name], ids=lambda p: p.stem)
-def test_pipeline_range_kernels_are_the_capture_row_of_nsys_stats(export: Path) -> None:
+@pytest.mark.parametrize("name", [n for n in REAL_EXPORTS if "pipeline" in n])
+def test_pipeline_range_kernels_are_the_capture_row_of_nsys_stats(name: str) -> None:
     import csv
 
-    rows = [r for r in csv.DictReader(export.with_suffix(".nvtx_kern_sum.csv").open()) if r["NVTX Range"] == ":capture"]
+    export = nsys_fixtures.export(name)
+    rows = [r for r in csv.DictReader(nsys_fixtures.stats(name, "nvtx_kern_sum").open()) if r["NVTX Range"] == ":capture"]
     got = nsys.range_kernels(export, "capture")
     assert len(got) == len(rows) == 1
     assert got[0]["kernel"] == rows[0]["Kernel Name"]
@@ -981,7 +986,8 @@ def test_errors_on_stderr_are_escaped(tmp_path: Path, capsys: pytest.CaptureFixt
 # ----------------------------------------------------------------------------------------------
 # range_launches: launch by launch, the kernels of the prefix ranges
 
-PIPELINE_CUDA = FIXTURES / "h200-pipeline-layernorm-4096x768-cuda.sqlite"
+PIPELINE_CUDA = nsys_fixtures.export("h200-pipeline-layernorm-4096x768-cuda")
+PIPELINE_CUDA_NVTX = nsys_fixtures.stats("h200-pipeline-layernorm-4096x768-cuda", "nvtx_kern_sum")
 
 
 def capture_rounds_export(tmp_path: Path) -> Path:
@@ -1036,7 +1042,7 @@ def test_range_launches_agree_with_nvtx_kern_sum_per_range(tmp_path: Path) -> No
             durs = [r["duration_ns"] for r in rows if r["kernel"] == kernel]
             assert (row["Min (ns)"], row["Max (ns)"], row["Kern Inst"]) == (min(durs), max(durs), len(durs))
     # the round ranges' kernels are the ones of the original `capture` row of nsys stats
-    with open(PIPELINE_CUDA.with_suffix(".nvtx_kern_sum.csv"), newline="") as fh:
+    with open(PIPELINE_CUDA_NVTX, newline="") as fh:
         (capture,) = [r for r in csv.DictReader(fh) if r["NVTX Range"] == ":capture"]
     cuda = by_range["capture/cuda.block512/0"] + by_range["capture/cuda.block512/1"]
     assert sum(r["duration_ns"] for r in cuda) == int(capture["Total Time (ns)"])

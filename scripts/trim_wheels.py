@@ -12,11 +12,12 @@ GPU machine's (`pulp/solverdir/cbc/` but `linux/i64/`: 13 of the wheel's 16 MB; 
 scheduler runs the x86-64 Linux one), rewriting each such wheel's RECORD to match. Also what only
 `snakemake --report` (Snakemake's own HTML report, which the GPU machine never makes) loads: the
 docutils wheel and Snakemake's report assets (`snakemake/assets/data/`: vega, tailwind, react);
-and SQLAlchemy's test suite (`sqlalchemy/testing/`) and its dialects but SQLite's (it imports a
-dialect only when an engine names it; Snakemake's database is SQLite). Run it once after building
+SQLAlchemy's test suite (`sqlalchemy/testing/`) and its dialects but SQLite's (it imports a
+dialect only when an engine names it; Snakemake's database is SQLite); and GitPython with gitdb and
+smmap (Snakemake imports them only for workflow sources in git repositories). Run it once after building
 the wheelhouse; running it again changes nothing. Seen on an H100 with the trimmed wheelhouse: the
 imports, a dry run of the main command and the smoke tier's end-to-end test (docs/gpu-machine.md);
-with the report's and SQLAlchemy's parts left out too, the CPU tests that run real Snakemake but
+with the report's, SQLAlchemy's and git's parts left out too, the CPU tests that run real Snakemake but
 its HTML report passed on this machine's Snakemake with those parts removed from its install.
 """
 
@@ -29,7 +30,7 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
-DROP = ("tzdata-", "greenlet-", "docutils-")
+DROP = ("tzdata-", "greenlet-", "docutils-", "gitpython-", "gitdb-", "smmap-")
 """Wheels the pipeline does not load on the GPU machine (file-name prefixes)."""
 
 SQLALCHEMY_DIALECTS_KEPT = ("sqlalchemy/dialects/__init__.py", "sqlalchemy/dialects/_typing.py", "sqlalchemy/dialects/sqlite/")

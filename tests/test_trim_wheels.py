@@ -30,6 +30,7 @@ def test_a_wheelhouse_is_trimmed_once(tmp_path: Path) -> None:
                 "sqlalchemy-2.0.58.dist-info/RECORD": record})
     wheel(tmp_path / "tzdata-2026.6-py2.py3-none-any.whl", {"tzdata/__init__.py": ""})
     wheel(tmp_path / "docutils-0.22.4-py3-none-any.whl", {"docutils/__init__.py": ""})
+    wheel(tmp_path / "gitpython-3.2.1-py3-none-any.whl", {"git/__init__.py": ""})
     smk = wheel(tmp_path / "snakemake-9.27.1-py3-none-any.whl",
                 {"snakemake/__init__.py": "", "snakemake/assets/__init__.py": "", "snakemake/assets/data/vega/vega.js": "js"})
     wheel(tmp_path / "greenlet-3.5.6-cp312-cp312-manylinux_2_24_x86_64.whl", {"greenlet/__init__.py": ""})
@@ -40,7 +41,7 @@ def test_a_wheelhouse_is_trimmed_once(tmp_path: Path) -> None:
     kept = wheel(tmp_path / "sqlite_utils-4.2.1-py3-none-any.whl", {"sqlite_utils/__init__.py": ""})
     before = kept.read_bytes()
     done = trim.trim(tmp_path)
-    assert len(done) == 6 and sorted(p.name for p in tmp_path.glob("*.whl")) == [pulp.name, smk.name, sa.name, kept.name]
+    assert len(done) == 7 and sorted(p.name for p in tmp_path.glob("*.whl")) == [pulp.name, smk.name, sa.name, kept.name]
     with zipfile.ZipFile(sa) as z:
         assert sorted(z.namelist()) == ["sqlalchemy-2.0.58.dist-info/RECORD", "sqlalchemy/__init__.py",
                                         "sqlalchemy/cyextension/util.pyx", "sqlalchemy/dialects/__init__.py",

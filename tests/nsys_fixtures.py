@@ -7,6 +7,7 @@ at exit, read-only: a test that changes an export copies it first."""
 from __future__ import annotations
 
 import atexit
+import functools
 import gzip
 import shutil
 import tempfile
@@ -18,6 +19,14 @@ SUFFIX = ".sqlite.gz"
 _unpacked: dict[str, Path] = {}
 
 
+@functools.cache
+def _folder() -> Path:
+    """This process's private folder for the unpacked exports, removed at exit."""
+    folder = Path(tempfile.mkdtemp(prefix="nsys-fixtures-"))
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
+
+
 def names() -> list[str]:
     """Every committed export's name (its file name without SUFFIX), sorted."""
     return sorted(p.name[: -len(SUFFIX)] for p in FOLDER.glob(f"*{SUFFIX}"))
@@ -26,11 +35,7 @@ def names() -> list[str]:
 def export(name: str) -> Path:
     """The export `name` unpacked, as the SQLite file `nsys export` wrote."""
     if name not in _unpacked:
-        if not _unpacked:
-            folder = Path(tempfile.mkdtemp(prefix="nsys-fixtures-"))
-            atexit.register(shutil.rmtree, folder, True)
-            _unpacked[""] = folder
-        path = _unpacked[""] / f"{name}.sqlite"
+        path = _folder() / f"{name}.sqlite"
         path.write_bytes(gzip.decompress((FOLDER / f"{name}{SUFFIX}").read_bytes()))
         path.chmod(0o444)
         _unpacked[name] = path

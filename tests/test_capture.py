@@ -22,7 +22,6 @@ from harness.errors import EvidenceError, ToolMissing
 from harness.measure import capture
 
 
-
 def fake_tool(path: Path) -> Path:
     path.write_text("#!/bin/sh\necho 'NVIDIA Nsight Systems version 2099.1'\n")
     path.chmod(path.stat().st_mode | stat.S_IXUSR)

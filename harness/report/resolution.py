@@ -19,9 +19,10 @@ harness.measure.idle_start); else the replay ratio, the variant's replay median 
 which at kernels of a few microseconds times them another way (back to back). Neither exists
 where the run's cross-check was off. Where the idle starts were timed, the capture's size of a
 plant (its ratio) must agree with theirs to within the verdicts' margin (`alike`): the two time
-the calls the same way, so a larger difference says the capture sizes a change wrongly. The role of a variant is read from its definition in the
-run's config, else, shape by shape, from the census. `rows` is what summary.json holds (numbers
-as numbers); `context` what the templates print."""
+the calls the same way, so a larger difference says the capture sizes a change wrongly. The role
+of a variant is read from its definition in the run's config, else, shape by shape, from the
+census. `rows` is what summary.json holds (numbers as numbers); `context` what the templates
+print."""
 
 from __future__ import annotations
 

@@ -94,6 +94,9 @@ SKIP: list[tuple[str, str]] = [
      "reads every committed namespace of a GPU model; tests/test_power_cap_effect.py runs the script on made-up ones"),
     (r"^python3 scripts/trim_wheels\.py \.whl$",
      "trims the device wheelhouse, which this copy does not hold; tests/test_trim_wheels.py runs it on a made-up one"),
+    (r"^python3 scripts/compact_set_aside\.py$",
+     "rewrites committed namespaces' controls tables, which this copy does not hold; tests/test_set_aside.py runs "
+     "it on a made-up one"),
     (r"^python3 scripts/compress_tables\.py$",
      "compresses committed namespaces' tables, which this copy does not hold; tests/test_table_files.py runs it on "
      "made-up ones"),

@@ -15,8 +15,8 @@ from harness import ROOT
 from harness.errors import EvidenceError
 from harness.io import row_dicts
 from harness.tables.retained import Retained, identity_change, kernel_identity, retained
-from harness.tables.phrases import (_and, _count, _flag_text, _float, _missing, _sentence, _span, _truthy, _us, set_aside_items,
-                                    set_aside_text)
+from harness.tables.phrases import (_and, _count, _flag_text, _float, _missing, _sentence, _span, _truthy, _us,
+                                    set_aside_cell, set_aside_items, set_aside_text)
 
 
 def _schema_margin() -> float:
@@ -109,8 +109,8 @@ def control_bands(history_like: Any, control: str = "triton", margin: float = MA
     NVML record of the control's capture there (what NVML would have seen is unknown).
 
     A namespace that measured the control at an (op, shape) is set aside there, with its reason in
-    `set_aside` ('name (why); name2 (why)'), when it ran on another GPU model than `gpu`, in another
-    cache mode than `cache_mode`, with another control kernel serving that shape than
+    `set_aside` ('name, name2 (why); name3 (why2)': phrases.set_aside_cell), when it ran on another
+    GPU model than `gpu`, in another cache mode than `cache_mode`, with another control kernel serving that shape than
     `current_census` names (kernel_identity; or without a census row for it), with any of its
     captures there flagged by NVML, or, without an NVML record, far above the median of the band's
     sessions (`_far_above`: one loaded session without a record cannot widen the band). Nothing else
@@ -155,7 +155,7 @@ def control_bands(history_like: Any, control: str = "triton", margin: float = MA
         row: dict[str, Any] = {"op": key[0], "shape": key[1], "control": control, "margin": margin,
                                "n_namespaces": len(names), "namespaces": ";".join(names),
                                "unrecorded": ";".join(unrecorded),
-                               "set_aside": "; ".join(f"{n} ({why})" for _, n, why in left)}
+                               "set_aside": set_aside_cell((n, why) for _, n, why in left)}
         if pts:
             lo = min(pts, key=lambda p: (p[0], p[1]))
             hi = min(pts, key=lambda p: (-p[0], p[1]))

@@ -76,16 +76,34 @@ def _flag_text(flags: Iterable[Any]) -> str:
     return "; ".join(seen) or "flagged disturbed"
 
 
+_NAMES = r"[^\s,();]+(?:, [^\s,();]+)*"
+"""One or more namespace names, ', ' between them, as a `set_aside` cell lists those of one reason."""
+
+
+def set_aside_cell(items: Iterable[tuple[str, str]]) -> str:
+    """The `set_aside` cell of (namespace, why) items in their order: each run of namespaces with
+    the same why named together before it once ('a, b (why); c (why2)'), so that a history of many
+    namespaces set aside for one reason (another GPU model) does not repeat it for each."""
+    groups: list[tuple[list[str], str]] = []
+    for name, why in items:
+        if groups and groups[-1][1] == why:
+            groups[-1][0].append(name)
+        else:
+            groups.append(([name], why))
+    return "; ".join(f"{', '.join(names)} ({why})" for names, why in groups)
+
+
 def set_aside_items(cell: Any) -> list[tuple[str, str]]:
-    """(namespace, why) of each namespace a `set_aside` cell names ('name (why); name2 (why)'; a why
-    may hold parentheses and '; ' of its own)."""
+    """(namespace, why) of each namespace a `set_aside` cell names, in its order: 'a, b (why); c
+    (why2)' (`set_aside_cell`), or 'a (why); b (why)' as tables written before it have it; a why
+    may hold parentheses and '; ' of its own."""
     if _missing(cell) or not str(cell).strip():
         return []
     out = []
-    for item in re.split(r"(?<=\)); (?=\S+ \()", str(cell).strip()):
-        m = re.match(r"^(\S+) \((.*)\)$", item.strip())
+    for item in re.split(rf"(?<=\)); (?={_NAMES} \()", str(cell).strip()):
+        m = re.match(rf"^({_NAMES}) \((.*)\)$", item.strip())
         if m:
-            out.append((m.group(1), m.group(2)))
+            out += [(name, m.group(2)) for name in m.group(1).split(", ")]
     return out
 
 

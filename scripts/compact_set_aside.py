@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness import ROOT  # noqa: E402
 from harness.errors import EvidenceError  # noqa: E402
 from harness.io import write_bytes  # noqa: E402
+from harness.tables import history  # noqa: E402
 from harness.tables.phrases import set_aside_cell, set_aside_items  # noqa: E402
 
 
@@ -64,12 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--artifacts", default=str(ROOT / "artifacts"))
     parser.add_argument("namespaces", nargs="*")
     args = parser.parse_args(argv)
-    root = Path(args.artifacts)
-    names = args.namespaces or sorted(p.name for p in root.iterdir() if p.is_dir())
     saved = 0
     try:
-        for name in names:
-            path = root / name / "tables" / "controls.csv"
+        for ns_dir in history.named_dirs(args.artifacts, args.namespaces):
+            path = ns_dir / "tables" / "controls.csv"
             if not path.is_file():
                 continue
             done = compact(path)

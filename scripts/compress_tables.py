@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness import ROOT  # noqa: E402
 from harness.errors import EvidenceError  # noqa: E402
 from harness.io import write_gzip  # noqa: E402
+from harness.tables import history  # noqa: E402
 from harness.tables.table_files import COMPRESSED, plain_file, table_file  # noqa: E402
 
 
@@ -51,13 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("namespaces", nargs="*")
     parser.add_argument("--artifacts", default=str(ROOT / "artifacts"))
     args = parser.parse_args(argv)
-    root = Path(args.artifacts)
-    names = args.namespaces or (sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else [])
     try:
-        for name in names:
-            if not (root / name).is_dir():
-                raise EvidenceError(f"there is no namespace {name} under {root}.")
-            for packed, before, after in compress(root / name):
+        for ns_dir in history.named_dirs(args.artifacts, args.namespaces):
+            for packed, before, after in compress(ns_dir):
                 print(f"{packed}: {before} -> {after} bytes")
     except EvidenceError as exc:
         print(f"compress_tables: {exc}", file=sys.stderr)

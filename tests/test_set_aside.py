@@ -47,6 +47,8 @@ def test_the_script_rewrites_only_the_set_aside_cells(tmp_path: Path, capsys: py
     path.write_text(before.replace(old, "not a list of namespaces"))
     assert script.main(["--artifacts", str(tmp_path), "n"]) == 2
     assert "does not read back" in capsys.readouterr().err
+    assert script.main(["--artifacts", str(tmp_path), "nosuch"]) == 2
+    assert "there is no namespace nosuch under" in capsys.readouterr().err
 
 
 def test_every_committed_controls_table_is_compact() -> None:

@@ -59,6 +59,17 @@ def namespace_dirs(artifacts: str | Path) -> list[Path]:
     return sorted((p for p in artifacts.iterdir() if p.is_dir() and (p / "tables").is_dir()), key=lambda p: p.name)
 
 
+def named_dirs(artifacts: str | Path, names: Sequence[str]) -> list[Path]:
+    """The folders of the namespaces `names` under `artifacts`, in that order (EvidenceError, one
+    sentence, for the first that is not there), or without names every namespace folder there
+    (`namespace_dirs`): what a command that takes 'NAMESPACE ...' or all of them works on."""
+    artifacts = Path(artifacts)
+    for name in names:
+        if not (artifacts / name).is_dir():
+            raise EvidenceError(f"there is no namespace {name} under {artifacts}.")
+    return [artifacts / n for n in names] if names else namespace_dirs(artifacts)
+
+
 def _json_dict(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text())

@@ -21,7 +21,6 @@ import argparse
 import gzip
 import json
 import math
-import os
 import shutil
 import sqlite3
 import subprocess
@@ -38,7 +37,6 @@ REPLICATED = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX
 def build(out: Path, min_kernels: int) -> dict[str, int]:
     """Write the replicated export to `out`; returns row counts."""
     out.write_bytes(gzip.decompress(FIXTURE.read_bytes()))
-    os.chmod(out, 0o644)
     conn = sqlite3.connect(out)
     conn.execute("PRAGMA journal_mode = OFF")
     conn.execute("PRAGMA synchronous = OFF")

@@ -16,8 +16,6 @@ from pathlib import Path
 FOLDER = Path(__file__).resolve().parent / "fixtures" / "nsys"
 SUFFIX = ".sqlite.gz"
 
-_unpacked: dict[str, Path] = {}
-
 
 @functools.cache
 def _folder() -> Path:
@@ -32,14 +30,13 @@ def names() -> list[str]:
     return sorted(p.name[: -len(SUFFIX)] for p in FOLDER.glob(f"*{SUFFIX}"))
 
 
+@functools.cache
 def export(name: str) -> Path:
-    """The export `name` unpacked, as the SQLite file `nsys export` wrote."""
-    if name not in _unpacked:
-        path = _folder() / f"{name}.sqlite"
-        path.write_bytes(gzip.decompress((FOLDER / f"{name}{SUFFIX}").read_bytes()))
-        path.chmod(0o444)
-        _unpacked[name] = path
-    return _unpacked[name]
+    """The export `name` unpacked, as the SQLite file `nsys export` wrote (once per process)."""
+    path = _folder() / f"{name}.sqlite"
+    path.write_bytes(gzip.decompress((FOLDER / f"{name}{SUFFIX}").read_bytes()))
+    path.chmod(0o444)
+    return path
 
 
 def stats(name: str, report: str) -> Path:

@@ -110,12 +110,13 @@ def control_bands(history_like: Any, control: str = "triton", margin: float = MA
 
     A namespace that measured the control at an (op, shape) is set aside there, with its reason in
     `set_aside` ('name, name2 (why); name3 (why2)': phrases.set_aside_cell), when it ran on another
-    GPU model than `gpu`, in another cache mode than `cache_mode`, with another control kernel serving that shape than
-    `current_census` names (kernel_identity; or without a census row for it), with any of its
-    captures there flagged by NVML, or, without an NVML record, far above the median of the band's
-    sessions (`_far_above`: one loaded session without a record cannot widen the band). Nothing else
-    sets a namespace aside (never where its control fell against some other band), so the band
-    depends on the set of namespaces only: permuting the history gives the same rows. Namespaces are listed by date, then name; rows are sorted by (op, shape). An (op, shape)
+    GPU model than `gpu`, in another cache mode than `cache_mode`, with another control kernel
+    serving that shape than `current_census` names (kernel_identity; or without a census row for
+    it), with any of its captures there flagged by NVML, or, without an NVML record, far above the
+    median of the band's sessions (`_far_above`: one loaded session without a record cannot widen
+    the band). Nothing else sets a namespace aside (never where its control fell against some other
+    band), so the band depends on the set of namespaces only: permuting the history gives the same
+    rows. Namespaces are listed by date, then name; rows are sorted by (op, shape). An (op, shape)
     where every namespace was set aside keeps a row with n_namespaces 0 and no band."""
     if not 0 <= margin < 1:
         raise EvidenceError(f"trust: the control band margin must be at least 0 and below 1, not {margin}.")
@@ -340,7 +341,7 @@ def classify_controls(current_kernel_time: pd.DataFrame, bands: pd.DataFrame, co
             text = _band_text(row)
             head = f"{who} came back at {_us(value)}"
             if status == "inside":
-                if own_cap:
+                if capped_clean:
                     parts.append(f"{head}, inside {text}; {own_cap_clause}.")
                 elif flagged:
                     parts.append(f"{head}, inside {text}, but {flag_clause}: not a clean capture.")
@@ -352,7 +353,7 @@ def classify_controls(current_kernel_time: pd.DataFrame, bands: pd.DataFrame, co
                 parts.append(f"{head}, below {text}: faster than any earlier quiet capture, which load cannot cause "
                              f"(the GPU ran faster this session, or the band is too narrow).")
                 if flagged:
-                    parts.append(f"{own_cap_clause if own_cap else flag_clause}.")
+                    parts.append(f"{own_cap_clause if capped_clean else flag_clause}.")
             elif status == "above":
                 nvml_saw = ("while NVML saw no other process and no throttling during the captures at this shape"
                             if nvml == "quiet" else "while NVML recorded nothing for its capture")

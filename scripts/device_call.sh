@@ -12,6 +12,9 @@
 # tool's limit with every finished run packed. A machine that starts late or fails costs device
 # time all the same: put everything the session must measure into the first call that starts.
 # At most eight words: the device tool brings back eight files.
+# ONLY_ON (optional, e.g. H200): run nothing unless nvidia-smi names a GPU whose name holds it; the
+# call then ends in seconds, one sentence saying which GPU came (the tool lends an H100 for
+# nvidia-h200 at times; a run that only an H200 can settle should not spend a session on another).
 set -u
 run=${H200_RUN:-scripts/h200_run.sh}
 limit=${LIMIT:-540}
@@ -33,6 +36,13 @@ for word in "$@"; do  # every word checked before any run starts
   esac
   names+=("$name"); budgets+=("$budget")
 done
+if [ -n "${ONLY_ON:-}" ]; then
+  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+  case $gpu in
+    *"$ONLY_ON"*) echo "device_call: $gpu, as ONLY_ON=$ONLY_ON asks" ;;
+    *) echo "device_call: the GPU here is ${gpu:-none nvidia-smi can name}, not the $ONLY_ON that ONLY_ON asks for, so nothing was run." >&2; exit 2 ;;
+  esac
+fi
 t0=$(date +%s)
 elapsed() { echo $(( $(date +%s) - t0 )); }
 declare -A times

@@ -25,12 +25,20 @@ echo "snakemake: 1 s, rc=0"
 """
 
 
-def call(tmp_path: Path, *words: str, limit: int = 540, sleep: float = 0) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+def call(tmp_path: Path, *words: str, limit: int = 540, sleep: float = 0, only_on: str = "",
+         gpu: str = "") -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """Run the script on `words` with the stand-in; `gpu`, where given, is the name a stand-in
+    nvidia-smi prints, and `only_on` the script's ONLY_ON."""
     stand_in = tmp_path / "run.sh"
     stand_in.write_text(STAND_IN)
     record = tmp_path / "record.txt"
-    env = {"PATH": "/usr/bin:/bin", "H200_RUN": str(stand_in), "RECORD": str(record), "LIMIT": str(limit),
-           "SLEEP": str(sleep)}
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    if gpu:
+        (bin_dir / "nvidia-smi").write_text(f'#!/usr/bin/env bash\necho "{gpu}"\n')
+        (bin_dir / "nvidia-smi").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "H200_RUN": str(stand_in), "RECORD": str(record), "LIMIT": str(limit),
+           "SLEEP": str(sleep), "ONLY_ON": only_on}
     proc = subprocess.run(["bash", str(SCRIPT), *words], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     return proc, record.read_text().splitlines() if record.is_file() else []
 
@@ -54,6 +62,21 @@ def test_a_run_whose_budget_is_no_longer_left_is_not_started(tmp_path: Path) -> 
     assert proc.returncode == 0, proc.stderr
     assert [r.split()[0] for r in runs] == ["PACK=resolution"]  # after 3 s, the second no longer had 2 s
     assert re.search(r"^resolution-2: not started, [01] s of the call left and its budget 2 s$", proc.stdout, re.M)
+
+
+@pytest.mark.parametrize("gpu", ["NVIDIA H100 80GB HBM3", ""])
+def test_only_on_runs_nothing_on_another_gpu_and_says_which_came(tmp_path: Path, gpu: str) -> None:
+    proc, runs = call(tmp_path, "suite", "main", only_on="H200", gpu=gpu)
+    assert proc.returncode == 2 and runs == []
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("device_call: the GPU here is ")
+    assert (gpu or "none nvidia-smi can name") in proc.stderr and "not the H200" in proc.stderr
+
+
+def test_only_on_runs_every_word_on_the_gpu_it_names(tmp_path: Path) -> None:
+    proc, runs = call(tmp_path, "suite", "main", only_on="H200", gpu="NVIDIA H200")
+    assert proc.returncode == 0, proc.stderr
+    assert [r.split()[0] for r in runs] == ["PACK=suite", "PACK=main"]
+    assert proc.stdout.startswith("device_call: NVIDIA H200, as ONLY_ON=H200 asks")
 
 
 @pytest.mark.parametrize("words", [[], ["main"] * 9, ["main", "no-such-config"], ["main:0"], ["main:"], ["../config"],

@@ -273,6 +273,10 @@ def test_a_namespace_with_a_targets_table_reports_it_in_every_report(tmp_path: P
     value = f"{first['value']:.3f} [{first['lo']:.3f}, {first['hi']:.3f}]"
     assert "## Targets" in note and f"| {first['op']} | {first['shape']} | {value} |" in note
     assert f"- {first['target']}: {first['op']} {first['shape']}, {first['ratio']} {value}, asked" in comment
+    # one line a missed row in the comment, each with how far it missed and why
+    listed = [x for x in comment.splitlines() if x.startswith("- ") and ", asked " in x]
+    assert len(listed) == len(missed) and all(x.count(", asked ") == 1 for x in listed)
+    assert all(str(r) in x for x, r in zip(listed, missed["reason"], strict=True))
     assert '<h2 id="targets">Targets</h2>' in page and f"<td>{value}</td>" in page
     assert "Contents: [Targets](#targets) · " in note and '<li><a href="#targets">Targets</a></li>' in page
     # a missed bound says by how much, and the shape's other evidence stands beside it

@@ -110,8 +110,9 @@ def context(table: Any, controls: Any = None, kernel_time: Any = None, counters:
     """The templates' `targets`: None without a targets table (or an empty one); else `targets`
     (each with its name, ratio, metric label, what it asks, `rows` and `counts`, `summary`), the
     counts over all rows (`counts`, `summary`), `missed` (each missed row: name, op, shape,
-    ratio, value, asked, gap; for the issue comment) and `beside` (the other evidence at the shapes
-    of the targets missed or not told, `beside`). A row missed or not told says in `gap` how far its
+    ratio, value, asked, and `why`: how far beyond the bound and the reason; for the issue
+    comment) and `beside` (the other evidence at the shapes of the targets missed or not told,
+    `beside`). A row missed or not told says in `gap` how far its
     ratio lies beyond the bound, where it does; a row not judged says nothing of it (the table has
     the number)."""
     found = records(table)
@@ -138,7 +139,8 @@ def context(table: Any, controls: Any = None, kernel_time: Any = None, counters:
         every.append(row)
         if status == tg.MISSED:
             missed.append({"name": name, "op": key[0], "shape": key[1], "ratio": block["ratio"], "value": value,
-                           "asked": block["asked"], "gap": row["gap"]})
+                           "asked": block["asked"],
+                           "why": f"{row['gap']} ({reason})" if row["gap"] and reason else row["gap"] or reason})
     for block in blocks.values():
         block["counts"] = tg.counts(row["status"] for row in block["rows"])
         block["summary"] = tg.counts_text(block["counts"])

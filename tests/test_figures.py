@@ -19,6 +19,7 @@ pytest.importorskip("matplotlib")
 from harness import ROOT
 from harness.errors import EvidenceError
 from harness.report import figures
+from harness.report import html as page_tool
 from harness.report.figures import overview_figure, sweep_figure
 from harness.tables import history
 
@@ -249,15 +250,43 @@ def test_the_legibility_check_fails_on_the_old_layout(tmp_path: Path) -> None:
     assert len(figures.plain_log_ticks(0.55, 0.65)) >= 3
 
 
-def test_compact_rounds_coordinates_and_leaves_text_and_styles() -> None:
-    svg = ('<svg>\n <g id="a">\n  <path d="M 98.727273 111049.625696 \nL 134.779798 -0.0004 \nz\n" '
-           'style="stroke-width: 1.234567"/>\n  <text transform="translate(98.511417 298.403786) rotate(-15)">1.03456</text>\n'
-           '  <use xlink:href="#m1" x="12.5" y="7.123456"/>\n </g>\n</svg>\n')
+def test_compact_rounds_coordinates_gives_each_style_once_and_drops_ids_nothing_names() -> None:
+    svg = ('<svg width="10pt">\n <defs>\n  <style type="text/css">*{stroke-linecap: butt}</style>\n </defs>\n'
+           ' <g id="a">\n  <path d="M 98.727273 111049.625696 \nL 134.779798 -0.0004 \nz\n" '
+           'style="stroke-width: 1.234567"/>\n  <text transform="translate(98.511417 298.403786) rotate(-15)" '
+           'style="font-size: 11px">1.03456</text>\n  <path d="M 0 0" style="stroke-width: 1.234567" clip-path="url(#c)"/>\n'
+           '  <use xlink:href="#m1" x="12.5" y="7.123456" style="fill: red"/>\n </g>\n'
+           ' <defs>\n  <path id="m1" d="M 0 0" style="stroke: blue"/>\n  <clipPath id="c"><rect/></clipPath>\n'
+           '  <g id="unused"/>\n </defs>\n</svg>\n')
     out = figures.compact(svg)
-    assert '<path d="M 98.73 111049.63 L 134.78 0 z" style="stroke-width: 1.234567"/>' in out
-    assert '<text transform="translate(98.51 298.4) rotate(-15)">1.03456</text>' in out
-    assert '<use xlink:href="#m1" x="12.5" y="7.12"/>' in out
-    assert "\n <" not in out and out.count("\n") == svg.count("\n") - 3  # the path's own lines joined
+    assert '<path d="M 98.73 111049.63 L 134.78 0 z" class="s0"/>' in out
+    assert '<path d="M 0 0" class="s0" clip-path="url(#c)"/>' in out  # the same style, the same class
+    assert '<text transform="translate(98.51 298.4) rotate(-15)" class="s1">1.03456</text>' in out
+    assert '<use xlink:href="#m1" x="12.5" y="7.12" class="s2"/>' in out
+    assert "<style type=\"text/css\">*{stroke-linecap: butt}.s0{stroke-width: 1.234567}.s1{font-size: 11px}" \
+           ".s2{fill: red}</style>" in out
+    assert '<path id="m1" d="M 0 0" style="stroke: blue"/>' in out  # what <use> clones keeps its style
+    assert 'id="c"' in out and 'id="a"' not in out and 'id="unused"' not in out
+    assert "\n <" not in out and figures.compact(out) == out
+    # without a stylesheet of its own, the SVG gets one
+    assert figures.compact('<svg a="1">\n<g style="fill: red"/>\n</svg>') == \
+        '<svg a="1">\n<defs><style type="text/css">.s0{fill: red}</style></defs>\n<g class="s0"/>\n</svg>'
+
+
+@pytest.mark.skipif(page_tool.chromium() is None, reason="Chromium is not installed (no chromium or chromium-browser "
+                    "on PATH); apt-get install chromium to run this test")
+def test_classes_and_ids_change_no_pixel_of_a_figure(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from PIL import Image, ImageChops
+
+    shots = []
+    for name, shrink in (("rounded", figures.rounded), ("compact", figures.compact)):
+        monkeypatch.setattr(figures, "compact", shrink)
+        svg = tmp_path / f"{name}.svg"
+        render(table(), svg)
+        shots.append(Image.open(page_tool.screenshot(svg, tmp_path / f"{name}.png", 1100, 1400)).convert("RGB"))
+    assert len(svg.read_text()) < 0.8 * len((tmp_path / "rounded.svg").read_text())
+    assert ImageChops.difference(*shots).getbbox() is None
 
 
 def test_a_written_figure_is_compact_and_parses(tmp_path: Path) -> None:

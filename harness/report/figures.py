@@ -107,10 +107,17 @@ _INDENT = re.compile(r"\n[ \t]+<")
 """The indentation before a tag, which an SVG viewer ignores."""
 
 
-def compact(svg: str) -> str:
+_DEFS = re.compile(r"(<defs>.*?</defs>)", re.DOTALL)
+
+_STYLED = re.compile(r'<(?![/!?])[^>]*?\sstyle="([^"]*)"[^>]*>')
+"""A start tag that carries a style attribute."""
+
+_ID = re.compile(r'\sid="([^"]+)"')
+
+
+def rounded(svg: str) -> str:
     """The SVG with its coordinates at 0.01 of a point, each path on one line and no indentation
-    before its tags: the figure looks the same (a point is 1/72 inch) in a fifth less room, in
-    every committed report. Text a reader sees and styles are left as matplotlib wrote them."""
+    before its tags (compact's first step)."""
     def short(m: re.Match[str]) -> str:
         text = f"{float(m.group(0)):.2f}".rstrip("0").rstrip(".")
         return "0" if text in ("-0", "") else text
@@ -119,6 +126,37 @@ def compact(svg: str) -> str:
         return m.group(1) + " ".join(_LONG.sub(short, m.group(2)).split()) + m.group(3)
 
     return _INDENT.sub("\n<", _GEOMETRY.sub(attribute, svg))
+
+
+def compact(svg: str) -> str:
+    """The SVG with its coordinates at 0.01 of a point, each path on one line and no indentation
+    before its tags; each distinct style of an element outside `<defs>` written once, as a class
+    (`s0`, `s1`, ...) of the SVG's own stylesheet, instead of on every element that has it; and no
+    id that nothing in the SVG refers to. The figure looks the same (a point is 1/72 inch), and the
+    classes and ids change no pixel of it in Chromium (a class rule outranks matplotlib's `*` rule
+    as the style attribute did), in about half the room, in every committed report. Elements inside `<defs>` (what `<use>` clones)
+    keep their styles. Text a reader sees is left as matplotlib wrote it. compact(compact(s)) ==
+    compact(s)."""
+    text = rounded(svg)
+    classes: dict[str, str] = {}
+
+    def to_class(m: re.Match[str]) -> str:
+        tag = m.group(0)
+        if " class=" in tag:
+            return tag
+        name = classes.setdefault(m.group(1), f"s{len(classes)}")
+        return tag.replace(f' style="{m.group(1)}"', f' class="{name}"', 1)
+
+    text = "".join(part if _DEFS.fullmatch(part) else _STYLED.sub(to_class, part) for part in _DEFS.split(text))
+    if classes:
+        rules = "".join(f".{name}{{{style}}}" for style, name in classes.items())
+        if "</style>" in text:
+            text = text.replace("</style>", rules + "</style>", 1)
+        else:
+            text = re.sub(r"(<svg\b[^>]*>)", lambda m: f'{m.group(1)}\n<defs><style type="text/css">{rules}</style></defs>',
+                          text, count=1)
+    referred = set(re.findall(r'href="#([^"]+)"', text)) | set(re.findall(r"url\(#([^)]+)\)", text))
+    return _ID.sub(lambda m: m.group(0) if m.group(1) in referred else "", text)
 
 
 def _save(fig: Any, out_svg: Path | str) -> None:

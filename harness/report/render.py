@@ -504,9 +504,10 @@ def render_markdown(template: str, ctx: Mapping[str, Any]) -> str:
 
 def inline_svg(svg: str, prefix: str) -> str:
     """An SVG file's text made fit to sit inside an HTML page: no XML prolog, doctype, metadata,
-    comment or namespace declaration (nothing that names a remote address), and every id prefixed so that
-    several figures on one page never share one. EvidenceError (one sentence) for text that holds
-    a script, a foreign object or a reference to anything outside the figure."""
+    comment or namespace declaration (nothing that names a remote address), and every id and class
+    prefixed, in its stylesheet too, so that several figures on one page never share one (a
+    stylesheet inside an inlined SVG holds for the whole page). EvidenceError (one sentence) for
+    text that holds a script, a foreign object or a reference to anything outside the figure."""
     text = re.sub(r"<\?xml[^>]*\?>", "", svg)
     text = re.sub(r"<!DOCTYPE[^>]*>", "", text)
     text = re.sub(r"<metadata>.*?</metadata>", "", text, flags=re.DOTALL)
@@ -515,6 +516,10 @@ def inline_svg(svg: str, prefix: str) -> str:
     text = re.sub(r'\bid="([^"]+)"', lambda m: f'id="{prefix}-{m.group(1)}"', text)
     text = re.sub(r'(href=")#([^"]+)"', lambda m: f'{m.group(1)}#{prefix}-{m.group(2)}"', text)
     text = re.sub(r"url\(#([^)]+)\)", lambda m: f"url(#{prefix}-{m.group(1)})", text)
+    text = re.sub(r'\bclass="([^"]+)"', lambda m: 'class="' + " ".join(f"{prefix}-{c}" for c in m.group(1).split()) + '"',
+                  text)
+    text = re.sub(r"<style\b[^>]*>.*?</style>", lambda m: re.sub(r"\.([A-Za-z_][\w-]*)(?=[^{}]*\{)", rf".{prefix}-\1",
+                                                                  m.group(0)), text, flags=re.DOTALL)
     if re.search(r"<script|<foreignObject|href=\"(?!#)|url\((?!#)|@import|\son\w+=", text, flags=re.IGNORECASE):
         raise EvidenceError(f"The figure {prefix} holds a script or a reference outside itself, so it is not inlined.")
     return text.strip()

@@ -42,6 +42,10 @@
 //                 by registers), into an unpadded tile whose 16-byte chunks are swizzled (chunk v
 //                 of row r at v ^ ((r / 4) % 8)), which keeps both the copies and the column
 //                 reads conflict-free; needs TP_LANES_C == 8 (the variants set both).
+//     TP_LOAD     how the vec4 path (registers, TP_ASYNC 0) loads x: 0 `ld.global.nc` (__ldg, the
+//                 default), 1 `ld.global.cs` (__ldcs: streaming, evict-first in L1 and L2), 2
+//                 `ld.global.nc.L2::cache_hint` under an L2 evict-first policy (createpolicy).
+//                 x is read once a call; evict-first leaves the L2 to y's lines.
 // The host reads TP_BLOCK (128 or 256 threads for the vec4 path), which is a template argument.
 
 #ifndef TP_LANES_C
@@ -56,6 +60,35 @@
 #ifndef TP_ASYNC
 #define TP_ASYNC 0
 #endif
+#ifndef TP_LOAD
+#define TP_LOAD 0
+#endif
+
+// One float4 of x, loaded as TP_LOAD says (above); `policy` is the L2 policy of TP_LOAD 2.
+__device__ __forceinline__ float4 tp_load(const float* p, const unsigned long long policy) {
+#if TP_LOAD == 1
+    return __ldcs(reinterpret_cast<const float4*>(p));
+#elif TP_LOAD == 2
+    float4 v;
+    asm volatile("ld.global.nc.L2::cache_hint.v4.f32 {%0, %1, %2, %3}, [%4], %5;\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "l"(p), "l"(policy));
+    return v;
+#else
+    return __ldg(reinterpret_cast<const float4*>(p));
+#endif
+}
+
+// The L2 policy TP_LOAD 2 loads under (evict first, for every line); 0 otherwise (unused).
+__device__ __forceinline__ unsigned long long tp_policy() {
+#if TP_LOAD == 2
+    unsigned long long policy;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+    return policy;
+#else
+    return 0ull;
+#endif
+}
 
 // Planted slowdown (the resolution check's `delay` variants, harness/ops/variants.py): with
 // PLANT_DELAY_CYCLES > 0 one thread of every block waits that many SM clock cycles after the
@@ -168,12 +201,13 @@ transpose_vec4(const float* __restrict__ x, float* __restrict__ y, const int R, 
     // 1. All PASSES loads in flight before any use; a float4 is whole inside or outside x
     //    (C % 4 == 0).
     const int gc = c0 + 4 * vec;
+    const unsigned long long policy = tp_policy();
     float4 in[PASSES];
 #pragma unroll
     for (int p = 0; p < PASSES; ++p) {
         const int gr = r0 + sub + p * ROWS_PER_PASS;
         if (gr < R && gc < C) {
-            in[p] = __ldg(reinterpret_cast<const float4*>(x + static_cast<long long>(gr) * C + gc));
+            in[p] = tp_load(x + static_cast<long long>(gr) * C + gc, policy);
         } else {
             in[p] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }

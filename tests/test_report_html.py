@@ -217,3 +217,8 @@ def test_an_svg_that_reaches_outside_is_not_inlined() -> None:
     out = report.inline_svg('<?xml version="1.0"?><svg xmlns="http://www.w3.org/2000/svg"><g id="a"/>'
                             '<use xlink:href="#a"/><path clip-path="url(#a)"/></svg>', "f0")
     assert 'id="f0-a"' in out and 'href="#f0-a"' in out and "url(#f0-a)" in out and "http" not in out
+    # a figure's classes and the rules that name them, prefixed: an inlined stylesheet holds for the whole page
+    out = report.inline_svg('<svg><defs><style>*{stroke: none}.s0{fill: #ffffff}.s1{stroke-width: 0.8}</style></defs>'
+                            '<g class="s0"/><path class="s1 s0"/></svg>', "f1")
+    assert "*{stroke: none}.f1-s0{fill: #ffffff}.f1-s1{stroke-width: 0.8}" in out
+    assert '<g class="f1-s0"/><path class="f1-s1 f1-s0"/>' in out

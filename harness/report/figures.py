@@ -134,9 +134,9 @@ def compact(svg: str) -> str:
     (`s0`, `s1`, ...) of the SVG's own stylesheet, instead of on every element that has it; and no
     id that nothing in the SVG refers to. The figure looks the same (a point is 1/72 inch), and the
     classes and ids change no pixel of it in Chromium (a class rule outranks matplotlib's `*` rule
-    as the style attribute did), in about half the room, in every committed report. Elements inside `<defs>` (what `<use>` clones)
-    keep their styles. Text a reader sees is left as matplotlib wrote it. compact(compact(s)) ==
-    compact(s)."""
+    as the style attribute did), in about half the room matplotlib's SVG takes, in every committed
+    report. Elements inside `<defs>` (what `<use>` clones) keep their styles. Text a reader sees is
+    left as matplotlib wrote it. compact(compact(s)) == compact(s)."""
     text = rounded(svg)
     classes: dict[str, str] = {}
 

@@ -36,6 +36,10 @@ for word in "$@"; do  # every word checked before any run starts
   esac
   names+=("$name"); budgets+=("$budget")
 done
+if [ -n "${EVIDENCE_GIT_COMMIT:-}" ] && ! [[ "$EVIDENCE_GIT_COMMIT" =~ ^[0-9a-f]{40}$ ]]; then
+  echo "device_call: EVIDENCE_GIT_COMMIT is '${EVIDENCE_GIT_COMMIT:0:60}', not a full commit hash (40 lower-case hex digits: git rev-parse HEAD), so nothing was run." >&2
+  exit 2
+fi
 if [ -n "${ONLY_ON:-}" ]; then
   gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
   case $gpu in

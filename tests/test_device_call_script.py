@@ -26,9 +26,9 @@ echo "snakemake: 1 s, rc=0"
 
 
 def call(tmp_path: Path, *words: str, limit: int = 540, sleep: float = 0, only_on: str = "",
-         gpu: str = "") -> tuple[subprocess.CompletedProcess[str], list[str]]:
+         gpu: str = "", commit: str = "") -> tuple[subprocess.CompletedProcess[str], list[str]]:
     """Run the script on `words` with the stand-in; `gpu`, where given, is the name a stand-in
-    nvidia-smi prints, and `only_on` the script's ONLY_ON."""
+    nvidia-smi prints, `only_on` the script's ONLY_ON and `commit` its EVIDENCE_GIT_COMMIT."""
     stand_in = tmp_path / "run.sh"
     stand_in.write_text(STAND_IN)
     record = tmp_path / "record.txt"
@@ -38,7 +38,7 @@ def call(tmp_path: Path, *words: str, limit: int = 540, sleep: float = 0, only_o
         (bin_dir / "nvidia-smi").write_text(f'#!/usr/bin/env bash\necho "{gpu}"\n')
         (bin_dir / "nvidia-smi").chmod(0o755)
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "H200_RUN": str(stand_in), "RECORD": str(record), "LIMIT": str(limit),
-           "SLEEP": str(sleep), "ONLY_ON": only_on}
+           "SLEEP": str(sleep), "ONLY_ON": only_on, "EVIDENCE_GIT_COMMIT": commit}
     proc = subprocess.run(["bash", str(SCRIPT), *words], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     return proc, record.read_text().splitlines() if record.is_file() else []
 
@@ -77,6 +77,18 @@ def test_only_on_runs_every_word_on_the_gpu_it_names(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert [r.split()[0] for r in runs] == ["PACK=suite", "PACK=main"]
     assert proc.stdout.startswith("device_call: NVIDIA H200, as ONLY_ON=H200 asks")
+
+
+@pytest.mark.parametrize("commit", ["d315235", "D315235" + "0" * 33, "0" * 41])
+def test_a_commit_that_is_not_a_full_hash_stops_it_before_any_run(tmp_path: Path, commit: str) -> None:
+    proc, runs = call(tmp_path, "suite", commit=commit)
+    assert proc.returncode == 2 and runs == [] and proc.stderr.count("\n") == 1
+    assert proc.stderr.startswith(f"device_call: EVIDENCE_GIT_COMMIT is '{commit}', not a full commit hash")
+
+
+def test_a_full_commit_hash_runs(tmp_path: Path) -> None:
+    proc, runs = call(tmp_path, "suite", commit="0123456789abcdef" * 2 + "01234567")
+    assert proc.returncode == 0 and [r.split()[0] for r in runs] == ["PACK=suite"]
 
 
 @pytest.mark.parametrize("words", [[], ["main"] * 9, ["main", "no-such-config"], ["main:0"], ["main:"], ["../config"],

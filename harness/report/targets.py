@@ -112,9 +112,8 @@ def context(table: Any, controls: Any = None, kernel_time: Any = None, counters:
     counts over all rows (`counts`, `summary`), `missed` (each missed row: name, op, shape,
     ratio, value, asked, and `why`: how far beyond the bound and the reason; for the issue
     comment) and `beside` (the other evidence at the shapes of the targets missed or not told,
-    `beside`). A row missed or not told says in `gap` how far its
-    ratio lies beyond the bound, where it does; a row not judged says nothing of it (the table has
-    the number)."""
+    `beside`). A row missed or not told says in `gap` how far its ratio lies beyond the bound,
+    where it does; a row not judged says nothing of it (the table has the number)."""
     found = records(table)
     if not found:
         return None

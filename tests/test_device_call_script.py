@@ -27,15 +27,15 @@ echo "snakemake: 1 s, rc=0"
 
 def call(tmp_path: Path, *words: str, limit: int = 540, sleep: float = 0, only_on: str = "",
          gpu: str = "", commit: str = "") -> tuple[subprocess.CompletedProcess[str], list[str]]:
-    """Run the script on `words` with the stand-in; `gpu`, where given, is the name a stand-in
-    nvidia-smi prints, `only_on` the script's ONLY_ON and `commit` its EVIDENCE_GIT_COMMIT."""
+    """Run the script on `words` with the stand-in; `gpu` is the name a stand-in nvidia-smi prints
+    (nothing where empty), `only_on` the script's ONLY_ON and `commit` its EVIDENCE_GIT_COMMIT."""
     stand_in = tmp_path / "run.sh"
     stand_in.write_text(STAND_IN)
     record = tmp_path / "record.txt"
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
-    if gpu:
-        (bin_dir / "nvidia-smi").write_text(f'#!/usr/bin/env bash\necho "{gpu}"\n')
+    if gpu or only_on:  # a stand-in even for no GPU: a real nvidia-smi on PATH must not answer
+        (bin_dir / "nvidia-smi").write_text(f'#!/usr/bin/env bash\n[ -n "{gpu}" ] && echo "{gpu}"\n')
         (bin_dir / "nvidia-smi").chmod(0o755)
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "H200_RUN": str(stand_in), "RECORD": str(record), "LIMIT": str(limit),
            "SLEEP": str(sleep), "ONLY_ON": only_on, "EVIDENCE_GIT_COMMIT": commit}

@@ -592,7 +592,7 @@ def test_drift_is_bounded_by_ours_not_the_control_nor_a_disturbed_capture(tmp_pa
     assert ctx["flags"] == [
         ("Control above its band: triton at matmul 512x512x512 came back at 48.00 µs against its band of 38.00-42.00 µs "
         "(NVML saw nothing, so the capture is suspect); no ranking follows from its pairings there."),
-        "Disturbed capture: neighbor_aggregation 1024x8192x32 cuda (the GPU throttled during the capture (software power cap)).",
+        "Disturbed capture: neighbor_aggregation 1024x8192x32 cuda: the GPU throttled during the capture (software power cap).",
     ]
     assert_one_period([*sentences_of(out), *ctx["flags"]])
 
@@ -759,7 +759,7 @@ def test_real_loaded_namespace(tmp_path: Path) -> None:
     assert state["disturbed"].all() and len(state) == 3
     got = trust.flags(out["controls"], out["drift"], t / "counters.csv", t / "check.csv", t / "kernel_time.csv", state)
     impls = state["impl"].tolist()
-    assert got == [f"Disturbed capture: layernorm 4096x768 {impls[0]}, {impls[1]} and {impls[2]} ({PROCESS}).",
+    assert got == [f"Disturbed capture: layernorm 4096x768 {impls[0]}, {impls[1]} and {impls[2]}: {PROCESS}.",
                    f"Drift not bounded: {out['bound']['summary']}"]
     ctx = trust_context.report_context(t / "controls.csv", t / "drift.csv")
     assert ctx["set_aside_summary"] == ""  # h200-layernorm-1, unrecorded, is in the band, not left out of it
@@ -808,7 +808,7 @@ def test_flags_in_their_fixed_order() -> None:
         "captures on different GPUs compares two devices."),
         "Check failed: softmax 4096x1024 cuda (max abs error 0.5, max rel error 2, atol 0.0001, rtol 0.0001).",
         "Check failed: softmax 4096x1024 triton (CheckFailed: 12 outputs were not finite).",
-        "Disturbed capture: softmax 4096x1024 triton (the GPU throttled during the capture (hardware slowdown)).",
+        "Disturbed capture: softmax 4096x1024 triton: the GPU throttled during the capture (hardware slowdown).",
     ]
     assert_one_period(got)
     every = counters.assign(status="unavailable", reason="ERR_NVGPUCTRPERM")

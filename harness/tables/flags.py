@@ -120,7 +120,7 @@ def _disturbed(state: pd.DataFrame) -> list[str]:
     for (op, shape), grp in hit.groupby(["op", "shape"], sort=False):
         impls = grp["impl"].astype(str).tolist()
         text = _flag_text(grp["flags"].tolist() if "flags" in grp else [])
-        out.append(_sentence(f"Disturbed capture: {op} {shape} {_and(impls)} ({text})"))
+        out.append(_sentence(f"Disturbed capture: {op} {shape} {_and(impls)}: {text}"))
     return out
 
 

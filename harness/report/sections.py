@@ -344,7 +344,7 @@ def _drift_rows(rows: list[dict[str, Any]]) -> list[list[Any]]:
             role = ("library" if impl in trust.LIBRARY_IMPLS else
                     "bound" if truth(r.get("unchanged_kernel")) else "excluded")
         reason = safe.plain(r.get("reason"))
-        bounds = "yes" if role == "bound" else (f"no, {role}: {reason}" if reason else f"no, {role}")
+        bounds = "yes" if role == "bound" else (f"no, {role}: {reason}" if reason and reason != role else f"no, {role}")  # not "control: control"
         change = number(r.get("change_pct"))
         out.append([r.get("op"), r.get("shape"), r.get("impl"), num(r.get("before_us")), num(r.get("after_us")),
                     f"{change:+.1f}%" if change is not None else "n/a", yes(r.get("unchanged_kernel")), bounds])

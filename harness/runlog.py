@@ -59,3 +59,20 @@ def commands(path: str | Path) -> list[dict[str, Any]]:
     return out
 
 
+
+
+def superseded(entries: list[Any]) -> list[Any]:
+    """Provenance `entries` (harness.report.provenance) with each run of consecutive re-derivations
+    of one command on the CPU kept as its last record, `times` counting the run. A re-derivation is
+    a record that holds a `note` (rerender, retrust): it rewrites everything it writes, so the last
+    of a run supersedes those before it; records without a note (a snakemake command may run only
+    the jobs that one before it left) and older plain-text ones are kept as they are."""
+    out: list[Any] = []
+    for entry in entries:
+        last = out[-1] if out else None
+        if (isinstance(entry, dict) and entry.get("note") and isinstance(last, dict)
+                and (last.get("command"), last.get("note")) == (entry.get("command"), entry.get("note"))):
+            out[-1] = {**entry, "times": int(last.get("times") or 1) + int(entry.get("times") or 1)}
+        else:
+            out.append(entry)
+    return out

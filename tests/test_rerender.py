@@ -29,10 +29,23 @@ def files(*roots: Path) -> dict[Path, bytes]:
     return {p: p.read_bytes() for root in roots for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+def with_commands(art: Path, name: str, *entries: object) -> list[object]:
+    """Make `entries` the records of the namespace's provenance; return them."""
+    path = art / name / "provenance.json"
+    prov = json.loads(path.read_text())
+    prov["commands"] = list(entries)
+    path.write_text(json.dumps(prov, indent=1) + "\n")
+    return list(entries)
+
+
+SNAKEMAKE = {"command": "snakemake report --cores 1", "start": "2026-12-01T10:00:00+00:00", "jobs": 16,
+             "end": "2026-12-01T10:02:00+00:00", "status": "success", "seconds": 120.0}
+
+
 def test_reports_are_rendered_from_the_tables_and_the_tables_stay(tmp_path: Path) -> None:
     art, rep = copy(tmp_path, REPORTED)
     tables = files(art / REPORTED / "tables")
-    before = json.loads((art / REPORTED / "provenance.json").read_text())["commands"]
+    before = with_commands(art, REPORTED, SNAKEMAKE)
     (rep / REPORTED / "field_note.md").write_text("stale\n")
     (rep / REPORTED / "issue_comment.md").unlink()
     assert cli(["rerender", REPORTED, "--artifacts", str(art), "--reports", str(rep), "--rewrite-retained"]) == 0
@@ -45,6 +58,42 @@ def test_reports_are_rendered_from_the_tables_and_the_tables_stay(tmp_path: Path
     note = (rep / REPORTED / "field_note.md").read_text()
     assert note != "stale\n" and f"- {added['command']} (started {added['start']})" in note
     assert (rep / REPORTED / "issue_comment.md").is_file()
+
+
+def test_the_same_rerender_in_a_row_is_one_record_counted(tmp_path: Path) -> None:
+    """Each re-render rewrites everything the one before it wrote: run again in a row, it replaces
+    that record (`times` 2) instead of adding one, and the history says so; a snakemake command
+    before it stays as it was."""
+    art, rep = copy(tmp_path, REPORTED)
+    before = with_commands(art, REPORTED, SNAKEMAKE)
+    args = ["rerender", REPORTED, "--artifacts", str(art), "--reports", str(rep), "--rewrite-retained"]
+    for _ in range(2):
+        (rep / REPORTED / "field_note.md").write_text("stale\n")
+        assert cli(args) == 0
+    commands = json.loads((art / REPORTED / "provenance.json").read_text())["commands"]
+    assert commands[:-1] == before and commands[-2] == SNAKEMAKE
+    assert commands[-1]["command"] == f"python -m harness rerender {REPORTED} --rewrite-retained"
+    assert commands[-1]["times"] == 2
+    note = (rep / REPORTED / "field_note.md").read_text()
+    assert f"- {commands[-1]['command']} (2 times in a row, the last started {commands[-1]['start']})" in note
+    summary = json.loads((art / REPORTED / "summary.json").read_text())
+    assert summary["provenance"]["commands"][-1]["times"] == 2
+    assert summary["provenance"]["commands"][-2]["times"] == 1
+
+
+def test_records_in_a_row_already_kept_are_counted_when_the_provenance_is_written(tmp_path: Path) -> None:
+    """Re-renders written before records were counted (one record each) become one record too, at
+    the next write; the report shows them as one before that."""
+    art, rep = copy(tmp_path, REPORTED)
+    command = f"python -m harness rerender {REPORTED} --rewrite-retained"
+    old = [{"command": command, "start": f"2026-12-0{d}T10:00:00+00:00", "host": "vm",
+            "note": "reports re-rendered from the namespace's own tables; no table changed"} for d in (1, 2, 3)]
+    with_commands(art, REPORTED, SNAKEMAKE, *old)
+    (rep / REPORTED / "field_note.md").write_text("stale\n")
+    assert cli(["rerender", REPORTED, "--artifacts", str(art), "--reports", str(rep), "--rewrite-retained"]) == 0
+    commands = json.loads((art / REPORTED / "provenance.json").read_text())["commands"]
+    assert len(commands) == 2 and commands[0] == SNAKEMAKE
+    assert commands[1]["times"] == 4 and commands[1]["start"] > old[-1]["start"]
 
 
 def test_a_namespace_whose_reports_are_current_is_left_alone(tmp_path: Path,

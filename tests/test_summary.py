@@ -83,7 +83,8 @@ def test_every_row_comes_from_the_tables(tmp_path: Path) -> None:
     assert p["git"] == {"commit": prov["git"]["commit"], "dirty": False} and p["config_sha256"] == "f" * 64
     assert p["gpus"] == [{"name": "NVIDIA H200", "uuid": "GPU-aaaa"}] and p["host"] == "h200-host"
     assert p["commands"][0] == {"command": "snakemake report --cores 16", "start": "2026-11-29T11:00:00+00:00",
-                                "jobs": 30, "end": "2026-11-29T11:50:00+00:00", "status": "success", "seconds": 3000.0}
+                                "jobs": 30, "end": "2026-11-29T11:50:00+00:00", "status": "success", "seconds": 3000.0,
+                                "times": 1}
 
 
 def test_written_and_read_back(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ Every table stays as it is, byte for byte (retrust is the command that re-derive
 from other namespaces). Each namespace is rendered into a temporary folder first: where its field
 note, issue comment, figures and summary come out as they are, it is left alone ("unchanged");
 otherwise they, and its page, are written again, and the command is added to its provenance, which
-the report's history lists.
+the report's history lists (the same command run again in a row is one record, counted).
 `--all` takes every namespace under the artifacts folder that has a report (a namespace of one
 sweep has none and is passed over, named). Every named namespace is checked before the first is
 rewritten.

@@ -29,6 +29,7 @@ from harness.io import write_text
 from harness.namespaces import namespace_dir, refuse_retained
 from harness.report import step as report_step
 from harness.report.render import output_paths, table_inputs
+from harness.runlog import superseded
 from harness.tables import history
 from harness.tables import step as tables_step
 from harness.tables import trust
@@ -75,11 +76,12 @@ def reported_namespace(namespace: str, artifacts: str | Path, rewrite_retained: 
 def render_again(namespace: str, ns_dir: Path, provenance: dict[str, Any], reports: str | Path, command: str,
                  note: str) -> None:
     """Note `command` in the namespace's provenance, then render its reports, page, figures and
-    summary from its tables (the report's history lists the command)."""
+    summary from its tables (the report's history lists the command). The same command run again
+    in a row is one record, counted (harness.runlog.superseded), so re-renders do not grow the list."""
     cfg = provenance["config"]
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    provenance.setdefault("commands", []).append(
-        {"command": command, "start": now, "host": socket.gethostname(), "note": note})
+    provenance["commands"] = superseded([*(provenance.get("commands") or []),
+                                         {"command": command, "start": now, "host": socket.gethostname(), "note": note}])
     write_text(json.dumps(provenance, indent=1) + "\n", ns_dir / "provenance.json")
     report_step.render(cfg, table_inputs(ns_dir), output_paths(namespace, list(cfg["operations"]), ns_dir.parent, reports))
 

@@ -28,6 +28,7 @@ from harness.errors import EvidenceError
 from harness.io import write_text
 from harness.report import change, resolution, targets
 from harness.report.words import NOT_RANKED, integer, missing, number, records, text, truth
+from harness.runlog import superseded
 from harness.tables import stats, trust
 from harness.tables.derive import SWEEP_PAIRS
 
@@ -94,19 +95,22 @@ def interval_kind(sweep: Any) -> dict[str, Any]:
 
 
 def commands(provenance: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The provenance's commands as {command, start, jobs, end, status, seconds} (keys absent from
-    the record are null); an entry of the older plain-text form 'STAMP command' gives its stamp as
-    `start` when the stamp looks like a date."""
+    """The provenance's commands as {command, start, jobs, end, status, seconds, times} (keys absent
+    from the record are null); an entry of the older plain-text form 'STAMP command' gives its stamp
+    as `start` when the stamp looks like a date. A run of the same re-derivation in a row (rerender,
+    retrust) is one entry, the last of them, `times` counting the run (harness.runlog.superseded);
+    every other entry has `times` 1."""
     out = []
-    for entry in provenance.get("commands") or []:
+    for entry in superseded(list(provenance.get("commands") or [])):
         if isinstance(entry, Mapping):
             item = {k: entry.get(k) for k in ("command", "start", "jobs", "end", "status", "seconds")}
+            item["times"] = int(entry.get("times") or 1)
         else:
             raw = str(entry)
             stamp, _, rest = raw.partition(" ")
             dated = len(stamp) >= 10 and stamp[:4].isdigit() and stamp[4:5] == "-"
             item = {"command": rest if dated else raw, "start": stamp if dated else None, "jobs": None, "end": None,
-                    "status": None, "seconds": None}
+                    "status": None, "seconds": None, "times": 1}
         out.append(item)
     return out
 

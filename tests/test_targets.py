@@ -277,6 +277,8 @@ def test_a_namespace_with_a_targets_table_reports_it_in_every_report(tmp_path: P
     listed = [x for x in comment.splitlines() if x.startswith("- ") and ", asked " in x]
     assert len(listed) == len(missed) and all(x.count(", asked ") == 1 for x in listed)
     assert all(str(r) in x for x, r in zip(listed, missed["reason"], strict=True))
+    # the ask ends before its gap: an ask that ends in a verdict ('≤ 0.98; faster') reads apart from it
+    assert all(f", asked {a} — " in x for x, a in zip(listed, missed["asked"], strict=True))
     assert '<h2 id="targets">Targets</h2>' in page and f"<td>{value}</td>" in page
     assert "Contents: [Targets](#targets) · " in note and '<li><a href="#targets">Targets</a></li>' in page
     # a missed bound says by how much, and the shape's other evidence stands beside it

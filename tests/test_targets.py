@@ -279,6 +279,9 @@ def test_a_namespace_with_a_targets_table_reports_it_in_every_report(tmp_path: P
     assert all(str(r) in x for x, r in zip(listed, missed["reason"], strict=True))
     # the ask ends before its gap: an ask that ends in a verdict ('≤ 0.98; faster') reads apart from it
     assert all(f", asked {a} — " in x for x, a in zip(listed, missed["asked"], strict=True))
+    # each target's block says its ratio, metric and ask outside parentheses (an ask may hold its own)
+    said = f"{first['ratio']} by {tg.METRICS[first['metric']]}, asked {first['asked']}. "
+    assert f"**{first['target']}**: {said}" in note and f"<b>{first['target']}</b>: {said}" in page
     assert '<h2 id="targets">Targets</h2>' in page and f"<td>{value}</td>" in page
     assert "Contents: [Targets](#targets) · " in note and '<li><a href="#targets">Targets</a></li>' in page
     # a missed bound says by how much, and the shape's other evidence stands beside it

@@ -61,7 +61,8 @@ def test_two_revisions_of_one_label_are_refused() -> None:
 
 @needs_history
 def test_a_commits_kernels_come_from_git_without_touching_the_work_tree(tmp_path: Path) -> None:
-    before = (git("status", "--porcelain=v1", "-z"), (ROOT / ".git" / "index").stat().st_mtime_ns)
+    index = ROOT / git("rev-parse", "--git-path", "index").strip()  # a linked worktree's .git is a file
+    before = (git("status", "--porcelain=v1", "-z"), index.stat().st_mtime_ns)
     (rev,) = baseline.resolve(f"{CHANGED}^")
     root = baseline.extract(rev.commit, tmp_path / "at", ["layernorm", "transpose"])
     old = (root / "kernels" / "layernorm" / "layernorm.cu").read_bytes()
@@ -75,7 +76,7 @@ def test_a_commits_kernels_come_from_git_without_touching_the_work_tree(tmp_path
     assert "layernorm/notebook.md" not in kept and "layernorm/layernorm.cu" in kept  # sources, not notes
     assert not (root / "kernels" / "matmul").exists()  # only the operations asked for
     assert (root / "COMMIT").read_text().strip() == rev.commit
-    assert (git("status", "--porcelain=v1", "-z"), (ROOT / ".git" / "index").stat().st_mtime_ns) == before
+    assert (git("status", "--porcelain=v1", "-z"), index.stat().st_mtime_ns) == before
     assert not [p for p in tmp_path.iterdir() if ".partial-" in p.name]
 
 

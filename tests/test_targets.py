@@ -287,6 +287,12 @@ def test_a_namespace_with_a_targets_table_reports_it_in_every_report(tmp_path: P
     # a missed bound says by how much, and the shape's other evidence stands beside it
     gap = f"{first['gap'] * 100:.1f}% beyond the bound"
     assert first["gap"] > 0 and gap in note and gap in comment and gap in page
+    # every report prints a missed row's gap and reason as one phrase after its status, the same in each
+    for r in missed.itertuples():
+        why = (f"{r.gap * 100:.1f}% beyond the bound ({r.reason})" if pd.notna(r.gap) and r.gap > 0
+               else str(r.reason))
+        assert f"| **missed**, {why} |" in note and f"<b>missed</b>, {why}</td>" in page and f" — {why}\n" in comment
+    assert any(pd.isna(r.gap) for r in missed.itertuples())  # a verdict missed has a reason and no gap
     kt = pd.read_csv(tdir / "kernel_time.csv").set_index(["op", "shape", "impl"])
     variants = pd.read_csv(tdir / "variants.csv")
     at = variants[(variants["op"] == first["op"]) & (variants["shape"] == first["shape"])]

@@ -113,7 +113,9 @@ def context(table: Any, controls: Any = None, kernel_time: Any = None, counters:
     ratio, value, asked, and `why`: how far beyond the bound and the reason; for the issue
     comment) and `beside` (the other evidence at the shapes of the targets missed or not told,
     `beside`). A row missed or not told says in `gap` how far its ratio lies beyond the bound,
-    where it does; a row not judged says nothing of it (the table has the number)."""
+    where it does; a row not judged says nothing of it (the table has the number). Each row's
+    `why` is its gap and reason as one phrase ('2.6% beyond the bound (its interval ...)'), what
+    every report prints after its status."""
     found = records(table)
     if not found:
         return None
@@ -132,14 +134,15 @@ def context(table: Any, controls: Any = None, kernel_time: Any = None, counters:
         if status == tg.NOT_JUDGED and key in by_controls:
             reason = not_ranked_reason(by_controls[key])
         value = ratio_text(r.get("value"), r.get("lo"), r.get("hi"))
+        gap = gap_text(r.get("gap"), status)
         row = {"op": key[0], "shape": key[1], "value": value, "verdict": text(r.get("verdict")) or "",
-               "status": status, "reason": reason, "gap": gap_text(r.get("gap"), status)}
+               "status": status, "reason": reason, "gap": gap,
+               "why": f"{gap} ({reason})" if gap and reason else gap or reason}
         block["rows"].append(row)
         every.append(row)
         if status == tg.MISSED:
             missed.append({"name": name, "op": key[0], "shape": key[1], "ratio": block["ratio"], "value": value,
-                           "asked": block["asked"],
-                           "why": f"{row['gap']} ({reason})" if row["gap"] and reason else row["gap"] or reason})
+                           "asked": block["asked"], "why": row["why"]})
     for block in blocks.values():
         block["counts"] = tg.counts(row["status"] for row in block["rows"])
         block["summary"] = tg.counts_text(block["counts"])

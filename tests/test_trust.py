@@ -1060,16 +1060,17 @@ def test_namespaces_left_out_of_a_band_are_said_by_reason_and_counted_past_three
     cell = "; ".join([f"h200-ops-{i} (another GPU model: NVIDIA H200)" for i in range(1, 6)] + [f"h100-a-1 ({flag})"])
     items = set_aside_items(cell)
     assert len(items) == 6 and items[-1] == ("h100-a-1", flag) and items[0] == ("h200-ops-1", "another GPU model: NVIDIA H200")
+    said = "(NVML flagged its captures there: the GPU throttled [software power cap]; another compute process [pids seen: 7])"
     assert set_aside_text((n, why, "") for n, why in items) == (
         f"5 namespaces, the earliest h200-ops-1 and the latest h200-ops-5 (another GPU model: NVIDIA H200); "
-        f"h100-a-1 ({flag})")
+        f"h100-a-1 {said}")  # the why's own parentheses nest as brackets
     assert set_aside_text([("a", "why", "at 2 shapes"), ("b", "why", "")]) == "a at 2 shapes and b (why)"
     assert set_aside_items("") == [] and set_aside_items(float("nan")) == []
     rows = pd.DataFrame([{"op": "softmax", "shape": s, "set_aside": cell, "status": "establishing", "control": "triton"}
                          for s in ("4096x1024", "8192x4096")])
     summary = trust_context.report_context(rows, None)["set_aside_summary"]
     assert summary == (f"Left out of the control bands: 5 namespaces, the earliest h200-ops-1 and the latest h200-ops-5 "
-                       f"(another GPU model: NVIDIA H200); h100-a-1 at softmax 4096x1024 and softmax 8192x4096 ({flag}).")
+                       f"(another GPU model: NVIDIA H200); h100-a-1 at softmax 4096x1024 and softmax 8192x4096 {said}.")
 
 
 def test_the_margin_default_is_written_once() -> None:

@@ -109,7 +109,7 @@ def set_aside_items(cell: Any) -> list[tuple[str, str]]:
 
 def set_aside_text(items: Iterable[tuple[str, str, str]], listed: int = 3) -> str:
     """Namespaces left out of a control band, grouped by why, in their order: each reason once, after
-    its namespaces named ('a at 4 shapes and b (why)', with the where-text given) where there are at
+    its namespaces named ('a at 4 shapes and b (why)', with the where-text given; `in_parentheses`) where there are at
     most `listed` of them, else counted, the first and last in their order named ('78 namespaces,
     the earliest a and the latest z (why)': items come in retention order, and 'a to z' read as a
     range of names; the table's set_aside column keeps every name). items: (namespace, why,
@@ -123,8 +123,14 @@ def set_aside_text(items: Iterable[tuple[str, str, str]], listed: int = 3) -> st
             said = _and(f"{n} {w}".strip() for n, w in names)
         else:
             said = f"{len(names)} namespaces, the earliest {names[0][0]} and the latest {names[-1][0]}"
-        parts.append(f"{said} ({why})")
+        parts.append(f"{said} {in_parentheses(why)}")
     return "; ".join(parts)
+
+
+def in_parentheses(text: str) -> str:
+    """'(text)', its own parentheses made brackets, as prose nests them: '(NVML flagged its captures
+    there: the GPU throttled [software power cap])', not '... (software power cap))'."""
+    return "(" + text.replace("(", "[").replace(")", "]") + ")"
 
 
 def and_(items: Iterable[str]) -> str:

@@ -59,8 +59,6 @@ def commands(path: str | Path) -> list[dict[str, Any]]:
     return out
 
 
-
-
 def superseded(entries: list[Any]) -> list[Any]:
     """Provenance `entries` (harness.report.provenance) with each run of consecutive re-derivations
     of one command on the CPU kept as its last record, `times` counting the run. A re-derivation is

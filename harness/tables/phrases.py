@@ -109,11 +109,11 @@ def set_aside_items(cell: Any) -> list[tuple[str, str]]:
 
 def set_aside_text(items: Iterable[tuple[str, str, str]], listed: int = 3) -> str:
     """Namespaces left out of a control band, grouped by why, in their order: each reason once, after
-    its namespaces named ('a at 4 shapes and b (why)', with the where-text given; `in_parentheses`) where there are at
-    most `listed` of them, else counted, the first and last in their order named ('78 namespaces,
-    the earliest a and the latest z (why)': items come in retention order, and 'a to z' read as a
-    range of names; the table's set_aside column keeps every name). items: (namespace, why,
-    where-text or '')."""
+    its namespaces named ('a at 4 shapes and b (why)', with the where-text given; `in_parentheses`)
+    where there are at most `listed` of them, else counted, the first and last in their order named
+    ('78 namespaces, the earliest a and the latest z (why)': items come in retention order, and 'a
+    to z' read as a range of names; the table's set_aside column keeps every name). items:
+    (namespace, why, where-text or '')."""
     by_reason: dict[str, list[tuple[str, str]]] = {}
     for name, why, where in items:
         by_reason.setdefault(why, []).append((name, where))

@@ -12,6 +12,7 @@ import pytest
 
 from harness import ROOT
 from harness.__main__ import main as cli
+from harness.report import summary
 
 REPORTED, OTHER, ONE_SWEEP = "h200-ops-solo-1", "h200-ops-1", "h200-matmul-tile128-1"
 
@@ -76,9 +77,9 @@ def test_the_same_rerender_in_a_row_is_one_record_counted(tmp_path: Path) -> Non
     assert commands[-1]["times"] == 2
     note = (rep / REPORTED / "field_note.md").read_text()
     assert f"- {commands[-1]['command']} (2 times in a row, the last started {commands[-1]['start']})" in note
-    summary = json.loads((art / REPORTED / "summary.json").read_text())
-    assert summary["provenance"]["commands"][-1]["times"] == 2
-    assert summary["provenance"]["commands"][-2]["times"] == 1
+    written = json.loads((art / REPORTED / "summary.json").read_text())
+    assert written["provenance"]["commands"][-1]["times"] == 2
+    assert written["provenance"]["commands"][-2]["times"] == 1
 
 
 def test_records_in_a_row_already_kept_are_counted_when_the_provenance_is_written(tmp_path: Path) -> None:
@@ -89,6 +90,8 @@ def test_records_in_a_row_already_kept_are_counted_when_the_provenance_is_writte
     old = [{"command": command, "start": f"2026-12-0{d}T10:00:00+00:00", "host": "vm",
             "note": "reports re-rendered from the namespace's own tables; no table changed"} for d in (1, 2, 3)]
     with_commands(art, REPORTED, SNAKEMAKE, *old)
+    shown = summary.commands({"commands": [SNAKEMAKE, *old]})  # what the report lists before any write
+    assert [c["times"] for c in shown] == [1, 3] and shown[1]["start"] == old[-1]["start"]
     (rep / REPORTED / "field_note.md").write_text("stale\n")
     assert cli(["rerender", REPORTED, "--artifacts", str(art), "--reports", str(rep), "--rewrite-retained"]) == 0
     commands = json.loads((art / REPORTED / "provenance.json").read_text())["commands"]

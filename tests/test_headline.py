@@ -28,6 +28,7 @@ from harness.report import render as report
 from harness.report import html as html_page
 from harness.report import safe, summary
 from harness.tables import flags as flag_checks
+from harness.tables.phrases import in_parentheses
 
 
 def n2(v: float | None) -> str:
@@ -94,7 +95,7 @@ def expected(s: dict[str, Any]) -> dict[str, list[str]]:
         cell = c["verdict"]
         if c["verdict"] == summary.NOT_RANKED:
             assert c["rankable"] is False and c["reason"], c
-            cell += f" ({md(c['reason'])})"
+            cell += f" {md(in_parentheses(c['reason']))}"  # its own parentheses nested as brackets
         elif c["distrusted"]:
             cell += f" ({listing(c['distrusted'])} distrusted by the cross-check)"
         comment.append(f"| {md(c['op'])} | {md(shape)} | {n2(c['ours_us'])} | {n2(c['control_us'])} | {n2(c['library_us'])} "

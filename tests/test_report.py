@@ -336,6 +336,26 @@ def test_a_control_above_its_band_quotes_the_band_not_a_ratio(tmp_path: Path) ->
     assert safe.md_text(row["note"]) in note  # the row's note under the controls table
 
 
+def test_a_flag_with_its_own_parentheses_nests_as_brackets_wherever_a_report_puts_it_in_parentheses(tmp_path: Path) -> None:
+    """NVML's flag for the power cap holds parentheses of its own ('the GPU throttled during the
+    capture (software power cap)'); the claim line, the not-ranked cells of the sweep table and the
+    issue comment, and the control's note under the controls table put it inside parentheses, where
+    it read '(... (software power cap))'. Each nests it as '[software power cap]' (as markdown
+    writes brackets: entities, so no link can open)."""
+    flag = "the GPU throttled during the capture (software power cap)"
+    note, comment, inputs = render(tmp_path, disturbed=[("layernorm", SHAPES[1])], flags_text=flag)
+    row = tables_of(inputs)["controls"].set_index("shape").loc[SHAPES[1]]
+    assert not row["rankable"] and row["nvml_flags"] == flag
+    nested = safe.md_text("(the GPU throttled during the capture [software power cap])")
+    claim = next(line for line in note.splitlines() if line.startswith(f"- {SHAPES[1]}: Ours"))
+    controls_note = next(line for line in note.splitlines() if line.startswith(f"- triton's layernorm {SHAPES[1]} came back"))
+    cells = [line for text in (note, comment) for line in text.splitlines()
+             if line.startswith((f"| {SHAPES[1]} |", f"| layernorm | {SHAPES[1]} |")) and "not ranked" in line]
+    assert len(cells) == 2 and all(f"| not ranked (NVML flagged the captures there: {nested[1:]} |" in line for line in cells)
+    assert claim.endswith(f"captures at this shape {nested}.") and f"captures at this shape {nested}: not a clean" in controls_note
+    assert "power cap))" not in note + comment
+
+
 def test_flags_lead_the_issue_comment(tmp_path: Path) -> None:
     failed = {("layernorm", SHAPES[2], "cuda"): "check failed for layernorm 1024x2048 cuda: planted"}
     note, comment, inputs = render(tmp_path, failed=failed, disturbed=[("layernorm", SHAPES[1])],

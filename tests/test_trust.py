@@ -509,7 +509,7 @@ def test_a_group_under_its_own_power_cap_ranks_with_its_control_inside_its_band(
     assert row["note"] == (
         "triton's layernorm 2048x1536 came back at 40.50 µs, inside its band of 38.00-43.05 µs (observed 40.00-41.00 µs "
         "across 3 quiet namespaces, widened by 5%); NVML flagged the cuda, torch and triton captures at this shape "
-        f"({POWER_CAP_FLAG}), read in the group's own windows and for nothing else: a cap there holds the clock down "
+        "(the GPU throttled during the capture [software power cap]), read in the group's own windows and for nothing else: a cap there holds the clock down "
         "under every implementation of its interleaved rounds alike (docs/method.md#a-quiet-gpu-watched). "
         "Ours can be ranked against triton at this shape.")
 
@@ -1047,6 +1047,17 @@ def test_every_sentence_on_the_retained_namespaces_ends_with_one_period(tmp_path
     assert any("without an NVML record" in s for s in found)
     assert_one_period(found)
     assert len(found) > 250
+
+
+def test_parentheses_inside_parentheses_alternate_with_brackets_and_unpaired_ones_stay() -> None:
+    from harness.tables.phrases import in_parentheses, nested
+
+    assert nested("a (b (c (d) e) f) g (h)") == "a (b [c (d) e] f) g (h)"
+    assert nested("flagged (the GPU throttled (software power cap))") == "flagged (the GPU throttled [software power cap])"
+    assert nested("no pair (here") == "no pair (here" and nested("nor here) (x)") == "nor here) (x)"
+    assert nested("[already] (a [b] (c))") == "[already] (a [b] [c])"
+    assert nested(None) == "" and nested(float("nan")) == ""
+    assert in_parentheses("a (b (c))") == "(a [b (c)])"
 
 
 def test_namespaces_left_out_of_a_band_are_said_by_reason_and_counted_past_three() -> None:

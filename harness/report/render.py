@@ -32,7 +32,7 @@ from harness.report import safe, summary, trust_context
 from harness.report.sections import (_order, _rows, _span_facts, _trust_section, counters_context,
                                      cross_check_context, gpu_groups, gpu_quiet, resolution_context, table,
                                      variants_context)
-from harness.report.words import (IMPL_LABEL, IMPL_ORDER, LIBRARY, OURS, arrows, cross_check_flag, dirty_unknown, disagrees, distrust_mark, interval, md,
+from harness.report.words import (IMPL_LABEL, IMPL_ORDER, LIBRARY, OURS, arrows, in_parentheses, cross_check_flag, dirty_unknown, disagrees, distrust_mark, interval, md,
                                   not_ranked_reason, num, pct, pct_points, plural, ratio_text, records, scaled, sci, sentence,
                                   unsampled, us_text, yes)
 from harness.tables import counters as ctr
@@ -200,7 +200,7 @@ def _op_context(cfg: Mapping[str, Any], op: str, spec: Mapping[str, Any], tables
             row.append(ratio_text(r.get(name), r.get(f"{name}_lo"), r.get(f"{name}_hi")))
             if (a, b) == (OURS, control):
                 if c["rankable"] is False:
-                    row.append(f"{NOT_RANKED} ({c['reason']})")
+                    row.append(f"{NOT_RANKED} {in_parentheses(c['reason'])}")
                 elif c["verdict"] is None:
                     row.append(c["recorded"] or "n/a")
                 else:
@@ -494,6 +494,7 @@ def _environment(kind: str) -> Any:
         env.filters["code"] = _md_code
         env.globals.update(md_table=md_table, fold=fold, unfold=unfold)
     env.filters["num"] = num
+    env.filters["in_parentheses"] = in_parentheses
     return env
 
 

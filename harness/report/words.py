@@ -14,6 +14,7 @@ from harness.io import row_dicts
 from harness.report import safe
 from harness.tables import trust
 from harness.tables.cells import integer, missing, number, text, truth  # noqa: F401 (words' own vocabulary)
+from harness.tables.phrases import in_parentheses, nested
 
 IMPL_ORDER = ["cuda", "triton", "torch", "external"]
 IMPL_LABEL = {"cuda": "cuda (ours, CUDA C++)", "triton": "triton (ours, Triton)", "torch": "torch (library)",
@@ -103,7 +104,9 @@ def sentence(text: Any) -> str:
 
 
 def arrows(text: Any) -> str:
-    return safe.plain(text).replace("->", "→")
+    """Prose a table wrote (a trust note, a claim note, a bound's sentence) as a report prints it:
+    '->' as an arrow and its parentheses nested (`nested`), tables written before either included."""
+    return nested(safe.plain(text)).replace("->", "→")
 
 
 def yes(value: Any) -> str:

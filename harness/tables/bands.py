@@ -16,7 +16,7 @@ from harness.errors import EvidenceError
 from harness.io import row_dicts
 from harness.tables.retained import Retained, identity_change, kernel_identity, retained
 from harness.tables.phrases import (_and, _count, _flag_text, _float, _missing, _sentence, _span, _truthy, _us,
-                                    set_aside_cell, set_aside_items, set_aside_text)
+                                    in_parentheses, set_aside_cell, set_aside_items, set_aside_text)
 
 
 def _schema_margin() -> float:
@@ -319,7 +319,7 @@ def classify_controls(current_kernel_time: pd.DataFrame, bands: pd.DataFrame, co
 
         # sentences
         flagged_captures = f"the {_and(sorted(flagged))} {'capture' if len(flagged) == 1 else 'captures'} at this shape"
-        flag_clause = f"NVML flagged {flagged_captures} ({row['nvml_flags']})" if flagged else ""
+        flag_clause = f"NVML flagged {flagged_captures} {in_parentheses(row['nvml_flags'])}" if flagged else ""
         own_cap_clause = (f"{flag_clause}, read in the group's own windows and for nothing else: a cap there holds "
                           f"the clock down under every implementation of its interleaved rounds alike "
                           f"(docs/method.md#a-quiet-gpu-watched)")
@@ -333,7 +333,7 @@ def classify_controls(current_kernel_time: pd.DataFrame, bands: pd.DataFrame, co
             sa = f" (set aside: {set_aside_text((n, why, '') for n, why in set_aside_items(row['set_aside']))})" if row["set_aside"] else ""
             nvml_said = {"quiet": "which saw no other process and no throttling during the captures at this shape",
                          "unknown": "which recorded nothing for its capture",
-                         "disturbed": f"which flagged {flagged_captures} ({row['nvml_flags']})"}[nvml]
+                         "disturbed": f"which flagged {flagged_captures} {in_parentheses(row['nvml_flags'])}"}[nvml]
             parts.append(f"No earlier quiet namespace measured {who}{sa}: its band is being established with this "
                          f"run, at {_us(value)}, and until then it is judged by NVML alone, {nvml_said}.")
         else:

@@ -127,10 +127,30 @@ def set_aside_text(items: Iterable[tuple[str, str, str]], listed: int = 3) -> st
     return "; ".join(parts)
 
 
+def nested(text: Any) -> str:
+    """Text with its parentheses nested as prose nests them: a pair inside a pair becomes brackets,
+    one inside that parentheses again ('(NVML flagged its captures there: the GPU throttled [software
+    power cap])', not '... (software power cap))'). A parenthesis without its pair, and brackets the
+    text holds of its own, are left as they are."""
+    out = "" if _missing(text) else str(text)
+    opened: list[int] = []  # the index in `chars` of each parenthesis still open
+    chars = list(out)
+    for i, ch in enumerate(chars):
+        if ch == "(":
+            if len(opened) % 2:
+                chars[i] = "["
+            opened.append(i)
+        elif ch == ")" and opened:
+            if chars[opened.pop()] == "[":
+                chars[i] = "]"
+    for i in opened:  # left open: not a pair, so not nested
+        chars[i] = "("
+    return "".join(chars)
+
+
 def in_parentheses(text: str) -> str:
-    """'(text)', its own parentheses made brackets, as prose nests them: '(NVML flagged its captures
-    there: the GPU throttled [software power cap])', not '... (software power cap))'."""
-    return "(" + text.replace("(", "[").replace(")", "]") + ")"
+    """'(text)', the text's own parentheses nested inside (`nested`)."""
+    return nested(f"({text})")
 
 
 def and_(items: Iterable[str]) -> str:

@@ -59,6 +59,13 @@ def report_dir(name: object, root: str | Path = ROOT) -> Path:
     return Path(root) / "report" / check_name(name)
 
 
+def newest(names: Iterable[str], prefix: str) -> str | None:
+    """Of `names`, the one '<prefix><n>' with the highest number n (None where none is so named):
+    'h200-ops-' picks the latest full run of that configuration."""
+    numbered = [n for n in names if n.startswith(prefix) and n[len(prefix):].isdigit()]
+    return max(numbered, key=lambda n: int(n[len(prefix):])) if numbered else None
+
+
 def _tracked(root: Path, name: str) -> bool | None:
     """Whether git tracks a file of the namespace (None where this is no git checkout)."""
     try:

@@ -7,7 +7,8 @@ Renders, from the namespace's committed tables and provenance, what the render j
 reports, the page, the figures and the summary) into a temporary folder with the step's own call
 (harness.report.render.render_reports, as verify calls it), `--repeat` times in this process, and
 prints the best time of the call and whether the files are those committed (field note, issue
-comment, page, figures: the same bytes). Default: the newest full run committed."""
+comment, figures, and the page where one was rendered there, since pages are not committed: the same
+bytes). Default: the newest full run committed."""
 
 from __future__ import annotations
 
@@ -21,14 +22,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from harness.namespaces import newest  # noqa: E402
 from harness.report.render import output_paths, render_reports, table_inputs  # noqa: E402
-
-DEFAULT = ("h200-ops-15",)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("namespaces", nargs="*", default=list(DEFAULT))
+    committed = [p.parent.name for p in (ROOT / "report").glob("*/field_note.md")]
+    parser.add_argument("namespaces", nargs="*", default=[n for n in [newest(committed, "h200-ops-")] if n])
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args(argv)
     for ns in args.namespaces:
@@ -46,10 +47,12 @@ def main(argv: list[str] | None = None) -> int:
                                [str(f) for f in paths["figures"]], html=paths["html"], summary=paths["summary"],
                                overview=paths["overview"])
                 times.append(time.perf_counter() - t)
-                made = [Path(paths["field_note"]), Path(paths["issue_comment"]), Path(paths["html"]),
-                        Path(paths["overview"]), *map(Path, paths["figures"])]
-                same = same and all(f.read_bytes() == (rep / f.relative_to(Path(work) / "report" / ns)).read_bytes()
-                                    for f in made)
+                made = [Path(paths["field_note"]), Path(paths["issue_comment"]), Path(paths["overview"]),
+                        *map(Path, paths["figures"])]
+                page = rep / Path(paths["html"]).name  # not committed (.gitignore): compared where one was rendered
+                pairs = [(f, rep / f.relative_to(Path(work) / "report" / ns)) for f in made]
+                pairs += [(Path(paths["html"]), page)] if page.is_file() else []
+                same = same and all(b.is_file() and a.read_bytes() == b.read_bytes() for a, b in pairs)
         print(f"{ns}: render {min(times):.2f} s (best of {args.repeat}, in one process, imports aside); "
               f"{'the same files as committed' if same else 'files differ from those committed'}")
     return 0

@@ -22,7 +22,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_report import NS, SHAPES, build_namespace, small_config
 
-from harness import ROOT
+from harness import ROOT, namespaces
 from harness.io import write_csv
 from harness.report import render as report
 from harness.report import html as html_page
@@ -220,13 +220,7 @@ COMMITTED = sorted(p.parent.name for p in (ROOT / "artifacts").glob("*/summary.j
                    if "claims" in json.loads(p.read_text()))
 
 
-def newest(prefix: str) -> str:
-    """The committed namespace '<prefix><n>' of the highest n."""
-    return max((n for n in COMMITTED if n.startswith(prefix) and n[len(prefix):].isdigit()),
-               key=lambda n: int(n[len(prefix):]))
-
-
-NEWEST = {newest("h200-ops-"), newest("h200-resolution-")}
+NEWEST = {str(namespaces.newest(COMMITTED, "h200-ops-")), str(namespaces.newest(COMMITTED, "h200-resolution-"))}
 """The newest committed full run and resolution run: their pages (not committed; rendered from the
 tables by python -m harness.report.html) are checked as well."""
 

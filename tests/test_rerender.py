@@ -12,7 +12,10 @@ import pytest
 
 from harness import ROOT
 from harness.__main__ import main as cli
+from harness.errors import EvidenceError
+from harness.evidence import rerender
 from harness.report import summary
+from harness.report.render import output_paths, render_namespace, table_inputs
 
 REPORTED, OTHER, ONE_SWEEP = "h200-ops-solo-1", "h200-ops-1", "h200-matmul-tile128-1"
 
@@ -129,11 +132,44 @@ def test_all_renders_every_reported_namespace_and_names_those_passed_over(
     assert files(art / ONE_SWEEP) == one_sweep and not (rep / ONE_SWEEP).exists()
 
 
+def test_namespaces_render_side_by_side_into_what_one_process_writes(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two worker processes (--jobs 2): both stale namespaces rewritten, the lines in the
+    namespaces' order, and each ends as this code renders it from its tables and its new provenance,
+    its figures too (drawn once, in the temporary folder, then moved into place)."""
+    art, rep = copy(tmp_path, REPORTED, OTHER)
+    for name in (REPORTED, OTHER):
+        (rep / name / "field_note.md").write_text("stale\n")
+        next((rep / name / "figures").glob("*_sweep.svg")).write_text("<svg/>\n")
+    assert cli(["rerender", OTHER, REPORTED, "--artifacts", str(art), "--reports", str(rep), "--rewrite-retained",
+                "--jobs", "2"]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"rerender: {OTHER}: rendered from its tables.",
+                                                    f"rerender: {REPORTED}: rendered from its tables."]
+    for name in (REPORTED, OTHER):
+        provenance = json.loads((art / name / "provenance.json").read_text())
+        assert provenance["commands"][-1]["command"] == f"python -m harness rerender {name} --rewrite-retained"
+        assert rerender.renders_as_it_is(name, art / name, provenance, rep)
+        assert all(f.read_text() != "<svg/>\n" for f in (rep / name / "figures").glob("*.svg"))
+
+
+def test_figures_said_to_be_drawn_must_be_there(tmp_path: Path) -> None:
+    """A render that links figures already drawn (draw=False) stops in one sentence where one is
+    not there, before writing anything."""
+    art, rep = copy(tmp_path, REPORTED)
+    cfg = json.loads((art / REPORTED / "provenance.json").read_text())["config"]
+    out = output_paths(REPORTED, list(cfg["operations"]), tmp_path / "out" / "artifacts", tmp_path / "out" / "report")
+    with pytest.raises(EvidenceError) as err:
+        render_namespace(cfg, table_inputs(art / REPORTED), out, draw=False)
+    assert str(err.value).startswith("Asked to link figures already drawn, but none is at ")
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("args, says", [
     ([REPORTED], f"namespace {REPORTED} is retained evidence"),  # no --rewrite-retained
     ([REPORTED, ONE_SWEEP, "--rewrite-retained"], f"{ONE_SWEEP} has no tables/sweep.csv"),
     (["--rewrite-retained"], "name the namespaces to render, or pass --all"),
     ([REPORTED, "--all", "--rewrite-retained"], "name the namespaces to render, or pass --all"),
+    ([REPORTED, "--rewrite-retained", "--jobs", "0"], "--jobs 0 renders nothing"),
 ])
 def test_a_refusal_is_one_sentence_before_anything_is_written(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], says: str) -> None:

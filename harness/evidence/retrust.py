@@ -73,16 +73,22 @@ def reported_namespace(namespace: str, artifacts: str | Path, rewrite_retained: 
     return ns_dir, provenance
 
 
-def render_again(namespace: str, ns_dir: Path, provenance: dict[str, Any], reports: str | Path, command: str,
-                 note: str) -> None:
-    """Note `command` in the namespace's provenance, then render its reports, page, figures and
-    summary from its tables (the report's history lists the command). The same command run again
-    in a row is one record, counted (harness.runlog.superseded), so re-renders do not grow the list."""
-    cfg = provenance["config"]
+def note_command(ns_dir: Path, provenance: dict[str, Any], command: str, note: str) -> None:
+    """Add `command` (a re-derivation on the CPU, `note` saying what it changed) to the namespace's
+    provenance and write it; the report's history then lists it. The same command run again in a
+    row is one record, counted (harness.runlog.superseded), so re-renders do not grow the list."""
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     provenance["commands"] = superseded([*(provenance.get("commands") or []),
                                          {"command": command, "start": now, "host": socket.gethostname(), "note": note}])
     write_text(json.dumps(provenance, indent=1) + "\n", ns_dir / "provenance.json")
+
+
+def render_again(namespace: str, ns_dir: Path, provenance: dict[str, Any], reports: str | Path, command: str,
+                 note: str) -> None:
+    """Note `command` in the namespace's provenance (`note_command`), then render its reports, page,
+    figures and summary from its tables."""
+    cfg = provenance["config"]
+    note_command(ns_dir, provenance, command, note)
     report_step.render(cfg, table_inputs(ns_dir), output_paths(namespace, list(cfg["operations"]), ns_dir.parent, reports))
 
 

@@ -561,20 +561,28 @@ def output_paths(namespace: str, operations: Sequence[str], artifacts: str | Pat
             "figures": [rep / "figures" / f"{op}_sweep.svg" for op in operations]}
 
 
-def render_namespace(cfg: Mapping[str, Any], inputs: Mapping[str, str], outputs: Mapping[str, Any]) -> None:
+def render_namespace(cfg: Mapping[str, Any], inputs: Mapping[str, str], outputs: Mapping[str, Any],
+                     draw: bool = True) -> None:
     """render_reports with every output of output_paths (or a dict of the same keys)."""
     render_reports(cfg, inputs, outputs["field_note"], outputs["issue_comment"], [str(f) for f in outputs["figures"]],
-                   html=outputs["html"], summary=outputs["summary"], overview=outputs["overview"])
+                   html=outputs["html"], summary=outputs["summary"], overview=outputs["overview"], draw=draw)
 
 
 def render_reports(cfg: Mapping[str, Any], inputs: Mapping[str, str], field_note: str | Path, issue_comment: str | Path,
                    figures: list[str] | None = None, *, html: str | Path | None = None,
-                   summary: str | Path | None = None, overview: str | Path | None = None) -> None:
+                   summary: str | Path | None = None, overview: str | Path | None = None, draw: bool = True) -> None:
     """Render the field note and the issue comment; with `figures` (one SVG path per operation,
     named '<op>_sweep.svg'), draw each operation's sweep figure and link it from the field note;
     with `overview`, draw the overview figure (every operation at its default shape) and link it;
     with `html`, write the self-contained page (its figures inlined, drawn into a temporary folder
-    where they were not asked for); with `summary`, write the machine-readable summary there."""
+    where they were not asked for); with `summary`, write the machine-readable summary there.
+    With `draw` False, `figures` and `overview` are already drawn from these same tables (a
+    re-render that drew them into a temporary folder first): linked and inlined, not drawn again;
+    EvidenceError where one is missing."""
+    if not draw:
+        absent = [str(p) for p in [*(figures or []), *([overview] if overview else [])] if not Path(p).is_file()]
+        if absent:
+            raise EvidenceError(f"Asked to link figures already drawn, but none is at {', '.join(absent)}.")
     provenance = json.loads(Path(inputs["provenance"]).read_text())
     loaded = load_tables(inputs)
     note_dir = Path(field_note).parent
@@ -584,7 +592,8 @@ def render_reports(cfg: Mapping[str, Any], inputs: Mapping[str, str], field_note
     ctx = build_context(cfg, loaded, provenance, {op: safe.Trusted(_link(v)) for op, v in links.items()},
                         safe.Trusted(_link(over)) if over else None)
     not_ranked = {(c["op"], c["shape"]) for c in ctx["not_ranked"] if c["rankable"] is False}  # what the figures need
-    _draw(cfg, loaded, paths, Path(overview) if overview else None, not_ranked)
+    if draw:
+        _draw(cfg, loaded, paths, Path(overview) if overview else None, not_ranked)
     write_text(render_markdown("field_note.md.j2", ctx), field_note)
     comment = render_markdown("issue_comment.md.j2", ctx)
     if len(comment) > COMMENT_LIMIT:

@@ -293,6 +293,12 @@ def test_a_namespace_with_a_targets_table_reports_it_in_every_report(tmp_path: P
                else str(r.reason))
         assert f"| **missed**, {why} |" in note and f"<b>missed</b>, {why}</td>" in page and f" — {why}\n" in comment
     assert any(pd.isna(r.gap) for r in missed.itertuples())  # a verdict missed has a reason and no gap
+    # a verdict says whose it is: the library's over ours reads 'torch faster', never a bare 'faster'
+    for r in table[table["verdict"].isin(["faster", "slower"])].itertuples():
+        value_r = f"{r.value:.3f} [{r.lo:.3f}, {r.hi:.3f}]"
+        assert f"| {r.op} | {r.shape} | {value_r} | {str(r.ratio).split('/')[0]} {r.verdict} | **{r.status}**" in note
+        assert f"<td>{value_r}</td><td>{str(r.ratio).split('/')[0]} {r.verdict}</td>" in page
+    assert (table["ratio"] == "torch/cuda").any() and "| torch faster | **missed**" in note
     kt = pd.read_csv(tdir / "kernel_time.csv").set_index(["op", "shape", "impl"])
     variants = pd.read_csv(tdir / "variants.csv")
     at = variants[(variants["op"] == first["op"]) & (variants["shape"] == first["shape"])]

@@ -36,6 +36,15 @@ def gap_text(gap: Any, status: Any) -> str:
     return "" if g is None or g <= 0 or str(status) not in OPEN else f"{g * 100:.1f}% beyond the bound"
 
 
+def whose(ratio: str, verdict: str | None) -> str:
+    """A target row's verdict with whose it is: 'torch faster' for the ratio torch/cuda, since a
+    target's ratio may set the library over ours ('faster' beside a missed 95%-of-cuBLAS read as
+    ours); 'same' and "can't tell" as they are, '' for none."""
+    if not verdict:
+        return ""
+    return f"{ratio.split('/')[0]} {verdict}" if verdict in ("faster", "slower") and "/" in ratio else verdict
+
+
 def _main_counters(counters: list[dict[str, Any]], op: str, shape: str, impl: str) -> dict[str, Any] | None:
     """The counters of the longest kernel ncu measured of `impl` at (op, shape), None without one."""
     found = [r for r in counters if (str(r.get("op")), str(r.get("shape")), str(r.get("impl"))) == (op, shape, impl)
@@ -135,7 +144,7 @@ def context(table: Any, controls: Any = None, kernel_time: Any = None, counters:
             reason = not_ranked_reason(by_controls[key])
         value = ratio_text(r.get("value"), r.get("lo"), r.get("hi"))
         gap = gap_text(r.get("gap"), status)
-        row = {"op": key[0], "shape": key[1], "value": value, "verdict": text(r.get("verdict")) or "",
+        row = {"op": key[0], "shape": key[1], "value": value, "verdict": whose(block["ratio"], text(r.get("verdict"))),
                "status": status, "reason": reason, "gap": gap,
                "why": f"{gap} ({reason})" if gap and reason else gap or reason}
         block["rows"].append(row)

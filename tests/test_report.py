@@ -346,13 +346,13 @@ def test_a_flag_with_its_own_parentheses_nests_as_brackets_wherever_a_report_put
     note, comment, inputs = render(tmp_path, disturbed=[("layernorm", SHAPES[1])], flags_text=flag)
     row = tables_of(inputs)["controls"].set_index("shape").loc[SHAPES[1]]
     assert not row["rankable"] and row["nvml_flags"] == flag
-    nested = safe.md_text("(the GPU throttled during the capture [software power cap])")
+    flagged = safe.md_text("the GPU throttled during the capture [software power cap]")
     claim = next(line for line in note.splitlines() if line.startswith(f"- {SHAPES[1]}: Ours"))
     controls_note = next(line for line in note.splitlines() if line.startswith(f"- triton's layernorm {SHAPES[1]} came back"))
     cells = [line for text in (note, comment) for line in text.splitlines()
              if line.startswith((f"| {SHAPES[1]} |", f"| layernorm | {SHAPES[1]} |")) and "not ranked" in line]
-    assert len(cells) == 2 and all(f"| not ranked (NVML flagged the captures there: {nested[1:]} |" in line for line in cells)
-    assert claim.endswith(f"captures at this shape {nested}.") and f"captures at this shape {nested}: not a clean" in controls_note
+    assert len(cells) == 2 and all(f"| not ranked (NVML flagged the captures there: {flagged}) |" in line for line in cells)
+    assert claim.endswith(f"captures at this shape ({flagged}).") and f"captures at this shape ({flagged}): not a clean" in controls_note
     assert "power cap))" not in note + comment
 
 

@@ -59,6 +59,12 @@ def report_dir(name: object, root: str | Path = ROOT) -> Path:
     return Path(root) / "report" / check_name(name)
 
 
+def reported(root: str | Path = ROOT) -> list[str]:
+    """The namespaces whose report is finished under `root` (`report/<ns>/field_note.md`), sorted:
+    in a checkout, the retained ones whose reports are committed."""
+    return sorted(p.parent.name for p in (Path(root) / "report").glob("*/field_note.md"))
+
+
 def newest(names: Iterable[str], prefix: str) -> str | None:
     """Of `names`, the one '<prefix><n>' with the highest number n (None where none is so named):
     'h200-ops-' picks the latest full run of that configuration."""

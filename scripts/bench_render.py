@@ -22,14 +22,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.namespaces import newest  # noqa: E402
+from harness.namespaces import newest, reported  # noqa: E402
 from harness.report.render import output_paths, render_reports, table_inputs  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    committed = [p.parent.name for p in (ROOT / "report").glob("*/field_note.md")]
-    parser.add_argument("namespaces", nargs="*", default=[n for n in [newest(committed, "h200-ops-")] if n])
+    parser.add_argument("namespaces", nargs="*", default=[n for n in [newest(reported(ROOT), "h200-ops-")] if n])
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args(argv)
     for ns in args.namespaces:

@@ -23,7 +23,7 @@ import pandas as pd
 import pytest
 import repo_copy
 
-from harness import ROOT, config
+from harness import ROOT, config, namespaces
 from harness.evidence import bundle
 from harness.evidence import verify as verifier
 from harness.report import render as report
@@ -428,7 +428,7 @@ def test_make_bundle_refuses_an_incomplete_namespace(tmp_path: Path) -> None:
     assert not list(tmp_path.iterdir())
 
 
-COMMITTED = sorted(p.parent.name for p in (ROOT / "report").glob("*/field_note.md"))
+COMMITTED = namespaces.reported(ROOT)
 
 
 @pytest.mark.parametrize("ns", COMMITTED)
